@@ -1,0 +1,42 @@
+package redisfx
+
+// Error is the common base of every error the redisfx modules define. It is a
+// plain error, not an HTTP error: HTTP statuses are chosen by error filters
+// (see httpfx), so the same error works in a message consumer or a CLI.
+//
+// Module errors embed Error, so any of them can be matched with errors.As:
+//
+//	var base *redisfx.Error
+//	if errors.As(err, &base) {
+//		log.Print(base.Code)
+//	}
+type Error struct {
+	// Code is a stable, machine-readable identifier such as
+	// "idempotency_key_reused". It never changes between releases.
+	Code string
+	// Message is a human-readable description.
+	Message string
+	// Err is the underlying cause, if any.
+	Err error
+}
+
+// Error implements the error interface.
+func (e *Error) Error() string {
+	if e.Err != nil {
+		return e.Message + ": " + e.Err.Error()
+	}
+	return e.Message
+}
+
+// Unwrap returns the underlying cause.
+func (e *Error) Unwrap() error { return e.Err }
+
+// As lets errors.As find the base *Error inside any error type that embeds
+// Error by value: the method is promoted to the embedding type.
+func (e *Error) As(target any) bool {
+	if t, ok := target.(**Error); ok {
+		*t = e
+		return true
+	}
+	return false
+}

@@ -1,0 +1,225 @@
+package storefx
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+)
+
+// DefaultClientName is the name of the client that Module provides unnamed.
+// Command spans carry it as redisfx.client.
+const DefaultClientName = "default"
+
+// Config describes one Redis connection. The zero value connects to
+// localhost:6379 without TLS.
+//
+// The address is chosen from the first of these that is set: URL, Addrs,
+// Host/Port. With MasterName set the addresses are Sentinel addresses; with
+// two or more Addrs (or Cluster set) the client is a Redis Cluster client.
+type Config struct {
+	// URL is a redis:// or rediss:// URL (redis://user:pass@host:port/db) or a
+	// unix:// socket URL (unix:///run/redis.sock?db=2). Settings in the URL
+	// override Username, Password, DB and TLS.
+	URL string
+	// Addrs lists host:port addresses: one for a standalone server, several
+	// for the seed nodes of a Cluster, or the Sentinels with MasterName.
+	Addrs []string
+	// Host and Port name a standalone server when URL and Addrs are empty.
+	// Defaults: "localhost" and 6379.
+	Host string
+	Port int
+	// Cluster forces a Cluster client even with a single seed address.
+	Cluster bool
+	// MasterName selects Sentinel: Addrs are the Sentinels to ask.
+	MasterName string
+	// SentinelUsername and SentinelPassword authenticate with the Sentinels.
+	SentinelUsername string
+	SentinelPassword string
+
+	// Username and Password authenticate (Redis 6 ACL, or AUTH with a password only).
+	Username string
+	Password string
+	// DB selects the database (standalone and Sentinel only).
+	DB int
+	// TLS enables TLS with this configuration; rediss:// URLs enable it too.
+	TLS *tls.Config
+
+	// PoolSize is the maximum number of connections per node. Default: 10 per CPU.
+	PoolSize int
+	// MinIdleConns keeps this many idle connections open.
+	MinIdleConns int
+	// DialTimeout bounds establishing a connection. Default 5s.
+	DialTimeout time.Duration
+	// ReadTimeout and WriteTimeout bound socket reads and writes. Default 3s.
+	ReadTimeout  time.Duration
+	WriteTimeout time.Duration
+	// ClientName is sent with CLIENT SETNAME on every connection, so the
+	// connection is recognisable in CLIENT LIST. Empty sends nothing.
+	ClientName string
+
+	// ConnectTimeout bounds the start-up check: Module pings the server,
+	// retrying with backoff, for at most this long before start-up fails.
+	// Default 5s; it is also cut short by Fx's start timeout.
+	ConnectTimeout time.Duration
+
+	// SendIdentity sends CLIENT SETINFO (library name and version) on each new
+	// connection. Off by default: on servers that lack the command it only
+	// adds a failed round trip to every dial.
+	SendIdentity bool
+	// MaintNotifications enables go-redis's maintenance-notification
+	// handshake (useful only on Redis Enterprise / Redis Cloud). Off by
+	// default, because on other servers it fails and logs at every dial.
+	MaintNotifications bool
+}
+
+// DefaultConfig returns the configuration used when an application supplies
+// none: a standalone server on localhost:6379.
+func DefaultConfig() Config {
+	return Config{Host: "localhost", Port: 6379}
+}
+
+// ConfigError reports an invalid configuration value. Field names the
+// offending Config field (or environment variable).
+type ConfigError struct {
+	Field  string
+	Reason string
+}
+
+func (e *ConfigError) Error() string {
+	return "storefx: invalid " + e.Field + ": " + e.Reason
+}
+
+func fieldErr(field, format string, args ...any) error {
+	return &ConfigError{Field: field, Reason: fmt.Sprintf(format, args...)}
+}
+
+// Validate reports the first invalid field, naming it.
+func (c Config) Validate() error {
+	_, err := c.options()
+	return err
+}
+
+// options turns the Config into go-redis options, validating every field.
+func (c Config) options() (*redis.UniversalOptions, error) {
+	o := &redis.UniversalOptions{
+		Addrs:            c.Addrs,
+		MasterName:       c.MasterName,
+		SentinelUsername: c.SentinelUsername,
+		SentinelPassword: c.SentinelPassword,
+		Username:         c.Username,
+		Password:         c.Password,
+		DB:               c.DB,
+		TLSConfig:        c.TLS,
+		PoolSize:         c.PoolSize,
+		MinIdleConns:     c.MinIdleConns,
+		DialTimeout:      c.DialTimeout,
+		ReadTimeout:      c.ReadTimeout,
+		WriteTimeout:     c.WriteTimeout,
+		ClientName:       c.ClientName,
+		IsClusterMode:    c.Cluster,
+		DisableIdentity:  !c.SendIdentity,
+	}
+	if !c.MaintNotifications {
+		o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	}
+	switch {
+	case c.URL != "":
+		if len(c.Addrs) > 0 {
+			return nil, fieldErr("Config.URL", "set together with Config.Addrs; use one of them")
+		}
+		u, err := ParseURL(c.URL)
+		if err != nil {
+			return nil, err
+		}
+		o.Addrs = []string{u.Addr}
+		if u.Network == "unix" {
+			// UniversalOptions has no Network field: dial the socket ourselves.
+			o.Dialer = func(ctx context.Context, _, addr string) (net.Conn, error) {
+				var d net.Dialer
+				return d.DialContext(ctx, "unix", addr)
+			}
+		}
+		o.DB = u.DB
+		if u.Username != "" {
+			o.Username = u.Username
+		}
+		if u.Password != "" {
+			o.Password = u.Password
+		}
+		if u.TLS != nil && o.TLSConfig == nil {
+			o.TLSConfig = u.TLS
+		}
+	case len(c.Addrs) > 0:
+		for i, a := range c.Addrs {
+			if err := validateAddr(a); err != nil {
+				return nil, fieldErr(fmt.Sprintf("Config.Addrs[%d]", i), "%v", err)
+			}
+		}
+	default:
+		host, port := c.Host, c.Port
+		if host == "" {
+			host = "localhost"
+		}
+		if port == 0 {
+			port = 6379
+		}
+		if port < 0 || port > 65535 {
+			return nil, fieldErr("Config.Port", "%d is not a TCP port (1-65535)", c.Port)
+		}
+		if strings.ContainsAny(host, " /") {
+			return nil, fieldErr("Config.Host", "%q is not a host name", host)
+		}
+		o.Addrs = []string{net.JoinHostPort(host, strconv.Itoa(port))}
+	}
+	if c.DB < 0 {
+		return nil, fieldErr("Config.DB", "%d is negative", c.DB)
+	}
+	if c.DB != 0 && (len(c.Addrs) > 1 || c.Cluster) && c.MasterName == "" {
+		return nil, fieldErr("Config.DB", "Redis Cluster has only database 0")
+	}
+	for name, v := range map[string]int{"Config.PoolSize": c.PoolSize, "Config.MinIdleConns": c.MinIdleConns} {
+		if v < 0 {
+			return nil, fieldErr(name, "%d is negative", v)
+		}
+	}
+	for name, d := range map[string]time.Duration{
+		"Config.DialTimeout": c.DialTimeout, "Config.ReadTimeout": c.ReadTimeout,
+		"Config.WriteTimeout": c.WriteTimeout, "Config.ConnectTimeout": c.ConnectTimeout,
+	} {
+		if d < 0 {
+			return nil, fieldErr(name, "%v is negative", d)
+		}
+	}
+	return o, nil
+}
+
+func validateAddr(a string) error {
+	host, port, err := net.SplitHostPort(a)
+	if err != nil {
+		return fmt.Errorf("%q is not host:port", a)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p <= 0 || p > 65535 {
+		return fmt.Errorf("%q has no valid port", a)
+	}
+	if host == "" {
+		return errors.New("empty host in " + a)
+	}
+	return nil
+}
+
+// connectTimeout is ConnectTimeout or its default.
+func (c Config) connectTimeout() time.Duration {
+	if c.ConnectTimeout > 0 {
+		return c.ConnectTimeout
+	}
+	return 5 * time.Second
+}

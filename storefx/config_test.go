@@ -1,0 +1,93 @@
+package storefx
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestConfigOptions(t *testing.T) {
+	tests := []struct {
+		name      string
+		cfg       Config
+		wantAddrs []string
+		wantDB    int
+		wantTLS   bool
+		wantUser  string
+		wantErr   string // substring naming the field
+	}{
+		{name: "zero value is localhost", cfg: Config{}, wantAddrs: []string{"localhost:6379"}},
+		{name: "host and port", cfg: Config{Host: "redis.internal", Port: 6380}, wantAddrs: []string{"redis.internal:6380"}},
+		{name: "url with db and user", cfg: Config{URL: "redis://alice:pw@10.0.0.1:7000/3"},
+			wantAddrs: []string{"10.0.0.1:7000"}, wantDB: 3, wantUser: "alice"},
+		{name: "rediss enables tls", cfg: Config{URL: "rediss://cache.example:6380"}, wantAddrs: []string{"cache.example:6380"}, wantTLS: true},
+		{name: "unix socket", cfg: Config{URL: "unix:///run/redis.sock?db=2"}, wantAddrs: []string{"/run/redis.sock"}, wantDB: 2},
+		{name: "cluster addrs", cfg: Config{Addrs: []string{"a:7000", "b:7001", "c:7002"}}, wantAddrs: []string{"a:7000", "b:7001", "c:7002"}},
+		{name: "bad scheme", cfg: Config{URL: "http://x:1"}, wantErr: "Config.URL"},
+		{name: "url without host", cfg: Config{URL: "redis://"}, wantErr: "Config.URL"},
+		{name: "url and addrs", cfg: Config{URL: "redis://x:1", Addrs: []string{"y:2"}}, wantErr: "Config.URL"},
+		{name: "bad db in url", cfg: Config{URL: "redis://x:1/abc"}, wantErr: "Config.URL"},
+		{name: "port out of range", cfg: Config{Port: 70000}, wantErr: "Config.Port"},
+		{name: "addr without port", cfg: Config{Addrs: []string{"a:7000", "b"}}, wantErr: "Config.Addrs[1]"},
+		{name: "negative db", cfg: Config{DB: -1}, wantErr: "Config.DB"},
+		{name: "db on cluster", cfg: Config{Addrs: []string{"a:1", "b:2"}, DB: 1}, wantErr: "Config.DB"},
+		{name: "negative pool", cfg: Config{PoolSize: -1}, wantErr: "Config.PoolSize"},
+		{name: "negative timeout", cfg: Config{ReadTimeout: -time.Second}, wantErr: "Config.ReadTimeout"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o, err := tt.cfg.options()
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want one naming %s", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Join(o.Addrs, ",") != strings.Join(tt.wantAddrs, ",") {
+				t.Errorf("Addrs = %v, want %v", o.Addrs, tt.wantAddrs)
+			}
+			if o.DB != tt.wantDB {
+				t.Errorf("DB = %d, want %d", o.DB, tt.wantDB)
+			}
+			if (o.TLSConfig != nil) != tt.wantTLS {
+				t.Errorf("TLS = %v, want %v", o.TLSConfig != nil, tt.wantTLS)
+			}
+			if o.Username != tt.wantUser {
+				t.Errorf("Username = %q, want %q", o.Username, tt.wantUser)
+			}
+			if !o.DisableIdentity {
+				t.Error("CLIENT SETINFO must be off by default")
+			}
+		})
+	}
+}
+
+func TestParseURLNeverEchoesPassword(t *testing.T) {
+	_, err := ParseURL("redis://u:hunter2@x:1/notanumber")
+	if err == nil {
+		t.Fatal("want an error")
+	}
+	if strings.Contains(err.Error(), "hunter2") {
+		t.Fatalf("error leaks the password: %v", err)
+	}
+}
+
+func TestFromEnv(t *testing.T) {
+	env := map[string]string{}
+	get := func(k string) string { return env[k] }
+	cfg, err := fromEnv(get)
+	if err != nil || cfg.Host != "localhost" || cfg.Port != 6379 {
+		t.Fatalf("no REDIS_URL: got %+v, %v", cfg, err)
+	}
+	env["REDIS_URL"] = "redis://r:6390/1"
+	if cfg, err = fromEnv(get); err != nil || cfg.URL != "redis://r:6390/1" {
+		t.Fatalf("REDIS_URL: got %+v, %v", cfg, err)
+	}
+	env["REDIS_URL"] = "mysql://x"
+	if _, err = fromEnv(get); err == nil || !strings.Contains(err.Error(), "REDIS_URL") {
+		t.Fatalf("bad REDIS_URL: err = %v, want one naming REDIS_URL", err)
+	}
+}

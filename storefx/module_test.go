@@ -1,0 +1,200 @@
+package storefx_test
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/fx"
+	"go.uber.org/fx/fxtest"
+
+	"github.com/redisfx/redisfx/internal/redistest"
+	"github.com/redisfx/redisfx/storefx"
+)
+
+func TestModuleConnectsAndCloses(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	var client redis.UniversalClient
+	app := fxtest.New(t,
+		storefx.Module,
+		fx.Supply(&storefx.Config{URL: srv.URL()}),
+		fx.Populate(&client),
+	)
+	app.RequireStart()
+	ctx := context.Background()
+	key := redistest.Prefix(t) + "k"
+	if err := client.Set(ctx, key, "v", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got := client.Get(ctx, key).Val(); got != "v" {
+		t.Fatalf("GET = %q", got)
+	}
+	app.RequireStop()
+	if err := client.Ping(ctx).Err(); err != redis.ErrClosed {
+		t.Fatalf("after stop, Ping = %v, want redis.ErrClosed", err)
+	}
+}
+
+func TestStartFailsFastNamingTheAddress(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartPrivate(t)
+	addr := srv.Addr()
+	srv.Kill()
+	app := fx.New(
+		storefx.Module,
+		fx.Supply(&storefx.Config{URL: "redis://" + addr, ConnectTimeout: 300 * time.Millisecond}),
+		fx.Invoke(func(redis.UniversalClient) {}),
+		fx.NopLogger,
+	)
+	began := time.Now()
+	err := app.Start(context.Background())
+	if err == nil {
+		t.Fatal("start succeeded with Redis down")
+	}
+	if took := time.Since(began); took > 3*time.Second {
+		t.Errorf("start took %v to fail, want about ConnectTimeout", took)
+	}
+	if !strings.Contains(err.Error(), addr) || !strings.Contains(err.Error(), "unreachable") {
+		t.Errorf("error does not name the address: %v", err)
+	}
+}
+
+func TestInvalidConfigFailsNamingTheField(t *testing.T) {
+	t.Parallel()
+	app := fx.New(
+		storefx.Module,
+		fx.Supply(&storefx.Config{Port: -3}),
+		fx.Invoke(func(redis.UniversalClient) {}),
+		fx.NopLogger,
+	)
+	if err := app.Err(); err == nil || !strings.Contains(err.Error(), "Config.Port") {
+		t.Fatalf("err = %v, want one naming Config.Port", err)
+	}
+}
+
+func TestNamedClientCoexistsWithDefault(t *testing.T) {
+	t.Parallel()
+	main, cache := redistest.Start(t), redistest.StartPrivate(t)
+	type clients struct {
+		fx.In
+		Default redis.UniversalClient
+		Cache   redis.UniversalClient `name:"cache"`
+		Reg     *storefx.Registry
+	}
+	var got clients
+	app := fxtest.New(t,
+		storefx.Module,
+		fx.Supply(&storefx.Config{URL: main.URL()}),
+		storefx.NamedClient("cache", storefx.Config{URL: cache.URL()}),
+		fx.Populate(&got),
+	)
+	app.RequireStart()
+	defer app.RequireStop()
+	ctx := context.Background()
+	key := redistest.Prefix(t) + "where"
+	got.Cache.Set(ctx, key, "cache", time.Minute)
+	if n := got.Default.Exists(ctx, key).Val(); n != 0 && main.Addr() != cache.Addr() {
+		t.Fatalf("the cache client wrote to the default server")
+	}
+	if v := cache.Client().Get(ctx, key).Val(); v != "cache" {
+		t.Fatalf("cache server has %q", v)
+	}
+	if names := strings.Join(got.Reg.Names(), ","); names != "cache,default" {
+		t.Fatalf("registry names = %s", names)
+	}
+	if err := got.Reg.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cache.Kill()
+	if err := got.Reg.Ping(ctx); err == nil || !strings.Contains(err.Error(), `"cache"`) {
+		t.Fatalf("readiness with the cache down = %v, want an error naming the client", err)
+	}
+}
+
+func TestInstrumentationSeesClientName(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	seen := make(chan string, 4)
+	app := fxtest.New(t,
+		storefx.Module,
+		fx.Supply(&storefx.Config{URL: srv.URL()}),
+		storefx.NamedClient("cache", storefx.Config{URL: srv.URL()}),
+		fx.Provide(storefx.AsInstrumentation(func() storefx.Instrumentation {
+			return func(ci storefx.ClientInfo) redis.Hook { seen <- ci.Name; return nil }
+		})),
+		fx.Invoke(func(redis.UniversalClient) {}),
+		fx.Invoke(fx.Annotate(func(redis.UniversalClient) {}, fx.ParamTags(`name:"cache"`))),
+	)
+	app.RequireStart()
+	app.RequireStop()
+	close(seen)
+	var names []string
+	for n := range seen {
+		names = append(names, n)
+	}
+	if len(names) != 2 {
+		t.Fatalf("instrumentation called for %v, want both clients", names)
+	}
+}
+
+// The handshake must stay quiet: no CLIENT SETINFO / MAINT_NOTIFICATIONS.
+func TestHandshakeSendsNoIdentityOrMaintenanceCommands(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartPrivate(t)
+	c, err := storefx.New("default", storefx.Config{URL: srv.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	stats := srv.Client().Info(ctx, "commandstats").Val()
+	for _, cmd := range []string{"cmdstat_client|setinfo", "cmdstat_client|maint_notifications"} {
+		if strings.Contains(stats, cmd) {
+			t.Errorf("handshake sent %s:\n%s", cmd, stats)
+		}
+	}
+}
+
+func TestClusterClientAgainstThreeMasters(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cluster start takes a few seconds")
+	}
+	t.Parallel()
+	cl := redistest.StartCluster(t, 3, 0)
+	var client redis.UniversalClient
+	app := fxtest.New(t,
+		storefx.Module,
+		fx.Supply(&storefx.Config{Addrs: cl.Addrs()}),
+		fx.Populate(&client),
+	)
+	app.RequireStart()
+	defer app.RequireStop()
+	if _, ok := client.(*redis.ClusterClient); !ok {
+		t.Fatalf("client is %T, want *redis.ClusterClient", client)
+	}
+	ctx := context.Background()
+	p := redistest.Prefix(t)
+	for i := 0; i < 50; i++ { // keys spread over all slots and masters
+		k := p + string(rune('a'+i%26)) + time.Duration(i).String()
+		if err := client.Set(ctx, k, i, time.Minute).Err(); err != nil {
+			t.Fatalf("SET %s: %v", k, err)
+		}
+	}
+	var masters atomic.Int32 // ForEachMaster runs the callbacks concurrently
+	_ = client.(*redis.ClusterClient).ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+		if m.DBSize(ctx).Val() > 0 {
+			masters.Add(1)
+		}
+		return nil
+	})
+	if masters := masters.Load(); masters != 3 {
+		t.Fatalf("keys landed on %d masters, want 3", masters)
+	}
+}
