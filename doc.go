@@ -9,5 +9,5 @@
 //   - tracingfx: the TracerProvider, Redis command spans and the TRACING_SERVICE.
 //   - httpfx: the chi router, the http.Server, problem+json errors, health and metrics.
 //
-// This package holds only what every module shares: the common base error.
+// This package holds only what every module shares: the common base error, BaseError.
 package redisfx

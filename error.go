@@ -1,16 +1,16 @@
 package redisfx
 
-// Error is the common base of every error the redisfx modules define. It is a
+// BaseError is the common base of every error the redisfx modules define. It is a
 // plain error, not an HTTP error: HTTP statuses are chosen by error filters
 // (see httpfx), so the same error works in a message consumer or a CLI.
 //
-// Module errors embed Error, so any of them can be matched with errors.As:
+// Module errors embed BaseError, so any of them can be matched with errors.As:
 //
-//	var base *redisfx.Error
+//	var base *redisfx.BaseError
 //	if errors.As(err, &base) {
 //		log.Print(base.Code)
 //	}
-type Error struct {
+type BaseError struct {
 	// Code is a stable, machine-readable identifier such as
 	// "idempotency_key_reused". It never changes between releases.
 	Code string
@@ -21,7 +21,7 @@ type Error struct {
 }
 
 // Error implements the error interface.
-func (e *Error) Error() string {
+func (e *BaseError) Error() string {
 	if e.Err != nil {
 		return e.Message + ": " + e.Err.Error()
 	}
@@ -29,12 +29,12 @@ func (e *Error) Error() string {
 }
 
 // Unwrap returns the underlying cause.
-func (e *Error) Unwrap() error { return e.Err }
+func (e *BaseError) Unwrap() error { return e.Err }
 
 // As lets errors.As find the base *Error inside any error type that embeds
-// Error by value: the method is promoted to the embedding type.
-func (e *Error) As(target any) bool {
-	if t, ok := target.(**Error); ok {
+// BaseError by value: the method is promoted to the embedding type.
+func (e *BaseError) As(target any) bool {
+	if t, ok := target.(**BaseError); ok {
 		*t = e
 		return true
 	}

@@ -36,7 +36,7 @@ func AsInstrumentation(constructor any) any {
 // Client is a Redis client together with its name.
 type Client struct {
 	redis.UniversalClient
-	Info ClientInfo
+	Details ClientInfo
 }
 
 // New builds a client from cfg without Fx. It does not connect: use
@@ -59,7 +59,7 @@ func New(name string, cfg Config, inst ...Instrumentation) (*Client, error) {
 			c.AddHook(h)
 		}
 	}
-	return &Client{UniversalClient: c, Info: info}, nil
+	return &Client{UniversalClient: c, Details: info}, nil
 }
 
 // Registry knows every client that storefx built in an application, by name.
@@ -76,10 +76,10 @@ func NewRegistry() *Registry { return &Registry{clients: map[string]*Client{}} }
 func (r *Registry) Add(c *Client) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if _, dup := r.clients[c.Info.Name]; dup {
-		return fmt.Errorf("storefx: two clients named %q", c.Info.Name)
+	if _, dup := r.clients[c.Details.Name]; dup {
+		return fmt.Errorf("storefx: two clients named %q", c.Details.Name)
 	}
-	r.clients[c.Info.Name] = c
+	r.clients[c.Details.Name] = c
 	return nil
 }
 
@@ -108,7 +108,7 @@ func (r *Registry) Ping(ctx context.Context) error {
 	for _, n := range r.Names() {
 		c := r.Client(n)
 		if err := c.Ping(ctx).Err(); err != nil {
-			return fmt.Errorf("storefx: client %q at %v: %w", n, c.Info.Addrs, err)
+			return fmt.Errorf("storefx: client %q at %v: %w", n, c.Details.Addrs, err)
 		}
 	}
 	return nil
@@ -132,7 +132,7 @@ func connect(ctx context.Context, c *Client, timeout time.Duration) error {
 		case <-ctx.Done():
 			wait.Stop()
 			return fmt.Errorf("storefx: client %q: Redis at %v is unreachable (%d attempts in %v): %w",
-				c.Info.Name, c.Info.Addrs, attempts, timeout, err)
+				c.Details.Name, c.Details.Addrs, attempts, timeout, err)
 		case <-wait.C:
 		}
 		if backoff < 500*time.Millisecond {

@@ -1,0 +1,61 @@
+package httpfx
+
+import (
+	"fmt"
+	"time"
+)
+
+// Config configures the HTTP server. Zero fields take the defaults below.
+type Config struct {
+	// Addr is the listen address. Default ":8080".
+	Addr string
+	// ReadHeaderTimeout bounds reading request headers (slowloris). Default 5s.
+	ReadHeaderTimeout time.Duration
+	// ReadTimeout bounds reading a whole request. Default 30s.
+	ReadTimeout time.Duration
+	// WriteTimeout bounds writing a response, from the end of the headers.
+	// Default 60s; keep it above the idempotency WaitTimeout.
+	WriteTimeout time.Duration
+	// IdleTimeout bounds keep-alive idleness. Default 120s.
+	IdleTimeout time.Duration
+	// ShutdownTimeout bounds draining in-flight requests on stop. Default 15s.
+	ShutdownTimeout time.Duration
+	// MaxHeaderBytes bounds request headers. Default 1 MiB.
+	MaxHeaderBytes int
+	// DisableHealth, DisableReady and DisableMetrics unmount /healthz,
+	// /readyz and /metrics.
+	DisableHealth  bool
+	DisableReady   bool
+	DisableMetrics bool
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.Addr == "" {
+		c.Addr = ":8080"
+	}
+	for _, d := range []struct {
+		name string
+		v    *time.Duration
+		def  time.Duration
+	}{
+		{"ReadHeaderTimeout", &c.ReadHeaderTimeout, 5 * time.Second},
+		{"ReadTimeout", &c.ReadTimeout, 30 * time.Second},
+		{"WriteTimeout", &c.WriteTimeout, 60 * time.Second},
+		{"IdleTimeout", &c.IdleTimeout, 120 * time.Second},
+		{"ShutdownTimeout", &c.ShutdownTimeout, 15 * time.Second},
+	} {
+		if *d.v < 0 {
+			return c, fmt.Errorf("httpfx: invalid Config.%s: %v is negative", d.name, *d.v)
+		}
+		if *d.v == 0 {
+			*d.v = d.def
+		}
+	}
+	if c.MaxHeaderBytes < 0 {
+		return c, fmt.Errorf("httpfx: invalid Config.MaxHeaderBytes: %d is negative", c.MaxHeaderBytes)
+	}
+	if c.MaxHeaderBytes == 0 {
+		c.MaxHeaderBytes = 1 << 20
+	}
+	return c, nil
+}

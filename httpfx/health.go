@@ -1,0 +1,50 @@
+package httpfx
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"time"
+)
+
+// ReadinessCheck is one check of /readyz. storefx's clients are checked
+// automatically; applications add their own to the group:
+//
+//	fx.Provide(httpfx.AsReadinessCheck(func() httpfx.ReadinessCheck { ... }))
+type ReadinessCheck struct {
+	Name  string
+	Check func(ctx context.Context) error
+}
+
+// ReadinessGroup is the value group of ReadinessCheck.
+const ReadinessGroup = "redisfx.http.readiness"
+
+func healthz(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
+}
+
+// readyz answers 200 when every check passes within a second, else 503
+// naming the failing checks (without error details, which may hold
+// addresses; those go to the log).
+func readyz(checks []ReadinessCheck) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
+		defer cancel()
+		failed := []string{}
+		for _, c := range checks {
+			if err := c.Check(ctx); err != nil {
+				failed = append(failed, c.Name)
+			}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		status, body := http.StatusOK, map[string]any{"status": "ready"}
+		if len(failed) > 0 {
+			status, body = http.StatusServiceUnavailable, map[string]any{"status": "unavailable", "failed": failed}
+		}
+		w.WriteHeader(status)
+		_ = json.NewEncoder(w).Encode(body)
+	}
+}

@@ -1,0 +1,208 @@
+package httpfx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync/atomic"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+	"go.uber.org/fx"
+	"go.uber.org/zap"
+
+	"github.com/redisfx/redisfx/storefx"
+)
+
+// Module provides the chi router (chi.Router and *chi.Mux), the error chain
+// (*Errors) and a *Server (an http.Server) that starts and stops with the app.
+//
+// It needs a *zap.Logger from the application. It uses, when present: a
+// Config (else the defaults, on :8080), a trace.TracerProvider and
+// propagation.TextMapPropagator (from tracingfx) for SERVER spans, a
+// prometheus.Registerer and prometheus.Gatherer (from metricsfx) for request
+// metrics and /metrics, and storefx's *storefx.Registry for /readyz.
+var Module = fx.Module("redisfx.http",
+	fx.Provide(
+		newErrors,
+		newRouter,
+		func(m *chi.Mux) chi.Router { return m },
+		newServer,
+	),
+	fx.Invoke(func(*Server) {}),
+)
+
+// ErrorsParams are the inputs of the error chain.
+type ErrorsParams struct {
+	fx.In
+	Log     *zap.Logger
+	Filters []RegisteredErrorFilter `group:"redisfx.http.error_filters"`
+}
+
+func newErrors(p ErrorsParams) *Errors { return NewErrors(p.Log, p.Filters...) }
+
+// RouterParams are the inputs of the router.
+type RouterParams struct {
+	fx.In
+	Config     *Config `optional:"true"`
+	Log        *zap.Logger
+	Errors     *Errors
+	Routes     []Routes                      `group:"redisfx.http.routes"`
+	Middleware []Middleware                  `group:"redisfx.http.middleware"`
+	Readiness  []ReadinessCheck              `group:"redisfx.http.readiness"`
+	Store      *storefx.Registry             `optional:"true"`
+	Tracer     trace.TracerProvider          `optional:"true"`
+	Propagator propagation.TextMapPropagator `optional:"true"`
+	Registerer prometheus.Registerer         `optional:"true"`
+	Gatherer   prometheus.Gatherer           `optional:"true"`
+}
+
+func newRouter(p RouterParams) (*chi.Mux, error) {
+	cfg, err := configOf(p.Config)
+	if err != nil {
+		return nil, err
+	}
+	metrics, err := newRequestMetrics(p.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("httpfx: registering request metrics: %w", err)
+	}
+	r := chi.NewRouter()
+	r.Use(requestID)
+	if p.Tracer != nil {
+		opts := []otelhttp.Option{otelhttp.WithTracerProvider(p.Tracer),
+			otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return r.Method })}
+		if p.Propagator != nil {
+			opts = append(opts, otelhttp.WithPropagators(p.Propagator))
+		}
+		r.Use(otelhttp.NewMiddleware("http.server", opts...))
+	}
+	r.Use(observe(p.Log, metrics))
+	r.Use(recoverer(p.Log))
+	r.Use(installErrors(p.Errors))
+	for _, m := range sortMiddleware(p.Middleware) {
+		r.Use(m.Wrap)
+	}
+	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
+		NewProblem(http.StatusNotFound, "not_found", "No route matches "+r.URL.Path+".").Write(w)
+	})
+	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
+		NewProblem(http.StatusMethodNotAllowed, "method_not_allowed", r.Method+" is not allowed on "+r.URL.Path+".").Write(w)
+	})
+	if !cfg.DisableHealth {
+		r.Get("/healthz", healthz)
+	}
+	if !cfg.DisableReady {
+		checks := append([]ReadinessCheck(nil), p.Readiness...)
+		if p.Store != nil {
+			checks = append(checks, ReadinessCheck{Name: "redis", Check: p.Store.Ping})
+		}
+		r.Get("/readyz", readyz(checks))
+	}
+	if !cfg.DisableMetrics && p.Gatherer != nil {
+		r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(p.Gatherer, promhttp.HandlerOpts{}))
+	}
+	for _, routes := range p.Routes {
+		routes(r)
+	}
+	return r, nil
+}
+
+func configOf(c *Config) (Config, error) {
+	if c == nil {
+		return Config{}.withDefaults()
+	}
+	return c.withDefaults()
+}
+
+// ServerParams are the inputs of the server.
+type ServerParams struct {
+	fx.In
+	Config     *Config `optional:"true"`
+	Router     *chi.Mux
+	Log        *zap.Logger
+	Lifecycle  fx.Lifecycle
+	Shutdowner fx.Shutdowner
+}
+
+// newServer builds the http.Server. OnStart listens synchronously, so a
+// taken port fails start-up, and serves in a goroutine; a serve error shuts
+// the app down. OnStop drains in-flight requests within ShutdownTimeout.
+//
+// The server's hooks are registered after every module it depends on
+// (the router needs the idempotency service, which needs Redis, which needs
+// tracing), and Fx stops in reverse order: the server drains first, then
+// Redis closes, then spans are flushed.
+func newServer(p ServerParams) (*Server, error) {
+	cfg, err := configOf(p.Config)
+	if err != nil {
+		return nil, err
+	}
+	srv := &Server{Server: &http.Server{
+		Addr:              cfg.Addr,
+		Handler:           p.Router,
+		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
+		ReadTimeout:       cfg.ReadTimeout,
+		WriteTimeout:      cfg.WriteTimeout,
+		IdleTimeout:       cfg.IdleTimeout,
+		MaxHeaderBytes:    cfg.MaxHeaderBytes,
+		ErrorLog:          zap.NewStdLog(p.Log.Named("http")),
+	}}
+	served := make(chan struct{})
+	p.Lifecycle.Append(fx.Hook{
+		OnStart: func(ctx context.Context) error {
+			ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.Addr)
+			if err != nil {
+				return fmt.Errorf("httpfx: cannot listen on %s: %w", cfg.Addr, err)
+			}
+			srv.addr.Store(ln.Addr().String())
+			p.Log.Info("http server listening", zap.String("addr", ln.Addr().String()))
+			go func() {
+				defer close(served)
+				if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+					p.Log.Error("http server failed; stopping the app", zap.Error(err))
+					_ = p.Shutdowner.Shutdown(fx.ExitCode(1))
+				}
+			}()
+			return nil
+		},
+		OnStop: func(ctx context.Context) error {
+			ctx, cancel := context.WithTimeout(ctx, cfg.ShutdownTimeout)
+			defer cancel()
+			err := srv.Shutdown(ctx)
+			if err != nil {
+				_ = srv.Close()
+			}
+			<-served
+			return err
+		},
+	})
+	return srv, nil
+}
+
+// Server is the application's HTTP server.
+type Server struct {
+	*http.Server
+	addr atomic.Value // string, set when listening
+}
+
+// Addr is the address the started server listens on, resolved (useful with
+// Config.Addr ":0"). Empty before start.
+func (s *Server) Addr() string {
+	a, _ := s.addr.Load().(string)
+	return a
+}
+
+// URL is http://<Addr>, with a loopback host when listening on all interfaces.
+func (s *Server) URL() string {
+	host, port, _ := net.SplitHostPort(s.Addr())
+	if host == "" || host == "::" || host == "0.0.0.0" {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, port)
+}

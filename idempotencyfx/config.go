@@ -1,0 +1,205 @@
+package idempotencyfx
+
+import (
+	"fmt"
+	"net/http"
+	"net/textproto"
+	"strings"
+	"time"
+)
+
+// ErrorPolicy says what happens when Redis cannot be reached.
+type ErrorPolicy string
+
+const (
+	// FailClosed rejects the request with 500 idempotency_store_unavailable;
+	// the handler does not run. The default: a payment is better refused than
+	// run twice.
+	FailClosed ErrorPolicy = "fail-closed"
+	// FailOpen runs the handler without protection and logs a warning.
+	FailOpen ErrorPolicy = "fail-open"
+)
+
+// FingerprintGenerator computes the fingerprint of a request. body is the
+// whole request body (already read, and restored for the handler). Two
+// requests with the same key count as one only if their fingerprints are
+// equal.
+type FingerprintGenerator func(r *http.Request, body []byte) (string, error)
+
+// ScopeFunc returns the scope of a request, for example the tenant or the
+// authenticated user. The scope becomes part of the store key, so one
+// tenant can never replay another's response even with the same key.
+type ScopeFunc func(r *http.Request) (string, error)
+
+// Config holds the options of the idempotency module. Zero fields take
+// their defaults, except DefaultTTL, whose zero means "never expires" as in
+// the spec: start from DefaultConfig.
+type Config struct {
+	// DefaultTTL is how long a completed record lives. As in the spec, 0
+	// means the record never expires: allowed, but warned about at start,
+	// because records then pile up in Redis forever. DefaultConfig sets 24h.
+	// Guidance: payments 24-48h, orders 4-24h, webhooks 24-72h.
+	DefaultTTL time.Duration
+	// HeaderName carries the key. Default "Idempotency-Key". Matched
+	// case-insensitively, as HTTP header names are.
+	HeaderName string
+	// KeyPrefix is put before the key to form the Redis key. Default "idempotency:".
+	KeyPrefix string
+	// LockTimeout is the in-progress lease, renewed while the handler runs,
+	// and the lifetime of a failed record. Default 30s.
+	LockTimeout time.Duration
+	// WaitTimeout is the longest a concurrent duplicate waits for the first
+	// request to finish before it gets 409. Default 10s. Use NoWait for 0.
+	WaitTimeout time.Duration
+	// NoWait makes concurrent duplicates get 409 at once (WaitTimeout 0).
+	NoWait bool
+	// ErrorPolicy: FailClosed (default) or FailOpen.
+	ErrorPolicy ErrorPolicy
+	// FingerprintGenerator replaces the default fingerprint (SHA-256 over
+	// method, path, canonical query and canonical JSON body).
+	FingerprintGenerator FingerprintGenerator
+	// Scope, if set, scopes keys per tenant or user (see ScopeFunc).
+	Scope ScopeFunc
+	// RequireKey makes every Idempotent() route answer 400
+	// idempotency_key_required to requests without a key.
+	RequireKey bool
+	// MaxBodyBytes bounds the request body read for the fingerprint; larger
+	// bodies get 413 before any store call. Default 1 MiB.
+	MaxBodyBytes int64
+	// MaxResponseBytes bounds the recorded response; larger responses are
+	// passed through and recorded as not replayable. Default 1 MiB.
+	MaxResponseBytes int
+	// SkipHeaders are response headers that are not recorded. Default: Date,
+	// Content-Length, Set-Cookie. Hop-by-hop headers are never recorded.
+	SkipHeaders []string
+	// StoreTimeout bounds each Redis call on the request path. Default 2s.
+	StoreTimeout time.Duration
+	// PollInterval is the fallback poll of a waiting duplicate, in case a
+	// completion notification is lost. Default 500ms.
+	PollInterval time.Duration
+}
+
+// Defaults of Config.
+const (
+	DefaultTTL          = 24 * time.Hour
+	DefaultHeaderName   = "Idempotency-Key"
+	DefaultKeyPrefix    = "idempotency:"
+	DefaultLockTimeout  = 30 * time.Second
+	DefaultWaitTimeout  = 10 * time.Second
+	DefaultMaxBodyBytes = 1 << 20
+	DefaultMaxResponse  = 1 << 20
+	DefaultStoreTimeout = 2 * time.Second
+	DefaultPollInterval = 500 * time.Millisecond
+)
+
+// DefaultConfig returns the configuration used when the application
+// supplies none: completed records live 24h, every other option at its
+// default.
+func DefaultConfig() Config {
+	return Config{DefaultTTL: DefaultTTL}
+}
+
+// ConfigError names the invalid option.
+type ConfigError struct {
+	Option string
+	Reason string
+}
+
+func (e *ConfigError) Error() string {
+	return "idempotencyfx: invalid " + e.Option + ": " + e.Reason
+}
+
+// settings is a validated Config with defaults applied.
+type settings struct {
+	Config
+	header string              // canonical header name
+	skip   map[string]struct{} // canonical names of headers not recorded
+}
+
+// normalize validates c and applies defaults.
+func (c Config) normalize() (*settings, error) {
+	bad := func(opt, format string, args ...any) (*settings, error) {
+		return nil, &ConfigError{Option: opt, Reason: fmt.Sprintf(format, args...)}
+	}
+	if c.DefaultTTL < 0 {
+		return bad("DefaultTTL", "%v is negative", c.DefaultTTL)
+	}
+	if c.DefaultTTL > 0 && c.DefaultTTL < time.Millisecond {
+		return bad("DefaultTTL", "%v is below Redis's 1ms resolution", c.DefaultTTL)
+	}
+	if c.HeaderName == "" {
+		c.HeaderName = DefaultHeaderName
+	}
+	for i := 0; i < len(c.HeaderName); i++ {
+		ch := c.HeaderName[i]
+		if ch <= ' ' || ch >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, ch) >= 0 {
+			return bad("HeaderName", "%q is not an HTTP header name", c.HeaderName)
+		}
+	}
+	if c.KeyPrefix == "" {
+		c.KeyPrefix = DefaultKeyPrefix
+	}
+	switch {
+	case c.LockTimeout == 0:
+		c.LockTimeout = DefaultLockTimeout
+	case c.LockTimeout < 10*time.Millisecond:
+		return bad("LockTimeout", "%v is too short (minimum 10ms)", c.LockTimeout)
+	}
+	switch {
+	case c.WaitTimeout < 0:
+		return bad("WaitTimeout", "%v is negative", c.WaitTimeout)
+	case c.NoWait && c.WaitTimeout != 0:
+		return bad("NoWait", "set together with WaitTimeout %v", c.WaitTimeout)
+	case c.WaitTimeout == 0 && !c.NoWait:
+		c.WaitTimeout = DefaultWaitTimeout
+	}
+	switch c.ErrorPolicy {
+	case "":
+		c.ErrorPolicy = FailClosed
+	case FailClosed, FailOpen:
+	default:
+		return bad("ErrorPolicy", "%q is not %q or %q", c.ErrorPolicy, FailClosed, FailOpen)
+	}
+	if c.MaxBodyBytes < 0 {
+		return bad("MaxBodyBytes", "%d is negative", c.MaxBodyBytes)
+	} else if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if c.MaxResponseBytes < 0 {
+		return bad("MaxResponseBytes", "%d is negative", c.MaxResponseBytes)
+	} else if c.MaxResponseBytes == 0 {
+		c.MaxResponseBytes = DefaultMaxResponse
+	}
+	if c.StoreTimeout < 0 {
+		return bad("StoreTimeout", "%v is negative", c.StoreTimeout)
+	} else if c.StoreTimeout == 0 {
+		c.StoreTimeout = DefaultStoreTimeout
+	}
+	if c.PollInterval < 0 {
+		return bad("PollInterval", "%v is negative", c.PollInterval)
+	} else if c.PollInterval == 0 {
+		c.PollInterval = DefaultPollInterval
+	}
+	if c.FingerprintGenerator == nil {
+		c.FingerprintGenerator = DefaultFingerprint
+	}
+	s := &settings{Config: c, header: textproto.CanonicalMIMEHeaderKey(c.HeaderName), skip: map[string]struct{}{}}
+	skip := c.SkipHeaders
+	if skip == nil {
+		skip = []string{"Date", "Content-Length", "Set-Cookie"}
+	}
+	for _, h := range append(skip, hopByHop...) {
+		s.skip[textproto.CanonicalMIMEHeaderKey(h)] = struct{}{}
+	}
+	return s, nil
+}
+
+// hopByHop headers belong to one connection and are never recorded (RFC 9110 §7.6.1).
+var hopByHop = []string{"Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
+	"Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+
+// Validate reports the first invalid option.
+func (c Config) Validate() error {
+	_, err := c.normalize()
+	return err
+}

@@ -1,0 +1,109 @@
+package idempotencyfx
+
+import (
+	"time"
+
+	"github.com/redisfx/redisfx"
+)
+
+// Stable error codes. They appear as the "code" member of problem responses
+// and as redisfx.BaseError.Code; they never change.
+const (
+	CodeKeyReused          = "idempotency_key_reused"
+	CodeInProgress         = "idempotency_request_in_progress"
+	CodePreviousFailed     = "idempotency_previous_failed"
+	CodeKeyInvalid         = "idempotency_key_invalid"
+	CodeKeyRequired        = "idempotency_key_required"
+	CodeStoreUnavailable   = "idempotency_store_unavailable"
+	CodeBodyTooLarge       = "idempotency_body_too_large"
+	CodeResponseNotStored  = "idempotency_response_not_replayable"
+	CodeFingerprintFailure = "idempotency_fingerprint_failed"
+)
+
+// IdempotencyFingerprintMismatchError: the key was used before with
+// different request data (HTTP 422). Remedy: resend the same data, or use a
+// new key.
+type IdempotencyFingerprintMismatchError struct {
+	redisfx.BaseError
+	Key string
+}
+
+// IdempotencyFailedError: the first attempt with this key failed and its
+// failed record has not expired yet (HTTP 409). Remedy: a new key, or retry
+// after RetryAfter.
+type IdempotencyFailedError struct {
+	redisfx.BaseError
+	Key        string
+	RetryAfter time.Duration
+}
+
+// IdempotencyTimeoutError: a request with this key is still in progress and
+// did not finish within WaitTimeout (HTTP 409). Remedy: retry later with the
+// same key; raise LockTimeout and WaitTimeout for slow handlers.
+type IdempotencyTimeoutError struct {
+	redisfx.BaseError
+	Key        string
+	RetryAfter time.Duration
+}
+
+// IdempotencyKeyRequiredError: the route requires a key and none was sent
+// (HTTP 400).
+type IdempotencyKeyRequiredError struct {
+	redisfx.BaseError
+	Header string
+}
+
+// IdempotencyKeyInvalidError: the key header is malformed: empty, longer than
+// 255 characters, not visible ASCII, or sent more than once (HTTP 400).
+type IdempotencyKeyInvalidError struct {
+	redisfx.BaseError
+	Header string
+}
+
+// IdempotencyStoreError: Redis could not be reached or answered with an
+// error while ErrorPolicy is fail-closed (HTTP 500). Err holds the cause.
+type IdempotencyStoreError struct {
+	redisfx.BaseError
+}
+
+// IdempotencyBodyTooLargeError: the request body exceeds MaxBodyBytes, so it
+// cannot be fingerprinted (HTTP 413).
+type IdempotencyBodyTooLargeError struct {
+	redisfx.BaseError
+	Limit int64
+}
+
+// IdempotencyNotReplayableError: the first request with this key completed
+// but its response could not be recorded (streamed, hijacked, or larger
+// than MaxResponseBytes), so it cannot be replayed and the handler will not
+// run again for this key (HTTP 409).
+type IdempotencyNotReplayableError struct {
+	redisfx.BaseError
+	Key        string
+	RetryAfter time.Duration
+}
+
+func newMismatch(key string) error {
+	return &IdempotencyFingerprintMismatchError{Key: key, BaseError: redisfx.BaseError{Code: CodeKeyReused,
+		Message: "this idempotency key was already used with a different request; send the same request again or use a new key"}}
+}
+
+func newFailed(key string, retry time.Duration) error {
+	return &IdempotencyFailedError{Key: key, RetryAfter: retry, BaseError: redisfx.BaseError{Code: CodePreviousFailed,
+		Message: "the previous request with this idempotency key failed; use a new key, or retry after the failure record expires"}}
+}
+
+func newTimeout(key string, retry time.Duration) error {
+	return &IdempotencyTimeoutError{Key: key, RetryAfter: retry, BaseError: redisfx.BaseError{Code: CodeInProgress,
+		Message: "a request with this idempotency key is still in progress; retry later"}}
+}
+
+func newNotReplayable(key string, retry time.Duration) error {
+	return &IdempotencyNotReplayableError{Key: key, RetryAfter: retry, BaseError: redisfx.BaseError{Code: CodeResponseNotStored,
+		Message: "the request with this idempotency key completed, but its response could not be recorded for replay; use a new key"}}
+}
+
+func newStoreError(err error) error {
+	return &IdempotencyStoreError{BaseError: redisfx.BaseError{Code: CodeStoreUnavailable,
+		Message: "the idempotency store is unavailable", Err: err}}
+}

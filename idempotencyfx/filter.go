@@ -1,0 +1,76 @@
+package idempotencyfx
+
+import (
+	"errors"
+	"net/http"
+	"strings"
+
+	"github.com/redisfx/redisfx"
+	"github.com/redisfx/redisfx/httpfx"
+)
+
+// ErrorFilter maps idempotency errors to problem responses. Module provides
+// DefaultErrorFilter as this type and puts it first in httpfx's error chain;
+// an application changes statuses or payloads by decorating it:
+//
+//	fx.Decorate(func(next idempotencyfx.ErrorFilter) idempotencyfx.ErrorFilter {
+//		return func(err error, r *http.Request) (httpfx.Problem, bool) {
+//			p, ok := next(err, r)
+//			if ok {
+//				p.Type = "https://docs.example.com/problems/" + p.Code
+//			}
+//			return p, ok
+//		}
+//	})
+type ErrorFilter func(err error, r *http.Request) (httpfx.Problem, bool)
+
+// statusOf is the HTTP status of each error code.
+var statusOf = map[string]int{
+	CodeKeyReused:          http.StatusUnprocessableEntity,
+	CodeInProgress:         http.StatusConflict,
+	CodePreviousFailed:     http.StatusConflict,
+	CodeResponseNotStored:  http.StatusConflict,
+	CodeKeyInvalid:         http.StatusBadRequest,
+	CodeKeyRequired:        http.StatusBadRequest,
+	CodeBodyTooLarge:       http.StatusRequestEntityTooLarge,
+	CodeStoreUnavailable:   http.StatusInternalServerError,
+	CodeFingerprintFailure: http.StatusBadRequest,
+}
+
+// DefaultErrorFilter is the built-in mapping: 422 for a reused key, 409
+// (with Retry-After) for in progress, previously failed and not replayable,
+// 400 for an invalid or missing key, 413 for a body too large to
+// fingerprint, 500 for an unavailable store. Other errors are left to the
+// next filter.
+func DefaultErrorFilter(err error, _ *http.Request) (httpfx.Problem, bool) {
+	var base *redisfx.BaseError
+	if !errors.As(err, &base) || !strings.HasPrefix(base.Code, "idempotency_") {
+		return httpfx.Problem{}, false
+	}
+	status, ok := statusOf[base.Code]
+	if !ok {
+		status = http.StatusInternalServerError
+	}
+	detail := base.Message
+	if base.Code == CodeStoreUnavailable {
+		detail = "The request could not be checked for duplicates, so it was not processed. Retry with the same key."
+	}
+	p := httpfx.NewProblem(status, base.Code, detail)
+	var (
+		failed  *IdempotencyFailedError
+		timeout *IdempotencyTimeoutError
+		notRepl *IdempotencyNotReplayableError
+	)
+	switch {
+	case errors.As(err, &failed):
+		p.RetryAfter = failed.RetryAfter
+	case errors.As(err, &timeout):
+		p.RetryAfter = timeout.RetryAfter
+	case errors.As(err, &notRepl):
+		p.RetryAfter = notRepl.RetryAfter
+	}
+	if status == http.StatusConflict && p.RetryAfter <= 0 {
+		p.RetryAfter = 1
+	}
+	return p, true
+}

@@ -1,0 +1,180 @@
+package idempotencyfx
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+	zapobs "go.uber.org/zap/zaptest/observer"
+
+	"github.com/redisfx/redisfx/httpfx"
+	"github.com/redisfx/redisfx/internal/redistest"
+	"github.com/redisfx/redisfx/storefx"
+)
+
+// counter is a go-redis hook that counts commands (a script run is one).
+type counter struct{ n atomic.Int64 }
+
+func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.n.Add(int64(len(cmds)))
+		return next(ctx, cmds)
+	}
+}
+
+// env is one idempotent route on a real Redis.
+type env struct {
+	t       *testing.T
+	srv     *redistest.Server
+	rdb     redis.UniversalClient
+	svc     *Service
+	http    *httptest.Server
+	calls   atomic.Int64 // handler executions
+	cmds    *counter
+	logs    *zapobs.ObservedLogs
+	handler http.Handler // the route's handler; replaceable before the first request
+	mu      sync.Mutex
+}
+
+func newEnv(t *testing.T, cfg Config, srv *redistest.Server) *env {
+	t.Helper()
+	if srv == nil {
+		srv = redistest.Start(t)
+	}
+	if cfg.KeyPrefix == "" {
+		cfg.KeyPrefix = redistest.Prefix(t)
+	}
+	if cfg.DefaultTTL == 0 {
+		cfg.DefaultTTL = time.Hour
+	}
+	e := &env{t: t, srv: srv, cmds: &counter{}}
+	client, err := storefx.New("default", storefx.Config{URL: srv.URL(), ConnectTimeout: time.Second, ReadTimeout: time.Second, DialTimeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client.AddHook(e.cmds)
+	e.rdb = client
+	core, logs := zapobs.New(zap.DebugLevel)
+	e.logs = logs
+	e.svc, err = New(client, cfg, WithLogger(zap.New(core)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = e.svc.Start(context.Background())
+	e.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		n := e.calls.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Add("X-Multi", "a")
+		w.Header().Add("X-Multi", "b")
+		w.Header().Set("Set-Cookie", "session=secret")
+		w.WriteHeader(http.StatusCreated)
+		_, _ = io.WriteString(w, `{"n":`+itoa(n)+`,"echo":`+quote(string(body))+`}`)
+	})
+	r := chi.NewRouter()
+	r.Use(e.svc.Install)
+	r.Use(func(next http.Handler) http.Handler { // recover like httpfx does
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			defer func() {
+				if p := recover(); p != nil {
+					httpfx.NewProblem(500, "internal_error", "panic").Write(w)
+				}
+			}()
+			next.ServeHTTP(w, r)
+		})
+	})
+	r.With(Idempotent()).Post("/payments", func(w http.ResponseWriter, r *http.Request) {
+		e.mu.Lock()
+		h := e.handler
+		e.mu.Unlock()
+		h.ServeHTTP(w, r)
+	})
+	r.With(IdempotentRequired()).Post("/required", e.handler.ServeHTTP)
+	r.With(Idempotent(), Idempotent()).Post("/twice", e.handler.ServeHTTP)
+	e.http = httptest.NewServer(r)
+	t.Cleanup(func() {
+		e.http.Close()
+		_ = e.svc.Close()
+		_ = client.Close()
+	})
+	return e
+}
+
+func (e *env) setHandler(h http.HandlerFunc) {
+	e.mu.Lock()
+	e.handler = h
+	e.mu.Unlock()
+}
+
+type reply struct {
+	status int
+	header http.Header
+	body   string
+}
+
+func (e *env) post(path, key, body string, hdr ...string) reply {
+	e.t.Helper()
+	return e.postCtx(context.Background(), path, key, body, hdr...)
+}
+
+func (e *env) postCtx(ctx context.Context, path, key, body string, hdr ...string) reply {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, e.http.URL+path, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Add(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return reply{status: -1, body: err.Error()}
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return reply{status: resp.StatusCode, header: resp.Header, body: string(b)}
+}
+
+func (e *env) record(key string) *Record {
+	e.t.Helper()
+	rec, err := e.svc.Get(context.Background(), "", key)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return rec
+}
+
+func itoa(n int64) string { return strconvI(n) }
+
+func quote(s string) string {
+	return `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`).Replace(s) + `"`
+}
+
+func wantStatus(t *testing.T, r reply, status int, code string) {
+	t.Helper()
+	if r.status != status {
+		t.Fatalf("status = %d, want %d; body %s", r.status, status, r.body)
+	}
+	if code != "" && !strings.Contains(r.body, `"code":"`+code+`"`) {
+		t.Fatalf("body = %s, want code %s", r.body, code)
+	}
+	if code != "" && r.header.Get("Content-Type") != httpfx.ProblemContentType {
+		t.Fatalf("Content-Type = %q, want problem+json", r.header.Get("Content-Type"))
+	}
+}

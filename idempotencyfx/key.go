@@ -1,0 +1,98 @@
+package idempotencyfx
+
+import (
+	"net/http"
+	"strings"
+
+	"github.com/redisfx/redisfx"
+)
+
+// MaxKeyLength is the longest accepted idempotency key, in characters.
+const MaxKeyLength = 255
+
+// ParseKey validates the values of the key header and returns the key.
+//
+// A key is 1 to 255 visible ASCII characters (0x21-0x7E). An RFC 8941 sf-string
+// ("…", with \" and \\ escapes, spaces allowed inside) is accepted and
+// unquoted, as the IETF idempotency-key draft sends it. More than one header
+// line is rejected: a proxy that splits or merges headers must not turn two
+// requests into one.
+func ParseKey(values []string) (string, error) {
+	if len(values) != 1 {
+		return "", invalidKey("the idempotency key header must be sent exactly once")
+	}
+	v := values[0]
+	if len(v) >= 2 && v[0] == '"' {
+		return unquote(v)
+	}
+	if v == "" {
+		return "", invalidKey("the idempotency key is empty")
+	}
+	if len(v) > MaxKeyLength {
+		return "", invalidKey("the idempotency key is longer than 255 characters")
+	}
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c < 0x21 || c > 0x7e {
+			return "", invalidKey("the idempotency key must be visible ASCII characters only")
+		}
+	}
+	return v, nil
+}
+
+// unquote decodes an RFC 8941 sf-string.
+func unquote(v string) (string, error) {
+	if v[len(v)-1] != '"' {
+		return "", invalidKey("the quoted idempotency key has no closing quote")
+	}
+	inner := v[1 : len(v)-1]
+	if strings.IndexByte(inner, '\\') < 0 && strings.IndexByte(inner, '"') < 0 {
+		return checkQuoted(inner)
+	}
+	var b strings.Builder
+	for i := 0; i < len(inner); i++ {
+		c := inner[i]
+		switch c {
+		case '\\':
+			i++
+			if i == len(inner) || (inner[i] != '"' && inner[i] != '\\') {
+				return "", invalidKey("the quoted idempotency key has a bad escape")
+			}
+			b.WriteByte(inner[i])
+		case '"':
+			return "", invalidKey("the quoted idempotency key has a stray quote")
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return checkQuoted(b.String())
+}
+
+func checkQuoted(s string) (string, error) {
+	if s == "" {
+		return "", invalidKey("the idempotency key is empty")
+	}
+	if len(s) > MaxKeyLength {
+		return "", invalidKey("the idempotency key is longer than 255 characters")
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e { // sf-string allows spaces
+			return "", invalidKey("the idempotency key must be printable ASCII characters only")
+		}
+	}
+	return s, nil
+}
+
+func invalidKey(msg string) error {
+	return &IdempotencyKeyInvalidError{BaseError: redisfx.BaseError{Code: CodeKeyInvalid, Message: msg}}
+}
+
+// keyFromRequest reads the key header without allocating: header is the
+// canonical header name.
+func keyFromRequest(r *http.Request, header string) (key string, present bool, err error) {
+	values, ok := r.Header[header]
+	if !ok {
+		return "", false, nil
+	}
+	key, err = ParseKey(values)
+	return key, true, err
+}

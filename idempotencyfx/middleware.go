@@ -1,0 +1,201 @@
+package idempotencyfx
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+
+	"github.com/redisfx/redisfx"
+	"github.com/redisfx/redisfx/httpfx"
+)
+
+type serviceKey struct{}
+
+// Install is the middleware that makes the Service reachable from
+// Idempotent() routes. Module registers it with httpfx; an application on
+// its own chi router adds it once at the top: r.Use(svc.Install).
+func (s *Service) Install(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), serviceKey{}, s)))
+	})
+}
+
+// Idempotent marks a route as idempotent: it runs its handler once per
+// idempotency key (see the package documentation for every rule).
+//
+//	r.With(idempotencyfx.Idempotent()).Post("/payments", h)
+//
+// It takes no arguments: the configuration is the module's. Bound twice on
+// one route, it engages once.
+func Idempotent() func(http.Handler) http.Handler {
+	return idempotent(false)
+}
+
+// IdempotentRequired is Idempotent for a route that must have a key: a
+// request without one gets 400 idempotency_key_required.
+func IdempotentRequired() func(http.Handler) http.Handler {
+	return idempotent(true)
+}
+
+func idempotent(required bool) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if engaged(w) {
+				next.ServeHTTP(w, r)
+				return
+			}
+			s, _ := r.Context().Value(serviceKey{}).(*Service)
+			if s == nil {
+				httpfx.NewProblem(http.StatusInternalServerError, "idempotency_not_installed",
+					"idempotencyfx.Idempotent() is used on this route, but idempotencyfx.Module is not in the app "+
+						"(or, on a router of your own, Service.Install is not in its middleware)").Write(w)
+				return
+			}
+			s.serveHTTP(w, r, next, required)
+		})
+	}
+}
+
+// serveHTTP is the idempotency protocol for one request.
+func (s *Service) serveHTTP(w http.ResponseWriter, r *http.Request, next http.Handler, required bool) {
+	ctx := r.Context()
+	key, present, err := keyFromRequest(r, s.cfg.header)
+	if err != nil {
+		s.obs.outcome(ctx, OutcomeInvalidKey)
+		s.errors.Render(w, r, err)
+		return
+	}
+	if !present {
+		if required || s.cfg.RequireKey {
+			s.obs.outcome(ctx, OutcomeKeyRequired)
+			s.errors.Render(w, r, &IdempotencyKeyRequiredError{Header: s.cfg.HeaderName,
+				BaseError: redisfx.BaseError{Code: CodeKeyRequired, Message: "this route requires an " + s.cfg.HeaderName + " header"}})
+			return
+		}
+		s.obs.outcome(ctx, OutcomeBypass)
+		next.ServeHTTP(w, r)
+		return
+	}
+	body, err := readBody(r, s.cfg.MaxBodyBytes)
+	if err != nil {
+		s.errors.Render(w, r, err)
+		return
+	}
+	fp, err := s.cfg.FingerprintGenerator(r, body)
+	if err != nil {
+		s.errors.Render(w, r, err)
+		return
+	}
+	scope := ""
+	if s.cfg.Scope != nil {
+		if scope, err = s.cfg.Scope(r); err != nil {
+			s.errors.Render(w, r, err)
+			return
+		}
+	}
+	g, err := s.acquire(ctx, s.StoreKey(scope, key), key, fp)
+	if err != nil {
+		s.refuse(w, r, next, g, err)
+		return
+	}
+	if g.lease == nil {
+		resp, err := decodeResponse([]byte(g.resp))
+		if err != nil {
+			s.obs.outcome(ctx, OutcomeStoreError)
+			s.errors.Render(w, r, newStoreError(err))
+			return
+		}
+		s.obs.outcome(ctx, g.outcome)
+		resp.write(w)
+		return
+	}
+	s.obs.outcome(ctx, g.outcome)
+	s.runOwned(w, r, next, g.lease)
+}
+
+// refuse answers a request that may not run: an idempotency error, a store
+// error (by ErrorPolicy), or nothing at all when the client has gone.
+func (s *Service) refuse(w http.ResponseWriter, r *http.Request, next http.Handler, g grant, err error) {
+	ctx := r.Context()
+	var storeErr *IdempotencyStoreError
+	switch {
+	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+		return // the client went away while we waited
+	case errors.As(err, &storeErr):
+		if s.cfg.ErrorPolicy == FailOpen {
+			s.obs.outcome(ctx, OutcomeFailOpen)
+			s.warnFailOpen(storeErr.Err)
+			next.ServeHTTP(w, r)
+			return
+		}
+		s.obs.outcome(ctx, OutcomeStoreError)
+		s.log.Error("idempotency: store unavailable; request refused (fail-closed)")
+	case g.outcome != "":
+		s.obs.outcome(ctx, g.outcome)
+	}
+	s.errors.Render(w, r, err)
+}
+
+// runOwned runs the handler under the lease, records its outcome, and only
+// then sends the response. A panic is recorded as a failure and re-raised.
+func (s *Service) runOwned(w http.ResponseWriter, r *http.Request, next http.Handler, l *lease) {
+	rec := newRecorder(w, s.cfg.MaxResponseBytes)
+	ctx := context.WithValue(r.Context(), fenceKey{}, l.token)
+	var panicked any
+	func() {
+		defer func() { panicked = recover() }()
+		next.ServeHTTP(rec, r.WithContext(ctx))
+	}()
+
+	var state State
+	var blob []byte
+	switch {
+	case panicked != nil || rec.finishedStatus() >= 500:
+		state = StateFailed
+	case rec.passing:
+		state = StateNotReplayable
+		s.log.Info("idempotency: response not recorded; retries of this key get 409 " + CodeResponseNotStored + " (" + rec.reason + ")")
+	default:
+		state = StateCompleted
+		blob = encodeResponse(rec.finishedStatus(), rec.header, s.cfg.skip, rec.body)
+	}
+	s.finish(ctx, l, state, blob)
+	if panicked != nil {
+		clear(rec.header) // the recovery middleware answers afresh
+		panic(panicked)
+	}
+	rec.send()
+}
+
+// readBody reads the whole request body, at most limit bytes, and restores
+// it for the handler.
+func readBody(r *http.Request, limit int64) ([]byte, error) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil, nil
+	}
+	if r.ContentLength > limit {
+		return nil, bodyTooLarge(limit)
+	}
+	size := r.ContentLength
+	if size < 0 || size > limit {
+		size = 512
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, size+1))
+	n, err := buf.ReadFrom(io.LimitReader(r.Body, limit+1))
+	if err != nil {
+		return nil, &httpfx.ProblemError{Problem: httpfx.NewProblem(http.StatusBadRequest, "body_unreadable", "the request body could not be read")}
+	}
+	if n > limit {
+		return nil, bodyTooLarge(limit)
+	}
+	body := buf.Bytes()
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	return body, nil
+}
+
+func bodyTooLarge(limit int64) error {
+	return &IdempotencyBodyTooLargeError{Limit: limit, BaseError: redisfx.BaseError{Code: CodeBodyTooLarge,
+		Message: "the request body is larger than the idempotency layer accepts"}}
+}

@@ -1,0 +1,126 @@
+package idempotencyfx
+
+import (
+	"bufio"
+	"net"
+	"net/http"
+)
+
+// recorder buffers the handler's response so that the record is written to
+// Redis before the client sees anything: an immediate retry is then always a
+// replay. A response the recorder cannot keep (the handler flushes, hijacks
+// the connection, or writes more than the limit) is passed through to the
+// client as it comes and marked not replayable.
+type recorder struct {
+	w       http.ResponseWriter
+	limit   int
+	header  http.Header // the handler's view of the headers
+	status  int
+	body    []byte
+	passing bool // streaming straight to w; nothing more is buffered
+	reason  string
+}
+
+func newRecorder(w http.ResponseWriter, limit int) *recorder {
+	return &recorder{w: w, limit: limit, header: w.Header()}
+}
+
+func (rec *recorder) Header() http.Header { return rec.header }
+
+func (rec *recorder) WriteHeader(code int) {
+	if rec.status != 0 || code < 100 || code > 999 {
+		if rec.passing && rec.status == 0 {
+			rec.w.WriteHeader(code)
+		}
+		return
+	}
+	if code < 200 { // informational: send now, do not record
+		if code != http.StatusSwitchingProtocols {
+			rec.w.WriteHeader(code)
+			return
+		}
+	}
+	rec.status = code
+}
+
+func (rec *recorder) Write(p []byte) (int, error) {
+	if rec.status == 0 {
+		rec.WriteHeader(http.StatusOK)
+	}
+	if rec.passing {
+		return rec.w.Write(p)
+	}
+	if len(rec.body)+len(p) > rec.limit {
+		rec.passThrough("response larger than MaxResponseBytes")
+		return rec.w.Write(p)
+	}
+	rec.body = append(rec.body, p...)
+	return len(p), nil
+}
+
+// passThrough sends what is buffered and streams the rest.
+func (rec *recorder) passThrough(reason string) {
+	if rec.passing {
+		return
+	}
+	rec.passing, rec.reason = true, reason
+	if rec.status == 0 {
+		rec.status = http.StatusOK
+	}
+	rec.w.WriteHeader(rec.status)
+	if len(rec.body) > 0 {
+		_, _ = rec.w.Write(rec.body)
+	}
+	rec.body = nil
+}
+
+// Flush means the handler streams: the response cannot be held back.
+func (rec *recorder) Flush() {
+	rec.passThrough("response was streamed (Flush)")
+	_ = http.NewResponseController(rec.w).Flush()
+}
+
+// Hijack hands the connection to the handler; nothing can be recorded.
+func (rec *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	rec.passing, rec.reason = true, "connection was hijacked"
+	return http.NewResponseController(rec.w).Hijack()
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer for
+// deadlines; Flush and Hijack are intercepted above.
+func (rec *recorder) Unwrap() http.ResponseWriter { return rec.w }
+
+// finishedStatus is the status the handler produced (200 if it wrote nothing).
+func (rec *recorder) finishedStatus() int {
+	if rec.status == 0 {
+		return http.StatusOK
+	}
+	return rec.status
+}
+
+// send delivers a buffered response to the client.
+func (rec *recorder) send() {
+	if rec.passing {
+		return
+	}
+	rec.w.WriteHeader(rec.finishedStatus())
+	if len(rec.body) > 0 {
+		_, _ = rec.w.Write(rec.body)
+	}
+}
+
+// engaged reports whether w is (or wraps) a recorder: the route's
+// idempotency is already engaged further out, so a second Idempotent()
+// on the same route must not engage again.
+func engaged(w http.ResponseWriter) bool {
+	for {
+		switch v := w.(type) {
+		case *recorder:
+			return true
+		case interface{ Unwrap() http.ResponseWriter }:
+			w = v.Unwrap()
+		default:
+			return false
+		}
+	}
+}

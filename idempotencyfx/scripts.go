@@ -1,0 +1,105 @@
+package idempotencyfx
+
+import "github.com/redis/go-redis/v9"
+
+// The record of one key is a Redis hash under one key, so every script
+// touches exactly one key and is Redis Cluster safe.
+//
+//	s  state: p (in progress), c (completed), f (failed),
+//	   u (completed but not replayable)
+//	f  request fingerprint
+//	r  encoded response (state c only)
+//	n  fencing token: 1 for the first owner, +1 at each takeover
+//	o  owner token of the current in-progress attempt
+//	l  lease deadline, Redis TIME in milliseconds
+//	w  present when a duplicate is waiting: completion then PUBLISHes
+//
+// Lease arithmetic uses Redis TIME only, never the app servers' clocks.
+// An in-progress key expires at twice the lease, so a dead owner's record
+// is still there to be taken over (and counted as a takeover) for one more
+// lease, and is gone after that.
+
+// claimScript: KEYS[1] record; ARGV fingerprint, owner, lease ms, wait (0|1).
+// Replies: {"n", token} new owner; {"t", token} takeover of an expired
+// lease; {"c", response} completed; {"p", lease ms left} in progress;
+// {"f", ttl ms} failed; {"u", ttl ms} not replayable; {"m"} fingerprint
+// mismatch.
+var claimScript = redis.NewScript(`
+local k = KEYS[1]
+local rec = redis.call('HMGET', k, 's', 'f', 'l', 'r')
+local s = rec[1]
+local lease = tonumber(ARGV[3])
+if not s then
+  local t = redis.call('TIME')
+  local now = t[1] * 1000 + math.floor(t[2] / 1000)
+  redis.call('HSET', k, 's', 'p', 'f', ARGV[1], 'o', ARGV[2], 'l', now + lease, 'n', 1)
+  redis.call('PEXPIRE', k, 2 * lease)
+  return {'n', 1}
+end
+if rec[2] ~= ARGV[1] then
+  return {'m'}
+end
+if s == 'c' then
+  return {'c', rec[4]}
+end
+if s == 'p' then
+  local t = redis.call('TIME')
+  local now = t[1] * 1000 + math.floor(t[2] / 1000)
+  local left = tonumber(rec[3]) - now
+  if left <= 0 then
+    local n = redis.call('HINCRBY', k, 'n', 1)
+    redis.call('HSET', k, 'o', ARGV[2], 'l', now + lease)
+    redis.call('PEXPIRE', k, 2 * lease)
+    return {'t', n}
+  end
+  if ARGV[4] == '1' then
+    redis.call('HSET', k, 'w', 1)
+  end
+  return {'p', left}
+end
+return {s, redis.call('PTTL', k)}
+`)
+
+// renewScript: KEYS[1] record; ARGV owner, lease ms. Extends the lease of a
+// living owner. Replies 1, or 0 when the caller is no longer the owner.
+var renewScript = redis.NewScript(`
+local k = KEYS[1]
+local rec = redis.call('HMGET', k, 's', 'o')
+if rec[1] ~= 'p' or rec[2] ~= ARGV[1] then
+  return 0
+end
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+redis.call('HSET', k, 'l', now + tonumber(ARGV[2]))
+redis.call('PEXPIRE', k, 2 * tonumber(ARGV[2]))
+return 1
+`)
+
+// completeScript: KEYS[1] record; ARGV owner, state (c|f|u), response,
+// ttl ms (0: no expiry). Writes the outcome only if the caller still owns
+// the record: a stale owner whose lease was taken over gets 0 and changes
+// nothing. Publishes state..response on the record key's channel when a
+// duplicate is waiting, so waiters wake without polling and without another
+// round trip.
+var completeScript = redis.NewScript(`
+local k = KEYS[1]
+local rec = redis.call('HMGET', k, 'o', 'w')
+if rec[1] ~= ARGV[1] then
+  return 0
+end
+redis.call('HSET', k, 's', ARGV[2], 'r', ARGV[3])
+redis.call('HDEL', k, 'o', 'l', 'w')
+local ttl = tonumber(ARGV[4])
+if ttl > 0 then
+  redis.call('PEXPIRE', k, ttl)
+else
+  redis.call('PERSIST', k)
+end
+if rec[2] then
+  redis.call('PUBLISH', k, ARGV[2] .. ARGV[3])
+end
+return 1
+`)
+
+// Scripts lists every script, for preloading (SCRIPT LOAD) at start.
+var scripts = []*redis.Script{claimScript, renewScript, completeScript}

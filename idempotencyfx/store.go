@@ -1,0 +1,148 @@
+package idempotencyfx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// State is the state of an idempotency record.
+type State string
+
+// Record states. The spec names them none, in progress, completed and
+// failed; NotReplayable is a completed outcome whose response could not be
+// recorded.
+const (
+	StateNone          State = ""
+	StateInProgress    State = "p"
+	StateCompleted     State = "c"
+	StateFailed        State = "f"
+	StateNotReplayable State = "u"
+)
+
+func (s State) String() string {
+	switch s {
+	case StateNone:
+		return "none"
+	case StateInProgress:
+		return "in_progress"
+	case StateCompleted:
+		return "completed"
+	case StateFailed:
+		return "failed"
+	case StateNotReplayable:
+		return "not_replayable"
+	}
+	return "unknown(" + string(s) + ")"
+}
+
+// store runs the record scripts on one Redis client.
+type store struct {
+	rdb redis.UniversalClient
+}
+
+// claim is the reply of claimScript.
+type claim struct {
+	kind  byte          // n t c p f u m
+	token int64         // fencing token for n and t
+	resp  string        // encoded response for c
+	wait  time.Duration // lease left for p, record TTL for f and u
+}
+
+func (s store) claim(ctx context.Context, key, fp, owner string, lease time.Duration, wait bool) (claim, error) {
+	w := "0"
+	if wait {
+		w = "1"
+	}
+	v, err := claimScript.Run(ctx, s.rdb, []string{key}, fp, owner, lease.Milliseconds(), w).Slice()
+	if err != nil {
+		return claim{}, err
+	}
+	if len(v) == 0 {
+		return claim{}, errors.New("idempotencyfx: empty claim reply")
+	}
+	kind, _ := v[0].(string)
+	if len(kind) != 1 {
+		return claim{}, fmt.Errorf("idempotencyfx: bad claim reply %v", v)
+	}
+	c := claim{kind: kind[0]}
+	if len(v) > 1 {
+		switch x := v[1].(type) {
+		case int64:
+			if c.kind == 'n' || c.kind == 't' {
+				c.token = x
+			} else {
+				c.wait = time.Duration(x) * time.Millisecond
+			}
+		case string:
+			c.resp = x
+		}
+	}
+	return c, nil
+}
+
+func (s store) renew(ctx context.Context, key, owner string, lease time.Duration) (bool, error) {
+	n, err := renewScript.Run(ctx, s.rdb, []string{key}, owner, lease.Milliseconds()).Int()
+	return n == 1, err
+}
+
+func (s store) complete(ctx context.Context, key, owner string, state State, resp []byte, ttl time.Duration) (bool, error) {
+	n, err := completeScript.Run(ctx, s.rdb, []string{key}, owner, string(state), resp, ttl.Milliseconds()).Int()
+	return n == 1, err
+}
+
+// Record is a stored idempotency record, as read by Service.Get.
+type Record struct {
+	Key          string // the Redis key
+	State        State
+	Fingerprint  string
+	FencingToken int64
+	// LeaseLeft is the time left on an in-progress lease.
+	LeaseLeft time.Duration
+	// TTL is the time until the record expires; -1 when it never does.
+	TTL time.Duration
+	// Response is the recorded response of a completed record.
+	Response *Response
+}
+
+func (s store) get(ctx context.Context, key string) (*Record, error) {
+	var hm *redis.SliceCmd
+	var pttl *redis.DurationCmd
+	var now *redis.TimeCmd
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		hm = p.HMGet(ctx, key, "s", "f", "n", "l", "r")
+		pttl = p.PTTL(ctx, key)
+		now = p.Time(ctx)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	v := hm.Val()
+	st, _ := v[0].(string)
+	if st == "" {
+		return nil, nil
+	}
+	rec := &Record{Key: key, State: State(st), TTL: pttl.Val()}
+	rec.Fingerprint, _ = v[1].(string)
+	if n, ok := v[2].(string); ok {
+		rec.FencingToken, _ = strconv.ParseInt(n, 10, 64)
+	}
+	if l, ok := v[3].(string); ok {
+		if ms, err := strconv.ParseInt(l, 10, 64); err == nil {
+			rec.LeaseLeft = time.Duration(ms)*time.Millisecond - time.Duration(now.Val().UnixMilli())*time.Millisecond
+		}
+	}
+	if r, ok := v[4].(string); ok && rec.State == StateCompleted {
+		resp, err := decodeResponse([]byte(r))
+		if err != nil {
+			return nil, err
+		}
+		rec.Response = &resp
+	}
+	return rec, nil
+}
