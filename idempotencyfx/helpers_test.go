@@ -178,3 +178,26 @@ func wantStatus(t *testing.T, r reply, status int, code string) {
 		t.Fatalf("Content-Type = %q, want problem+json", r.header.Get("Content-Type"))
 	}
 }
+
+// gate holds a handler until the test opens it; it opens by itself when the
+// test ends, so a failing test never leaves a handler (and the server) stuck.
+type gate struct {
+	entered chan struct{}
+	release chan struct{}
+	once    sync.Once
+	enter   sync.Once
+}
+
+func newGate(t *testing.T) *gate {
+	g := &gate{entered: make(chan struct{}), release: make(chan struct{})}
+	t.Cleanup(g.open)
+	return g
+}
+
+func (g *gate) open() { g.once.Do(func() { close(g.release) }) }
+
+// hold marks the handler as entered and blocks until the gate opens.
+func (g *gate) hold() {
+	g.enter.Do(func() { close(g.entered) })
+	<-g.release
+}

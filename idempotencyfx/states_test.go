@@ -15,15 +15,14 @@ import (
 func TestState_None_RequestWithKey_RunsHandlerAndHoldsLock(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, Config{}, nil)
-	entered, release := make(chan struct{}), make(chan struct{})
+	g := newGate(t)
 	e.setHandler(func(w http.ResponseWriter, r *http.Request) {
-		close(entered)
-		<-release
+		g.hold()
 		w.WriteHeader(201)
 	})
 	done := make(chan reply)
 	go func() { done <- e.post("/payments", "k1", `{"a":1}`) }()
-	<-entered
+	<-g.entered
 	rec := e.record("k1")
 	if rec == nil || rec.State != StateInProgress || rec.FencingToken != 1 {
 		t.Fatalf("while the handler runs, record = %+v, want in progress with token 1", rec)
@@ -31,7 +30,7 @@ func TestState_None_RequestWithKey_RunsHandlerAndHoldsLock(t *testing.T) {
 	if rec.TTL <= 0 {
 		t.Fatalf("in-progress record has no expiry (TTL %v)", rec.TTL)
 	}
-	close(release)
+	g.open()
 	if r := <-done; r.status != 201 {
 		t.Fatalf("status %d", r.status)
 	}
@@ -79,22 +78,21 @@ func TestState_InProgress_HandlerThrows_Failed(t *testing.T) {
 func TestState_InProgress_SecondRequest_WaitsThenGetsResult(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, Config{}, nil)
-	entered, release := make(chan struct{}), make(chan struct{})
+	g := newGate(t)
 	e.setHandler(func(w http.ResponseWriter, r *http.Request) {
 		e.calls.Add(1)
-		close(entered)
-		<-release
+		g.hold()
 		w.Header().Set("X-Paid", "yes")
 		w.WriteHeader(201)
 		_, _ = w.Write([]byte("first"))
 	})
 	first := make(chan reply)
 	go func() { first <- e.post("/payments", "k", `{}`) }()
-	<-entered
+	<-g.entered
 	second := make(chan reply)
 	go func() { second <- e.post("/payments", "k", `{}`) }()
 	waitFor(t, func() bool { return e.recordHasWaiter("k") })
-	close(release)
+	g.open()
 	r1, r2 := <-first, <-second
 	if r1.status != 201 || r2.status != 201 || r2.body != "first" || r2.header.Get("X-Paid") != "yes" {
 		t.Fatalf("first %+v second %+v", r1, r2)
@@ -110,14 +108,13 @@ func TestState_InProgress_SecondRequest_WaitsThenGetsResult(t *testing.T) {
 func TestState_InProgress_SecondRequest_WaitTimeout_409(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, Config{WaitTimeout: 100 * time.Millisecond}, nil)
-	entered, release := make(chan struct{}), make(chan struct{})
+	g := newGate(t)
 	e.setHandler(func(w http.ResponseWriter, r *http.Request) {
-		close(entered)
-		<-release
+		g.hold()
 	})
 	go e.post("/payments", "k", `{}`)
-	<-entered
-	defer close(release)
+	<-g.entered
+	defer g.open()
 	r := e.post("/payments", "k", `{}`)
 	wantStatus(t, r, 409, CodeInProgress)
 	if r.header.Get("Retry-After") == "" || r.header.Get("Cache-Control") != "no-store" {
@@ -226,18 +223,17 @@ func TestState_FailedOrCompleted_ExplicitDeletion_CleanRetry(t *testing.T) {
 func TestWaiter_WhenFirstFails_Gets409PreviousFailed(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, Config{}, nil)
-	entered, release := make(chan struct{}), make(chan struct{})
+	g := newGate(t)
 	e.setHandler(func(w http.ResponseWriter, r *http.Request) {
-		close(entered)
-		<-release
+		g.hold()
 		w.WriteHeader(500)
 	})
 	go e.post("/payments", "k", `{}`)
-	<-entered
+	<-g.entered
 	second := make(chan reply)
 	go func() { second <- e.post("/payments", "k", `{}`) }()
 	waitFor(t, func() bool { return e.recordHasWaiter("k") })
-	close(release)
+	g.open()
 	wantStatus(t, <-second, 409, CodePreviousFailed)
 }
 
@@ -245,14 +241,13 @@ func TestWaiter_WhenFirstFails_Gets409PreviousFailed(t *testing.T) {
 func TestWaiter_ClientDisconnect_StopsWaiting(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, Config{WaitTimeout: time.Minute}, nil)
-	entered, release := make(chan struct{}), make(chan struct{})
+	g := newGate(t)
 	e.setHandler(func(w http.ResponseWriter, r *http.Request) {
-		close(entered)
-		<-release
+		g.hold()
 	})
 	go e.post("/payments", "k", `{}`)
-	<-entered
-	defer close(release)
+	<-g.entered
+	defer g.open()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { e.postCtx(ctx, "/payments", "k", `{}`); close(done) }()
@@ -286,3 +281,40 @@ func waitFor(t *testing.T, cond func() bool) {
 
 var _ = errors.New
 var _ sync.Mutex
+
+// Waiters are woken by the completion message, not by polling: with a
+// poll interval far beyond WaitTimeout, only the notification can answer
+// them in time. All waiters in the process share one subscription.
+func TestWaiter_WokenByNotification_NotByPolling(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{WaitTimeout: 5 * time.Second, PollInterval: time.Hour}, nil)
+	g := newGate(t)
+	e.setHandler(func(w http.ResponseWriter, r *http.Request) {
+		e.calls.Add(1)
+		g.hold()
+		w.WriteHeader(201)
+	})
+	go e.post("/payments", "k", `{}`)
+	<-g.entered
+	var wg sync.WaitGroup
+	replies := make([]reply, 5)
+	for i := range replies {
+		wg.Add(1)
+		go func() { defer wg.Done(); replies[i] = e.post("/payments", "k", `{}`) }()
+	}
+	waitFor(t, func() bool { return e.recordHasWaiter("k") && e.svc.notify.topicCount() == 1 })
+	began := time.Now()
+	g.open()
+	wg.Wait()
+	for i, r := range replies {
+		if r.status != 201 || r.header.Get(ReplayedHeader) != "true" {
+			t.Fatalf("waiter %d: %d %v", i, r.status, r.header)
+		}
+	}
+	if took := time.Since(began); took > 10*time.Second {
+		t.Fatalf("waiters answered after %v", took)
+	}
+	if e.calls.Load() != 1 {
+		t.Fatal("handler ran more than once")
+	}
+}

@@ -1,0 +1,44 @@
+package idempotencyfx
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestConfig_InvalidValuesNameTheOption(t *testing.T) {
+	for opt, cfg := range map[string]Config{
+		"DefaultTTL":       {DefaultTTL: -time.Second},
+		"HeaderName":       {HeaderName: "Bad Header"},
+		"LockTimeout":      {LockTimeout: time.Millisecond},
+		"WaitTimeout":      {WaitTimeout: -1},
+		"NoWait":           {NoWait: true, WaitTimeout: time.Second},
+		"ErrorPolicy":      {ErrorPolicy: "fail-sideways"},
+		"MaxBodyBytes":     {MaxBodyBytes: -1},
+		"MaxResponseBytes": {MaxResponseBytes: -1},
+		"StoreTimeout":     {StoreTimeout: -1},
+		"PollInterval":     {PollInterval: -1},
+	} {
+		err := cfg.Validate()
+		if err == nil || !strings.Contains(err.Error(), opt) {
+			t.Errorf("%s: err = %v, want one naming the option", opt, err)
+		}
+	}
+}
+
+func TestConfig_Defaults(t *testing.T) {
+	s, err := DefaultConfig().normalize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.DefaultTTL != 24*time.Hour || s.HeaderName != "Idempotency-Key" || s.KeyPrefix != "idempotency:" ||
+		s.LockTimeout != 30*time.Second || s.WaitTimeout != 10*time.Second || s.ErrorPolicy != FailClosed {
+		t.Fatalf("defaults: %+v", s.Config)
+	}
+	if _, skip := s.skip["Set-Cookie"]; !skip {
+		t.Fatal("Set-Cookie recorded by default")
+	}
+	if _, skip := s.skip["Transfer-Encoding"]; !skip {
+		t.Fatal("hop-by-hop header recorded")
+	}
+}

@@ -1,0 +1,151 @@
+package idempotencyfx
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+func fp(t testing.TB, gen FingerprintGenerator, method, target, ctype, body string) string {
+	req, _ := http.NewRequest(method, target, strings.NewReader(body))
+	if ctype != "" {
+		req.Header.Set("Content-Type", ctype)
+	}
+	s, err := gen(req, []byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestFingerprint(t *testing.T) {
+	d := FingerprintGenerator(DefaultFingerprint)
+	base := fp(t, d, "POST", "/p?a=1&b=2", "application/json", `{"a":1,"b":[1,2]}`)
+	if len(base) != 64 {
+		t.Fatalf("not a hex SHA-256: %q", base)
+	}
+	same := []struct{ name, method, target, ctype, body string }{
+		{"key order and whitespace", "POST", "/p?a=1&b=2", "application/json", "{ \"b\": [1, 2],\n\"a\": 1 }"},
+		{"query order", "POST", "/p?b=2&a=1", "application/json", `{"a":1,"b":[1,2]}`},
+		{"+json type", "POST", "/p?a=1&b=2", "application/merchant+json; charset=utf-8", `{"a":1,"b":[1,2]}`},
+		{"string escapes", "POST", "/p?a=1&b=2", "application/json", `{"\u0061":1,"b":[1,2]}`},
+	}
+	for _, c := range same {
+		if got := fp(t, d, c.method, c.target, c.ctype, c.body); got != base {
+			t.Errorf("%s: fingerprint differs", c.name)
+		}
+	}
+	differ := []struct{ name, method, target, ctype, body string }{
+		{"array order", "POST", "/p?a=1&b=2", "application/json", `{"a":1,"b":[2,1]}`},
+		{"method", "PUT", "/p?a=1&b=2", "application/json", `{"a":1,"b":[1,2]}`},
+		{"path", "POST", "/q?a=1&b=2", "application/json", `{"a":1,"b":[1,2]}`},
+		{"query value", "POST", "/p?a=1&b=3", "application/json", `{"a":1,"b":[1,2]}`},
+		{"value", "POST", "/p?a=1&b=2", "application/json", `{"a":2,"b":[1,2]}`},
+		{"not json", "POST", "/p?a=1&b=2", "text/plain", `{"a":1,"b":[1,2]}`},
+	}
+	for _, c := range differ {
+		if got := fp(t, d, c.method, c.target, c.ctype, c.body); got == base {
+			t.Errorf("%s: fingerprint equal", c.name)
+		}
+	}
+}
+
+func TestIgnoreJSONFields(t *testing.T) {
+	g := IgnoreJSONFields("timestamp", "meta.request_id")
+	a := fp(t, g, "POST", "/p", "application/json", `{"amount":1,"timestamp":"10:00","meta":{"request_id":"r1","k":1}}`)
+	b := fp(t, g, "POST", "/p", "application/json", `{"amount":1,"timestamp":"10:01","meta":{"request_id":"r2","k":1}}`)
+	c := fp(t, g, "POST", "/p", "application/json", `{"amount":2,"timestamp":"10:01","meta":{"request_id":"r2","k":1}}`)
+	if a != b {
+		t.Error("ignored fields changed the fingerprint")
+	}
+	if a == c {
+		t.Error("a real change was ignored")
+	}
+}
+
+func TestCanonicalJSON_Hostile(t *testing.T) {
+	deep := strings.Repeat("[", 100000) + strings.Repeat("]", 100000)
+	if _, ok := CanonicalJSON([]byte(deep)); ok {
+		t.Error("100k-deep nesting accepted (encoding/json's limit is 10k)")
+	}
+	for _, in := range []string{"\xff\xfe", `{"a":1} {"b":2}`, `{"a":`, ``} {
+		if _, ok := CanonicalJSON([]byte(in)); ok {
+			t.Errorf("%q accepted as one JSON document", in)
+		}
+	}
+}
+
+// FuzzCanonicalJSON: canonicalisation never panics, and re-encoding a
+// document (other key order, other whitespace) never changes its canonical form.
+func FuzzCanonicalJSON(f *testing.F) {
+	for _, s := range []string{`{"b":1,"a":[true,null,"x"]}`, `[]`, `"\u00e9"`, `1e10`, `{"a":{"b":{"c":[1,2,{"d":"e"}]}}}`, `{"a":1,"a":2}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c1, ok := CanonicalJSON(data)
+		if !ok {
+			return
+		}
+		var v any
+		dec := json.NewDecoder(bytes.NewReader(data))
+		dec.UseNumber()
+		if err := dec.Decode(&v); err != nil {
+			t.Fatalf("canonical accepted what json rejects: %v", err)
+		}
+		again, err := json.MarshalIndent(v, "", "  ")
+		if err != nil {
+			return
+		}
+		c2, ok := CanonicalJSON(again)
+		if !ok || !bytes.Equal(c1, c2) {
+			t.Fatalf("re-encoding changed the canonical form:\n%s\n%s", data, again)
+		}
+	})
+}
+
+// FuzzParseKey: never panics; accepted keys are 1-255 printable ASCII.
+func FuzzParseKey(f *testing.F) {
+	for _, s := range []string{"abc", `"quoted \" key"`, "", strings.Repeat("x", 256), "\x00", `"`, `"\x"`, "{tag}*?"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		k, err := ParseKey([]string{v})
+		if err != nil {
+			return
+		}
+		if len(k) == 0 || len(k) > MaxKeyLength {
+			t.Fatalf("accepted key of length %d", len(k))
+		}
+		for i := 0; i < len(k); i++ {
+			if k[i] < 0x20 || k[i] > 0x7e {
+				t.Fatalf("accepted byte %#x", k[i])
+			}
+		}
+	})
+}
+
+// FuzzDecodeResponse: a corrupt record never panics or allocates wildly.
+func FuzzDecodeResponse(f *testing.F) {
+	f.Add(encodeResponse(201, http.Header{"A": {"1", "2"}}, nil, []byte("body")))
+	f.Add([]byte{1, 0xff, 0xff, 0xff, 0xff, 0x0f})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r, err := decodeResponse(b)
+		if err == nil && (r.Status < 100 || r.Status > 999) {
+			t.Fatalf("status %d", r.Status)
+		}
+	})
+}
+
+func TestEncodeDecodeResponse_RoundTrip(t *testing.T) {
+	h := http.Header{"Content-Type": {"application/json"}, "X-Multi": {"a", "b"}, "Date": {"now"}}
+	b := encodeResponse(402, h, map[string]struct{}{"Date": {}}, []byte(`{"status":"declined"}`))
+	r, err := decodeResponse(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Status != 402 || string(r.Body) != `{"status":"declined"}` || strings.Join(r.Header["X-Multi"], ",") != "a,b" || r.Header.Get("Date") != "" {
+		t.Fatalf("round trip: %+v", r)
+	}
+}
