@@ -1,0 +1,55 @@
+package tracingfx
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.uber.org/zap"
+)
+
+// OpenTelemetry reports its internal errors (a failed export, rejected
+// credentials) through one process-wide handler. tracingfx installs a
+// handler that logs them to the running app's logger, at most once per
+// interval with a count of the suppressed ones, never panicking or blocking.
+type errorLog struct {
+	log        atomic.Pointer[zap.Logger]
+	last       atomic.Int64
+	suppressed atomic.Int64
+	every      time.Duration
+	onError    atomic.Pointer[func()]
+}
+
+var (
+	otelErrors     = &errorLog{every: 10 * time.Second}
+	installHandler sync.Once
+)
+
+func (e *errorLog) Handle(err error) {
+	if f := e.onError.Load(); f != nil {
+		(*f)()
+	}
+	log := e.log.Load()
+	if log == nil {
+		return
+	}
+	now := time.Now().UnixNano()
+	last := e.last.Load()
+	if now-last < int64(e.every) || !e.last.CompareAndSwap(last, now) {
+		e.suppressed.Add(1)
+		return
+	}
+	log.Warn("opentelemetry: export or SDK error (spans or logs may be lost)",
+		zap.Error(err), zap.Int64("suppressed_since_last", e.suppressed.Swap(0)))
+}
+
+// useErrorLogger routes OpenTelemetry errors to log; onError (may be nil)
+// is called for each, to count them.
+func useErrorLogger(log *zap.Logger, onError func()) {
+	installHandler.Do(func() { otel.SetErrorHandler(otelErrors) })
+	otelErrors.log.Store(log)
+	if onError != nil {
+		otelErrors.onError.Store(&onError)
+	}
+}

@@ -1,0 +1,143 @@
+package tracingfx
+
+import (
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/protobuf/proto"
+)
+
+// receiver is an OTLP/HTTP trace backend that decodes what it is sent.
+type receiver struct {
+	*httptest.Server
+	mu      sync.Mutex
+	spans   []*tracepb.Span
+	service []string
+	paths   []string
+	headers []http.Header
+	status  int // answer status; 0 = 200
+}
+
+func newReceiver(t *testing.T) *receiver {
+	rc := &receiver{}
+	rc.Server = httptest.NewServer(http.HandlerFunc(rc.serve))
+	t.Cleanup(rc.Close)
+	return rc
+}
+
+func (rc *receiver) serve(w http.ResponseWriter, r *http.Request) {
+	var body io.Reader = r.Body
+	if r.Header.Get("Content-Encoding") == "gzip" {
+		zr, err := gzip.NewReader(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), 400)
+			return
+		}
+		body = zr
+	}
+	raw, _ := io.ReadAll(body)
+	var req coltracepb.ExportTraceServiceRequest
+	if err := proto.Unmarshal(raw, &req); err != nil {
+		http.Error(w, err.Error(), 400)
+		return
+	}
+	rc.mu.Lock()
+	rc.paths = append(rc.paths, r.URL.Path)
+	rc.headers = append(rc.headers, r.Header.Clone())
+	status := rc.status
+	if status == 0 {
+		for _, rs := range req.ResourceSpans {
+			for _, a := range rs.Resource.GetAttributes() {
+				if a.Key == "service.name" {
+					rc.service = append(rc.service, a.Value.GetStringValue())
+				}
+			}
+			for _, ss := range rs.ScopeSpans {
+				rc.spans = append(rc.spans, ss.Spans...)
+			}
+		}
+	}
+	rc.mu.Unlock()
+	if status != 0 {
+		w.WriteHeader(status)
+		return
+	}
+	w.Header().Set("Content-Type", "application/x-protobuf")
+	out, _ := proto.Marshal(&coltracepb.ExportTraceServiceResponse{})
+	_, _ = w.Write(out)
+}
+
+func (rc *receiver) got() []*tracepb.Span {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return append([]*tracepb.Span(nil), rc.spans...)
+}
+
+func spanNamed(spans []*tracepb.Span, name string) *tracepb.Span {
+	for _, s := range spans {
+		if s.Name == name {
+			return s
+		}
+	}
+	return nil
+}
+
+func attrOf(attrs []*commonpb.KeyValue, key string) *commonpb.AnyValue {
+	for _, a := range attrs {
+		if a.Key == key {
+			return a.Value
+		}
+	}
+	return nil
+}
+
+func hexID(b []byte) string { return hex.EncodeToString(b) }
+
+// syncBuffer is a goroutine-safe console sink.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// lines parses the console output, one JSON object per line.
+func (s *syncBuffer) lines(t *testing.T) []ConsoleSpan {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []ConsoleSpan
+	sc := bufio.NewScanner(bytes.NewReader(s.b.Bytes()))
+	for sc.Scan() {
+		var cs ConsoleSpan
+		if err := json.Unmarshal(sc.Bytes(), &cs); err != nil {
+			t.Fatalf("console line is not one JSON object: %q: %v", sc.Text(), err)
+		}
+		out = append(out, cs)
+	}
+	return out
+}
+
+func consoleNamed(spans []ConsoleSpan, name string) *ConsoleSpan {
+	for i := range spans {
+		if spans[i].Name == name {
+			return &spans[i]
+		}
+	}
+	return nil
+}

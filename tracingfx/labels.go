@@ -1,0 +1,55 @@
+package tracingfx
+
+import "fmt"
+
+func fmtAny(v any) string { return fmt.Sprint(v) }
+
+// commandLabels bounds the command label of the metrics: the upper-case
+// name of every known command; any other name (a typo, a module command
+// built from input) is counted as "OTHER".
+var commandLabels = buildLabels([]string{
+	"append", "bitcount", "bitfield", "bitop", "bitpos", "blmove", "blpop", "brpop", "bzpopmax", "bzpopmin",
+	"copy", "dbsize", "decr", "decrby", "del", "discard", "dump", "echo", "eval", "eval_ro", "evalsha", "evalsha_ro",
+	"exec", "exists", "expire", "expireat", "expiretime", "fcall", "fcall_ro", "flushall", "flushdb", "function",
+	"geoadd", "geodist", "geohash", "geopos", "geosearch", "get", "getbit", "getdel", "getex", "getrange", "getset",
+	"hdel", "hexists", "hexpire", "hget", "hgetall", "hgetdel", "hgetex", "hincrby", "hincrbyfloat", "hkeys", "hlen", "hmget", "hmset",
+	"hpexpire", "hrandfield", "hscan", "hset", "hsetex", "hsetnx", "hstrlen", "hvals", "incr", "incrby", "incrbyfloat", "info",
+	"keys", "lindex", "linsert", "llen", "lmove", "lpop", "lpos", "lpush", "lpushx", "lrange", "lrem", "lset",
+	"ltrim", "memory", "mget", "mset", "msetnx", "multi", "object", "persist", "pexpire", "pexpireat", "pexpiretime",
+	"pfadd", "pfcount", "pfmerge", "ping", "psetex", "psubscribe", "pttl", "publish", "pubsub", "punsubscribe",
+	"randomkey", "rename", "renamenx", "restore", "rpop", "rpoplpush", "rpush", "rpushx", "sadd", "scan", "scard",
+	"script", "sdiff", "sdiffstore", "set", "setbit", "setex", "setnx", "setrange", "sinter", "sintercard",
+	"sinterstore", "sismember", "smembers", "smismember", "smove", "sort", "spop", "spublish", "srandmember", "srem",
+	"sscan", "ssubscribe", "strlen", "subscribe", "sunion", "sunionstore", "sunsubscribe", "time", "touch", "ttl",
+	"type", "unlink", "unsubscribe", "unwatch", "wait", "waitaof", "watch", "xack", "xadd", "xautoclaim", "xclaim",
+	"xdel", "xgroup", "xinfo", "xlen", "xpending", "xrange", "xread", "xreadgroup", "xrevrange", "xtrim", "zadd",
+	"zcard", "zcount", "zdiff", "zincrby", "zinter", "zintercard", "zlexcount", "zmpop", "zmscore", "zpopmax",
+	"zpopmin", "zrandmember", "zrange", "zrangebyscore", "zrangestore", "zrank", "zrem", "zremrangebyrank",
+	"zremrangebyscore", "zrevrange", "zrevrangebyscore", "zrevrank", "zscan", "zscore", "zunion", "zunionstore",
+	"cluster", "config", "debug", "slowlog", "command", "lastsave", "role", "client",
+})
+
+// commandLabel is the metric label of a command: its upper-case name if
+// known, else OTHER.
+func commandLabel(name string) string {
+	if l, ok := commandLabels[name]; ok {
+		return l
+	}
+	return "OTHER"
+}
+
+func buildLabels(names []string) map[string]string {
+	m := make(map[string]string, len(names))
+	for _, c := range names {
+		up := make([]byte, len(c))
+		for i := 0; i < len(c); i++ {
+			ch := c[i]
+			if ch >= 'a' && ch <= 'z' {
+				ch -= 'a' - 'A'
+			}
+			up[i] = ch
+		}
+		m[c] = string(up)
+	}
+	return m
+}

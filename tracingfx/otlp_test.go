@@ -1,0 +1,158 @@
+package tracingfx
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/fx"
+	"go.uber.org/fx/fxtest"
+	"go.uber.org/zap"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+)
+
+// A service that injects the tracer by name, as applications do.
+type payments struct {
+	tracer ITracingService
+}
+
+type paymentsParams struct {
+	fx.In
+	Tracer ITracingService `name:"TRACING_SERVICE"`
+}
+
+func TestOTLP_NamedInjection_SpansReachBackendOnStop(t *testing.T) {
+	t.Parallel()
+	rc := newReceiver(t)
+	var svc *payments
+	app := fxtest.New(t,
+		fx.NopLogger,
+		fx.Provide(zap.NewNop),
+		fx.Supply(&Config{ServiceName: "payments-test", Exporter: ExporterConfig{Type: ExporterOTLP, Endpoint: rc.URL,
+			Headers: map[string]string{"authorization": "Bearer <ACCESS_TOKEN>", "x-tenant": "t1"}}}),
+		Module,
+		fx.Provide(func(p paymentsParams) *payments { return &payments{tracer: p.Tracer} }),
+		fx.Populate(&svc),
+	)
+	app.RequireStart()
+	ctx := context.Background()
+	boom := errors.New("card declined")
+	_ = svc.tracer.WithSpan(ctx, "payment.process", func(ctx context.Context) error {
+		svc.tracer.SetAttribute(ctx, "payment.amount", 1250)
+		svc.tracer.AddEvent(ctx, "validated", map[string]any{"rule": "luhn"})
+		_ = svc.tracer.WithSpan(ctx, "payment.charge", func(ctx context.Context) error { return boom },
+			ISpanOptions{Kind: KindInternal})
+		return nil
+	})
+	_, sp := svc.tracer.StartSpan(ctx, "manual")
+	sp.SetStatus(StatusOK, "")
+	sp.End()
+	app.RequireStop() // the batch processor has not exported yet: stop must flush
+
+	spans := rc.got()
+	outer, inner, manual := spanNamed(spans, "payment.process"), spanNamed(spans, "payment.charge"), spanNamed(spans, "manual")
+	if outer == nil || inner == nil || manual == nil {
+		t.Fatalf("spans lost at stop: got %d", len(spans))
+	}
+	if hexID(inner.ParentSpanId) != hexID(outer.SpanId) || hexID(inner.TraceId) != hexID(outer.TraceId) {
+		t.Fatal("nested WithSpan is not a child")
+	}
+	if outer.Kind != tracepb.Span_SPAN_KIND_CLIENT || inner.Kind != tracepb.Span_SPAN_KIND_INTERNAL {
+		t.Fatalf("kinds %v %v, want CLIENT default and INTERNAL", outer.Kind, inner.Kind)
+	}
+	if outer.Status.Code != tracepb.Status_STATUS_CODE_OK || inner.Status.Code != tracepb.Status_STATUS_CODE_ERROR || inner.Status.Message != "card declined" {
+		t.Fatalf("statuses %v / %v %q", outer.Status.Code, inner.Status.Code, inner.Status.Message)
+	}
+	if len(inner.Events) == 0 || inner.Events[0].Name != "exception" || attrOf(inner.Events[0].Attributes, "exception.message").GetStringValue() != "card declined" {
+		t.Fatalf("exception not recorded: %v", inner.Events)
+	}
+	if attrOf(outer.Attributes, "payment.amount").GetIntValue() != 1250 || outer.Events[0].Name != "validated" {
+		t.Fatal("attribute or event missing")
+	}
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if rc.paths[0] != "/v1/traces" {
+		t.Fatalf("base endpoint posted to %q, want /v1/traces appended", rc.paths[0])
+	}
+	if rc.headers[0].Get("Authorization") != "Bearer <ACCESS_TOKEN>" || rc.headers[0].Get("X-Tenant") != "t1" {
+		t.Fatalf("exporter headers did not reach the backend: %v", rc.headers[0])
+	}
+	if rc.service[0] != "payments-test" {
+		t.Fatalf("service.name = %q", rc.service[0])
+	}
+}
+
+func TestOTLP_EndpointWithPath_UsedAsGiven(t *testing.T) {
+	t.Parallel()
+	rc := newReceiver(t)
+	p, err := NewProvider(context.Background(), Config{Exporter: ExporterConfig{Type: ExporterJaeger, Endpoint: rc.URL + "/custom/traces"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sp := NewTracingService(p.Tracer).StartSpan(context.Background(), "x")
+	sp.End()
+	if err := p.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if len(rc.paths) != 1 || rc.paths[0] != "/custom/traces" {
+		t.Fatalf("paths %v", rc.paths)
+	}
+}
+
+func TestOTLP_DeadBackend_NeitherSlowsWorkNorHangsShutdown(t *testing.T) {
+	t.Parallel()
+	rc := newReceiver(t)
+	dead := rc.URL
+	rc.Close() // nothing listens there any more
+	p, err := NewProvider(context.Background(), Config{
+		Exporter: ExporterConfig{Type: ExporterOTLP, Endpoint: dead}, ShutdownTimeout: 500 * time.Millisecond,
+		Batch: BatchConfig{ScheduleDelay: 10 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := NewTracingService(p.Tracer)
+	began := time.Now()
+	for i := 0; i < 5000; i++ {
+		_ = svc.WithSpan(context.Background(), "work", func(context.Context) error { return nil })
+	}
+	if per := time.Since(began) / 5000; per > 200*time.Microsecond {
+		t.Errorf("a span costs %v with the backend down", per)
+	}
+	began = time.Now()
+	_ = p.Shutdown(context.Background())
+	if took := time.Since(began); took > 3*time.Second {
+		t.Fatalf("shutdown took %v with a dead backend; bound is ShutdownTimeout", took)
+	}
+}
+
+func TestOTLP_RejectedCredentials_AreLogged(t *testing.T) {
+	rc := newReceiver(t)
+	rc.status = 401
+	core, logs := observerCore()
+	useErrorLogger(zap.New(core), nil)
+	otelErrors.last.Store(0)
+	p, err := NewProvider(context.Background(), Config{Exporter: ExporterConfig{Type: ExporterOTLP, Endpoint: rc.URL,
+		Headers: map[string]string{"authorization": "Bearer ACCESS_TOKEN"}}, Batch: BatchConfig{ScheduleDelay: 5 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = p.Shutdown(context.Background()) }()
+	_, sp := NewTracingService(p.Tracer).StartSpan(context.Background(), "x")
+	sp.End()
+	deadline := time.Now().Add(10 * time.Second) // the background export reports through the handler
+	for logs.FilterMessageSnippet("opentelemetry").Len() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("a 401 from the backend was not logged")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	for _, e := range logs.All() {
+		if strings.Contains(e.ContextMap()["error"].(string), "ACCESS_TOKEN") {
+			t.Fatal("credentials in the log")
+		}
+	}
+}

@@ -1,0 +1,238 @@
+package tracingfx
+
+import (
+	"context"
+	"fmt"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// TracingServiceName is the Fx name of the tracing service, the spec's
+// injection token. Inject it with the tag `name:"TRACING_SERVICE"`.
+const TracingServiceName = "TRACING_SERVICE"
+
+// SpanKind is the kind of a span, with the spec's names.
+type SpanKind string
+
+// Span kinds.
+const (
+	KindInternal SpanKind = "INTERNAL"
+	KindClient   SpanKind = "CLIENT"
+	KindServer   SpanKind = "SERVER"
+	KindProducer SpanKind = "PRODUCER"
+	KindConsumer SpanKind = "CONSUMER"
+)
+
+// SpanStatus is OK or ERROR.
+type SpanStatus string
+
+// Span statuses.
+const (
+	StatusOK    SpanStatus = "OK"
+	StatusError SpanStatus = "ERROR"
+)
+
+// ISpanOptions are the options of a custom span. Kind defaults to CLIENT,
+// as the spec says.
+type ISpanOptions struct {
+	Kind       SpanKind
+	Attributes map[string]any
+}
+
+// ISpan is a custom span.
+type ISpan interface {
+	SetAttribute(key string, value any)
+	SetAttributes(attrs map[string]any)
+	AddEvent(name string, attrs map[string]any)
+	SetStatus(status SpanStatus, message string)
+	RecordException(err error)
+	End()
+	// SpanContext identifies the span (trace id, span id).
+	SpanContext() trace.SpanContext
+}
+
+// ITracingService is the injectable tracing service of the spec. The
+// active span travels in the context.Context, as Go does it.
+type ITracingService interface {
+	// WithSpan runs fn in a child span of ctx's span, then ends it: status OK
+	// when fn returns nil; ERROR with the exception recorded when it returns
+	// an error or panics (the panic is re-raised).
+	WithSpan(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...ISpanOptions) error
+	// StartSpan starts a child span; the caller must End it, also on errors.
+	StartSpan(ctx context.Context, name string, opts ...ISpanOptions) (context.Context, ISpan)
+	// GetCurrentSpan returns the span in ctx, or nil if there is none.
+	GetCurrentSpan(ctx context.Context) ISpan
+	// SetAttribute sets an attribute on the current span.
+	SetAttribute(ctx context.Context, key string, value any)
+	// AddEvent adds an event to the current span.
+	AddEvent(ctx context.Context, name string, attrs map[string]any)
+	// RecordException records err (type, message, stack trace, time) on the
+	// current span.
+	RecordException(ctx context.Context, err error)
+}
+
+// WithSpanResult is WithSpan for a function that returns a value.
+func WithSpanResult[T any](ctx context.Context, svc ITracingService, name string, fn func(ctx context.Context) (T, error), opts ...ISpanOptions) (T, error) {
+	var out T
+	err := svc.WithSpan(ctx, name, func(ctx context.Context) error {
+		var err error
+		out, err = fn(ctx)
+		return err
+	}, opts...)
+	return out, err
+}
+
+// TracingService implements ITracingService on a TracerProvider.
+type TracingService struct {
+	tracer trace.Tracer
+}
+
+// NewTracingService returns the tracing service of tp.
+func NewTracingService(tp trace.TracerProvider) *TracingService {
+	return &TracingService{tracer: tp.Tracer("github.com/redisfx/redisfx/tracingfx/service")}
+}
+
+// WithSpan implements ITracingService.
+func (s *TracingService) WithSpan(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...ISpanOptions) (err error) {
+	ctx, sp := s.StartSpan(ctx, name, opts...)
+	defer func() {
+		if p := recover(); p != nil {
+			perr, ok := p.(error)
+			if !ok {
+				perr = fmt.Errorf("panic: %v", p)
+			}
+			sp.RecordException(perr)
+			sp.SetStatus(StatusError, perr.Error())
+			sp.End()
+			panic(p)
+		}
+		if err != nil {
+			sp.RecordException(err)
+			sp.SetStatus(StatusError, err.Error())
+		} else {
+			sp.SetStatus(StatusOK, "")
+		}
+		sp.End()
+	}()
+	return fn(ctx)
+}
+
+// StartSpan implements ITracingService.
+func (s *TracingService) StartSpan(ctx context.Context, name string, opts ...ISpanOptions) (context.Context, ISpan) {
+	o := ISpanOptions{Kind: KindClient}
+	if len(opts) > 0 {
+		o = opts[0]
+		if o.Kind == "" {
+			o.Kind = KindClient
+		}
+	}
+	ctx, sp := s.tracer.Start(ctx, name, trace.WithSpanKind(otelKind(o.Kind)), trace.WithAttributes(attrs(o.Attributes)...))
+	return ctx, span{sp}
+}
+
+// GetCurrentSpan implements ITracingService.
+func (s *TracingService) GetCurrentSpan(ctx context.Context) ISpan {
+	sp := trace.SpanFromContext(ctx)
+	if !sp.SpanContext().IsValid() {
+		return nil
+	}
+	return span{sp}
+}
+
+// SetAttribute implements ITracingService.
+func (s *TracingService) SetAttribute(ctx context.Context, key string, value any) {
+	trace.SpanFromContext(ctx).SetAttributes(attr(key, value))
+}
+
+// AddEvent implements ITracingService.
+func (s *TracingService) AddEvent(ctx context.Context, name string, a map[string]any) {
+	trace.SpanFromContext(ctx).AddEvent(name, trace.WithAttributes(attrs(a)...))
+}
+
+// RecordException implements ITracingService.
+func (s *TracingService) RecordException(ctx context.Context, err error) {
+	span{trace.SpanFromContext(ctx)}.RecordException(err)
+}
+
+// span adapts an OpenTelemetry span to ISpan.
+type span struct{ s trace.Span }
+
+func (sp span) SetAttribute(key string, value any) { sp.s.SetAttributes(attr(key, value)) }
+func (sp span) SetAttributes(a map[string]any)     { sp.s.SetAttributes(attrs(a)...) }
+func (sp span) AddEvent(name string, a map[string]any) {
+	sp.s.AddEvent(name, trace.WithAttributes(attrs(a)...))
+}
+func (sp span) SetStatus(st SpanStatus, msg string) {
+	if st == StatusError {
+		sp.s.SetStatus(codes.Error, msg)
+		sp.s.SetAttributes(attribute.Bool(AttrError, true))
+		return
+	}
+	sp.s.SetStatus(codes.Ok, "")
+}
+func (sp span) RecordException(err error) {
+	if err != nil {
+		sp.s.RecordError(err, trace.WithStackTrace(true))
+	}
+}
+func (sp span) End()                           { sp.s.End() }
+func (sp span) SpanContext() trace.SpanContext { return sp.s.SpanContext() }
+
+func otelKind(k SpanKind) trace.SpanKind {
+	switch k {
+	case KindInternal:
+		return trace.SpanKindInternal
+	case KindServer:
+		return trace.SpanKindServer
+	case KindProducer:
+		return trace.SpanKindProducer
+	case KindConsumer:
+		return trace.SpanKindConsumer
+	}
+	return trace.SpanKindClient
+}
+
+func attrs(m map[string]any) []attribute.KeyValue {
+	if len(m) == 0 {
+		return nil
+	}
+	kv := make([]attribute.KeyValue, 0, len(m))
+	for k, v := range m {
+		kv = append(kv, attr(k, v))
+	}
+	return kv
+}
+
+// attr converts a value: strings, booleans, integers, floats and their
+// slices keep their type; anything else is formatted as a string.
+func attr(k string, v any) attribute.KeyValue {
+	switch x := v.(type) {
+	case string:
+		return attribute.String(k, x)
+	case bool:
+		return attribute.Bool(k, x)
+	case int:
+		return attribute.Int(k, x)
+	case int64:
+		return attribute.Int64(k, x)
+	case int32:
+		return attribute.Int64(k, int64(x))
+	case float64:
+		return attribute.Float64(k, x)
+	case float32:
+		return attribute.Float64(k, float64(x))
+	case []string:
+		return attribute.StringSlice(k, x)
+	case []int:
+		return attribute.IntSlice(k, x)
+	case []bool:
+		return attribute.BoolSlice(k, x)
+	case []float64:
+		return attribute.Float64Slice(k, x)
+	case fmt.Stringer:
+		return attribute.String(k, x.String())
+	}
+	return attribute.String(k, fmt.Sprint(v))
+}
