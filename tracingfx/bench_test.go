@@ -15,7 +15,7 @@ import (
 type discard struct{}
 
 func (discard) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
-func (discard) Shutdown(context.Context) error                           { return nil }
+func (discard) Shutdown(context.Context) error                             { return nil }
 
 func benchGET(b *testing.B, tp *sdktrace.TracerProvider) {
 	srv := redistest.Start(b)
@@ -52,10 +52,12 @@ func provider(s sdktrace.Sampler, keep bool) *sdktrace.TracerProvider {
 	return sdktrace.NewTracerProvider(sdktrace.WithSampler(s), sdktrace.WithSpanProcessor(proc))
 }
 
-func BenchmarkGET_NoHook(b *testing.B)         { benchGET(b, nil) }
-func BenchmarkGET_HookUnsampled(b *testing.B)  { benchGET(b, provider(sdktrace.NeverSample(), false)) }
-func BenchmarkGET_HookSampled(b *testing.B)    { benchGET(b, provider(sdktrace.AlwaysSample(), false)) }
-func BenchmarkGET_HookRatio10(b *testing.B)    { benchGET(b, provider(sdktrace.TraceIDRatioBased(0.1), false)) }
+func BenchmarkGET_NoHook(b *testing.B)        { benchGET(b, nil) }
+func BenchmarkGET_HookUnsampled(b *testing.B) { benchGET(b, provider(sdktrace.NeverSample(), false)) }
+func BenchmarkGET_HookSampled(b *testing.B)   { benchGET(b, provider(sdktrace.AlwaysSample(), false)) }
+func BenchmarkGET_HookRatio10(b *testing.B) {
+	benchGET(b, provider(sdktrace.TraceIDRatioBased(0.1), false))
+}
 func BenchmarkGET_HookRatio10Keep(b *testing.B) {
 	benchGET(b, provider(sdktrace.TraceIDRatioBased(0.1), true))
 }

@@ -7,10 +7,10 @@ import (
 	"testing"
 	"time"
 
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxtest"
 	"go.uber.org/zap"
-	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 )
 
 // A service that injects the tracer by name, as applications do.
