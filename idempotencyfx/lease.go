@@ -78,12 +78,14 @@ func (l *lease) stop() {
 }
 
 // complete stops renewing and writes the outcome, if this lease still owns
-// the record. It is not cancelled by the client going away; it retries once
-// on a store error within StoreTimeout each.
-func (l *lease) complete(state State, resp []byte, ttl time.Duration) (owned bool, err error) {
+// the record. It is not cancelled by the client going away (the request's
+// context only carries the trace); it retries once on a store error, within
+// StoreTimeout each.
+func (l *lease) complete(parent context.Context, state State, resp []byte, ttl time.Duration) (owned bool, err error) {
 	l.stop()
+	parent = context.WithoutCancel(parent)
 	for attempt := 0; attempt < 2; attempt++ {
-		ctx, cancel := context.WithTimeout(context.Background(), l.s.cfg.StoreTimeout)
+		ctx, cancel := context.WithTimeout(parent, l.s.cfg.StoreTimeout)
 		owned, err = l.s.store.complete(ctx, l.key, l.owner, state, resp, ttl)
 		cancel()
 		if err == nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 
 	"github.com/redisfx/redisfx"
 	"github.com/redisfx/redisfx/httpfx"
@@ -142,6 +143,7 @@ func (s *Service) refuse(w http.ResponseWriter, r *http.Request, next http.Handl
 // then sends the response. A panic is recorded as a failure and re-raised.
 func (s *Service) runOwned(w http.ResponseWriter, r *http.Request, next http.Handler, l *lease) {
 	rec := newRecorder(w, s.cfg.MaxResponseBytes)
+	outer := outerHeaders(rec.header)
 	ctx := context.WithValue(r.Context(), fenceKey{}, l.token)
 	var panicked any
 	func() {
@@ -159,7 +161,7 @@ func (s *Service) runOwned(w http.ResponseWriter, r *http.Request, next http.Han
 		s.log.Info("idempotency: response not recorded; retries of this key get 409 " + CodeResponseNotStored + " (" + rec.reason + ")")
 	default:
 		state = StateCompleted
-		blob = encodeResponse(rec.finishedStatus(), rec.header, s.cfg.skip, rec.body)
+		blob = encodeResponse(rec.finishedStatus(), handlerHeaders(rec.header, outer), s.cfg.skip, rec.body)
 	}
 	s.finish(ctx, l, state, blob)
 	if panicked != nil {
@@ -198,4 +200,30 @@ func readBody(r *http.Request, limit int64) ([]byte, error) {
 func bodyTooLarge(limit int64) error {
 	return &IdempotencyBodyTooLargeError{Limit: limit, BaseError: redisfx.BaseError{Code: CodeBodyTooLarge,
 		Message: "the request body is larger than the idempotency layer accepts"}}
+}
+
+// outerHeaders snapshots the response headers that outer middleware set
+// before the handler ran (a request id, say). They belong to this request,
+// not to the outcome, so a replay must not repeat them.
+func outerHeaders(h http.Header) http.Header {
+	if len(h) == 0 {
+		return nil
+	}
+	return h.Clone()
+}
+
+// handlerHeaders is h without the headers that outer middleware set and
+// the handler left unchanged.
+func handlerHeaders(h, outer http.Header) http.Header {
+	if len(outer) == 0 {
+		return h
+	}
+	own := make(http.Header, len(h))
+	for k, vs := range h {
+		if ov, ok := outer[k]; ok && slices.Equal(ov, vs) {
+			continue
+		}
+		own[k] = vs
+	}
+	return own
 }

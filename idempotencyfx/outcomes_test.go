@@ -470,3 +470,25 @@ func fingerprintOf(t *testing.T, body string) string {
 	}
 	return fp
 }
+
+// Headers that outer middleware set for this request (a request id) are not
+// part of the outcome: a replay carries the replaying request's own.
+func TestReplay_DoesNotRepeatOuterMiddlewareHeaders(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{}, nil)
+	inner := e.http.Config.Handler
+	n := 0
+	e.http.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n++
+		w.Header().Set("X-Request-Id", fmt.Sprint("req-", n))
+		inner.ServeHTTP(w, r)
+	})
+	first := e.post("/payments", "k", `{}`)
+	replay := e.post("/payments", "k", `{}`)
+	if first.header.Get("X-Request-Id") != "req-1" || replay.header.Get("X-Request-Id") != "req-2" {
+		t.Fatalf("request ids %q then %q", first.header.Get("X-Request-Id"), replay.header.Get("X-Request-Id"))
+	}
+	if replay.header.Get("X-Multi") == "" {
+		t.Fatal("the handler's own headers were not replayed")
+	}
+}

@@ -236,7 +236,7 @@ func (s *Service) finish(ctx context.Context, l *lease, state State, resp []byte
 	if state == StateFailed {
 		ttl = s.cfg.LockTimeout
 	}
-	owned, err := l.complete(state, resp, ttl)
+	owned, err := l.complete(ctx, state, resp, ttl)
 	switch {
 	case err != nil:
 		s.obs.outcome(ctx, OutcomeStoreError)

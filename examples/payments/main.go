@@ -1,0 +1,103 @@
+// Command payments is the redisfx showcase: a small payments API whose
+// POST /payments runs once per Idempotency-Key, traced and measured. See
+// the contract in docs/ and the README's quick start.
+package main
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+
+	"go.uber.org/fx"
+	"go.uber.org/fx/fxevent"
+	"go.uber.org/zap"
+
+	"github.com/redisfx/redisfx/httpfx"
+	"github.com/redisfx/redisfx/idempotencyfx"
+	"github.com/redisfx/redisfx/internal/embedded"
+	"github.com/redisfx/redisfx/metricsfx"
+	"github.com/redisfx/redisfx/storefx"
+	"github.com/redisfx/redisfx/tracingfx"
+)
+
+func main() {
+	log, err := zap.NewProduction() // JSON on stderr
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	env, err := LoadEnv(os.Getenv)
+	if err != nil {
+		log.Error("invalid configuration; not starting", zap.Error(err))
+		_ = log.Sync()
+		os.Exit(2)
+	}
+	fx.New(App(env, log)).Run() // SIGINT/SIGTERM: drain, flush, close, exit 0
+}
+
+// App is the whole application for env, built only from redisfx modules.
+func App(env Env, log *zap.Logger) fx.Option {
+	return fx.Options(
+		fx.Supply(env, log),
+		fx.WithLogger(func(l *zap.Logger) fxevent.Logger {
+			return &fxevent.ZapLogger{Logger: l.Named("fx").WithOptions(zap.IncreaseLevel(zap.WarnLevel))}
+		}),
+		fx.Provide(redisConfig, idempotencyConfig, tracingConfig, httpConfig, metricsConfig),
+		storefx.Module,
+		tracingfx.Module,
+		metricsfx.Module,
+		idempotencyfx.Module,
+		httpfx.Module,
+		fx.Provide(NewPaymentService, httpfx.AsRoutes((*PaymentService).Routes)),
+		// The app's own problem types: decorate the built-in idempotency filter.
+		fx.Decorate(func(next idempotencyfx.ErrorFilter) idempotencyfx.ErrorFilter {
+			return func(err error, r *http.Request) (httpfx.Problem, bool) {
+				p, ok := next(err, r)
+				if ok {
+					p.Type = "https://payments.example/problems/" + p.Code
+				}
+				return p, ok
+			}
+		}),
+	)
+}
+
+// redisConfig uses REDIS_URL, or starts an embedded Redis and says so.
+func redisConfig(env Env, lc fx.Lifecycle, log *zap.Logger) (*storefx.Config, error) {
+	if env.RedisURL != "" {
+		return &storefx.Config{URL: env.RedisURL, ClientName: "payments"}, nil
+	}
+	r, err := embedded.Start()
+	if err != nil {
+		return nil, fmt.Errorf("embedded redis: %w", err)
+	}
+	lc.Append(fx.StopHook(r.Close)) // registered before the client's hooks, so it stops after them
+	log.Info("REDIS_URL is not set: using an embedded in-memory Redis (nothing survives a restart; set REDIS_URL for a real server)",
+		zap.String("addr", r.Addr()))
+	return &storefx.Config{URL: r.URL()}, nil
+}
+
+func idempotencyConfig(env Env) *idempotencyfx.Config {
+	return &idempotencyfx.Config{
+		DefaultTTL:  env.TTL,
+		HeaderName:  env.Header,
+		KeyPrefix:   env.KeyPrefix,
+		LockTimeout: env.LockTimeout,
+		WaitTimeout: env.WaitTimeout,
+		NoWait:      env.WaitTimeout == 0,
+		ErrorPolicy: env.ErrorPolicy,
+	}
+}
+
+func tracingConfig(env Env) *tracingfx.Config {
+	return &tracingfx.Config{
+		ServiceName:   env.ServiceName,
+		Exporter:      tracingfx.ExporterConfig{Type: env.TracingExporter},
+		PluginTracing: true,
+	}
+}
+
+func httpConfig(env Env) *httpfx.Config { return &httpfx.Config{Addr: env.HTTPAddr} }
+
+func metricsConfig(env Env) *metricsfx.Config { return &metricsfx.Config{Prefix: env.MetricsPrefix} }
+

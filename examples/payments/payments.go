@@ -1,0 +1,205 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"go.uber.org/fx"
+
+	"github.com/redisfx/redisfx/httpfx"
+	"github.com/redisfx/redisfx/idempotencyfx"
+	"github.com/redisfx/redisfx/tracingfx"
+)
+
+// Test cards of the simulated processor.
+const (
+	cardDeclined       = "4000000000000002"
+	cardProcessorError = "4000000000000119"
+)
+
+// Payment is what the API returns.
+type Payment struct {
+	ID       string `json:"id"`
+	Amount   int64  `json:"amount"`
+	Currency string `json:"currency"`
+	Status   string `json:"status"` // succeeded, declined, failed, invalid
+}
+
+// errProcessor is the simulated processor's outage: the handler returns it,
+// so the payment is a failed idempotency record and the client gets 500.
+var errProcessor = errors.New("payment processor unavailable")
+
+// PaymentService charges cards and remembers every attempt it executed.
+type PaymentService struct {
+	tracer tracingfx.ITracingService
+	delay  time.Duration
+
+	mu       sync.Mutex
+	attempts []Payment
+	byID     map[string]int
+}
+
+// PaymentServiceParams injects the tracer by its name, TRACING_SERVICE.
+type PaymentServiceParams struct {
+	fx.In
+	Tracer tracingfx.ITracingService `name:"TRACING_SERVICE"`
+	Env    Env
+}
+
+// NewPaymentService is the service's constructor.
+func NewPaymentService(p PaymentServiceParams) *PaymentService {
+	return &PaymentService{tracer: p.Tracer, delay: p.Env.PaymentsDelay, byID: map[string]int{}}
+}
+
+// record appends one executed attempt.
+func (s *PaymentService) record(p Payment) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.byID[p.ID] = len(s.attempts)
+	s.attempts = append(s.attempts, p)
+}
+
+// charge runs the simulated processor inside a custom span.
+func (s *PaymentService) charge(ctx context.Context, p *Payment, card string) error {
+	return s.tracer.WithSpan(ctx, "payment.charge", func(ctx context.Context) error {
+		s.tracer.SetAttribute(ctx, "payment.id", p.ID)
+		s.tracer.SetAttribute(ctx, "payment.amount", p.Amount)
+		s.tracer.SetAttribute(ctx, "payment.currency", p.Currency)
+		switch card {
+		case cardDeclined:
+			p.Status = "declined"
+			s.tracer.AddEvent(ctx, "payment.declined", nil)
+		case cardProcessorError:
+			p.Status = "failed"
+			return errProcessor
+		default:
+			p.Status = "succeeded"
+		}
+		return nil
+	}, tracingfx.ISpanOptions{Kind: tracingfx.KindInternal})
+}
+
+type createRequest struct {
+	Amount   json.RawMessage `json:"amount"`
+	Currency string          `json:"currency"`
+	Card     string          `json:"card"`
+}
+
+// Create is POST /payments. Every execution waits PAYMENTS_DELAY and
+// appends one attempt, whatever the outcome.
+func (s *PaymentService) Create(w http.ResponseWriter, r *http.Request) error {
+	if s.delay > 0 {
+		time.Sleep(s.delay) // the simulated processor does not stop for a client that left
+	}
+	p := Payment{ID: newID()}
+	var req createRequest
+	amount, problem := parse(r, &req)
+	if problem != "" {
+		p.Status = "invalid"
+		s.record(p)
+		return &httpfx.ProblemError{Problem: httpfx.NewProblem(http.StatusBadRequest, "invalid_request", problem)}
+	}
+	p.Amount, p.Currency = amount, req.Currency
+	err := s.charge(r.Context(), &p, req.Card)
+	s.record(p)
+	if err != nil {
+		return err
+	}
+	status := http.StatusCreated
+	if p.Status == "declined" {
+		status = http.StatusPaymentRequired
+	} else {
+		w.Header().Set("Location", "/payments/"+p.ID)
+	}
+	writeJSON(w, status, p)
+	return nil
+}
+
+// parse validates the body and says what is wrong.
+func parse(r *http.Request, req *createRequest) (int64, string) {
+	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, 64<<10))
+	if err := dec.Decode(req); err != nil {
+		return 0, "the body must be a JSON object: {\"amount\": <int>, \"currency\": \"<3 letters>\", \"card\": \"<digits>\"}"
+	}
+	var amount int64
+	if err := json.Unmarshal(req.Amount, &amount); err != nil || amount <= 0 {
+		return 0, "amount must be a positive integer in minor units"
+	}
+	if len(req.Currency) != 3 || !letters(req.Currency) {
+		return 0, "currency must be 3 letters (ISO 4217)"
+	}
+	if req.Card == "" || len(req.Card) > 19 || !digits(req.Card) {
+		return 0, "card must be 1 to 19 digits"
+	}
+	return amount, ""
+}
+
+func letters(s string) bool {
+	for _, c := range s {
+		if !(c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z') {
+			return false
+		}
+	}
+	return true
+}
+
+func digits(s string) bool {
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// List is GET /payments: every attempt, oldest first.
+func (s *PaymentService) List(w http.ResponseWriter, _ *http.Request) {
+	s.mu.Lock()
+	out := append([]Payment{}, s.attempts...)
+	s.mu.Unlock()
+	writeJSON(w, http.StatusOK, out)
+}
+
+// Get is GET /payments/{id}.
+func (s *PaymentService) Get(w http.ResponseWriter, r *http.Request) error {
+	s.mu.Lock()
+	i, ok := s.byID[chi.URLParam(r, "id")]
+	var p Payment
+	if ok {
+		p = s.attempts[i]
+	}
+	s.mu.Unlock()
+	if !ok {
+		return &httpfx.ProblemError{Problem: httpfx.NewProblem(http.StatusNotFound, "payment_not_found", "no payment with this id")}
+	}
+	writeJSON(w, http.StatusOK, p)
+	return nil
+}
+
+// Routes mounts the payments API; POST is idempotent.
+func (s *PaymentService) Routes() httpfx.Routes {
+	return func(r chi.Router) {
+		r.With(idempotencyfx.Idempotent()).Method(http.MethodPost, "/payments", httpfx.HandlerFunc(s.Create))
+		r.Get("/payments", s.List)
+		r.Method(http.MethodGet, "/payments/{id}", httpfx.HandlerFunc(s.Get))
+	}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func newID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return "pay_" + hex.EncodeToString(b[:])
+}
