@@ -69,3 +69,13 @@ func fromEnv(getenv func(string) string) (Config, error) {
 	}
 	return Config{URL: raw}, nil
 }
+
+// FromEnvConfig is FromEnv as an Fx constructor of *Config:
+// fx.Provide(storefx.FromEnvConfig).
+func FromEnvConfig() (*Config, error) {
+	c, err := FromEnv()
+	if err != nil {
+		return nil, err
+	}
+	return &c, nil
+}

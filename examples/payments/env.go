@@ -136,4 +136,3 @@ func redactURL(raw string) string {
 	}
 	return "(unparseable)"
 }
-

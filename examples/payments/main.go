@@ -100,4 +100,3 @@ func tracingConfig(env Env) *tracingfx.Config {
 func httpConfig(env Env) *httpfx.Config { return &httpfx.Config{Addr: env.HTTPAddr} }
 
 func metricsConfig(env Env) *metricsfx.Config { return &metricsfx.Config{Prefix: env.MetricsPrefix} }
-

@@ -1,0 +1,196 @@
+package httpfx_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/fx"
+	"go.uber.org/fx/fxtest"
+	"go.uber.org/goleak"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/redisfx/redisfx/httpfx"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var errTeapot = errors.New("teapot")
+
+func app(t *testing.T, extra ...fx.Option) (*fxtest.App, *httpfx.Server, *observer.ObservedLogs) {
+	t.Helper()
+	core, logs := observer.New(zap.InfoLevel)
+	var srv *httpfx.Server
+	reg := prometheus.NewRegistry()
+	a := fxtest.New(t, append([]fx.Option{
+		fx.NopLogger,
+		fx.Supply(zap.New(core)),
+		fx.Supply(&httpfx.Config{Addr: "127.0.0.1:0", ShutdownTimeout: 5 * time.Second}),
+		fx.Provide(func() prometheus.Registerer { return reg }, func() prometheus.Gatherer { return reg }),
+		httpfx.Module,
+		fx.Provide(httpfx.AsRoutes(func() httpfx.Routes {
+			return func(r chi.Router) {
+				r.Get("/items/{id}", func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, chi.URLParam(r, "id")) })
+				r.Method("GET", "/fail", httpfx.HandlerFunc(func(http.ResponseWriter, *http.Request) error { return errors.New("db password=hunter2") }))
+				r.Method("GET", "/teapot", httpfx.HandlerFunc(func(http.ResponseWriter, *http.Request) error { return errTeapot }))
+				r.Get("/panic", func(http.ResponseWriter, *http.Request) { panic("boom") })
+			}
+		})),
+		fx.Populate(&srv),
+	}, extra...)...)
+	a.RequireStart()
+	return a, srv, logs
+}
+
+func get(t *testing.T, url string) (int, http.Header, string) {
+	t.Helper()
+	r, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Body.Close()
+	b, _ := io.ReadAll(r.Body)
+	return r.StatusCode, r.Header, string(b)
+}
+
+func TestRoutes_ErrorsBecomeProblems(t *testing.T) {
+	t.Parallel()
+	a, srv, logs := app(t, fx.Provide(httpfx.AsErrorFilter("teapots", func(err error, r *http.Request) (httpfx.Problem, bool) {
+		if errors.Is(err, errTeapot) {
+			return httpfx.NewProblem(http.StatusTeapot, "teapot", "short and stout"), true
+		}
+		return httpfx.Problem{}, false
+	})))
+	defer a.RequireStop()
+	if code, _, body := get(t, srv.URL()+"/items/7"); code != 200 || body != "7" {
+		t.Fatalf("route: %d %q", code, body)
+	}
+	code, h, body := get(t, srv.URL()+"/fail")
+	if code != 500 || h.Get("Content-Type") != httpfx.ProblemContentType || strings.Contains(body, "hunter2") {
+		t.Fatalf("unmapped error: %d %s %q", code, h.Get("Content-Type"), body)
+	}
+	if logs.FilterMessage("unhandled error").Len() != 1 {
+		t.Fatal("the unmapped error was not logged")
+	}
+	if code, _, body := get(t, srv.URL()+"/teapot"); code != 418 || !strings.Contains(body, `"code":"teapot"`) {
+		t.Fatalf("app filter: %d %s", code, body)
+	}
+	if code, _, body := get(t, srv.URL()+"/panic"); code != 500 || !strings.Contains(body, "internal_error") {
+		t.Fatalf("panic: %d %s", code, body)
+	}
+	if code, h, _ := get(t, srv.URL()+"/nowhere"); code != 404 || h.Get("Content-Type") != httpfx.ProblemContentType {
+		t.Fatalf("404: %d", code)
+	}
+}
+
+func TestMetrics_LabelledByRoutePattern_UnmatchedCollapsed(t *testing.T) {
+	t.Parallel()
+	a, srv, logs := app(t)
+	defer a.RequireStop()
+	for _, p := range []string{"/items/1", "/items/2", "/random/a", "/random/b"} {
+		get(t, srv.URL()+p)
+	}
+	_, _, metrics := get(t, srv.URL()+"/metrics")
+	if !strings.Contains(metrics, `http_requests_total{code="200",method="GET",route="/items/{id}"} 2`) {
+		t.Fatalf("route label missing:\n%s", metrics)
+	}
+	if !strings.Contains(metrics, `route="unmatched"} 2`) || strings.Contains(metrics, "/random") {
+		t.Fatalf("unmatched paths not collapsed:\n%s", metrics)
+	}
+	entry := logs.FilterMessage("request").All()[0].ContextMap()
+	if entry["route"] != "/items/{id}" || entry["request_id"] == "" {
+		t.Fatalf("access log %v", entry)
+	}
+}
+
+func TestHealthAndReadiness(t *testing.T) {
+	t.Parallel()
+	var healthy atomic.Bool
+	healthy.Store(true)
+	a, srv, _ := app(t, fx.Provide(fx.Annotate(func() httpfx.ReadinessCheck {
+		return httpfx.ReadinessCheck{Name: "db", Check: func(context.Context) error {
+			if healthy.Load() {
+				return nil
+			}
+			return errors.New("down")
+		}}
+	}, fx.ResultTags(`group:"redisfx.http.readiness"`))))
+	defer a.RequireStop()
+	if code, _, _ := get(t, srv.URL()+"/healthz"); code != 200 {
+		t.Fatal("healthz")
+	}
+	if code, _, _ := get(t, srv.URL()+"/readyz"); code != 200 {
+		t.Fatal("readyz")
+	}
+	healthy.Store(false)
+	if code, _, body := get(t, srv.URL()+"/readyz"); code != 503 || !strings.Contains(body, `"db"`) {
+		t.Fatalf("readyz down: %d %s", code, body)
+	}
+}
+
+func TestEndpointsCanBeTurnedOff(t *testing.T) {
+	t.Parallel()
+	var srv *httpfx.Server
+	a := fxtest.New(t, fx.NopLogger, fx.Provide(zap.NewNop),
+		fx.Supply(&httpfx.Config{Addr: "127.0.0.1:0", DisableHealth: true, DisableReady: true, DisableMetrics: true}),
+		httpfx.Module, fx.Populate(&srv))
+	a.RequireStart()
+	defer a.RequireStop()
+	for _, p := range []string{"/healthz", "/readyz", "/metrics"} {
+		if code, _, _ := get(t, srv.URL()+p); code != 404 {
+			t.Errorf("%s still mounted: %d", p, code)
+		}
+	}
+}
+
+func TestTakenPortFailsStartClearly(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	a := fx.New(fx.NopLogger, fx.Provide(zap.NewNop), fx.Supply(&httpfx.Config{Addr: l.Addr().String()}), httpfx.Module)
+	err = a.Start(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "cannot listen on "+l.Addr().String()) {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestStopDrainsInFlightRequests(t *testing.T) {
+	t.Parallel()
+	entered := make(chan struct{})
+	a, srv, _ := app(t, fx.Provide(httpfx.AsRoutes(func() httpfx.Routes {
+		return func(r chi.Router) {
+			r.Get("/slow", func(w http.ResponseWriter, r *http.Request) {
+				close(entered)
+				time.Sleep(300 * time.Millisecond)
+				_, _ = io.WriteString(w, "done")
+			})
+		}
+	})))
+	got := make(chan string)
+	go func() { _, _, body := get(t, srv.URL()+"/slow"); got <- body }()
+	<-entered
+	a.RequireStop()
+	if body := <-got; body != "done" {
+		t.Fatalf("in-flight request cut: %q", body)
+	}
+}
+
+func TestConfig_NegativeTimeoutFailsNamingTheField(t *testing.T) {
+	t.Parallel()
+	a := fx.New(fx.NopLogger, fx.Provide(zap.NewNop), fx.Supply(&httpfx.Config{IdleTimeout: -1}), httpfx.Module)
+	if err := a.Err(); err == nil || !strings.Contains(err.Error(), "IdleTimeout") {
+		t.Fatalf("err = %v", err)
+	}
+}
