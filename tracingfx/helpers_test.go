@@ -9,10 +9,13 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 
+	collogspb "go.opentelemetry.io/proto/otlp/collector/logs/v1"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	logspb "go.opentelemetry.io/proto/otlp/logs/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
@@ -23,6 +26,7 @@ type receiver struct {
 	*httptest.Server
 	mu      sync.Mutex
 	spans   []*tracepb.Span
+	logs    []*logspb.LogRecord
 	service []string
 	paths   []string
 	headers []http.Header
@@ -47,6 +51,23 @@ func (rc *receiver) serve(w http.ResponseWriter, r *http.Request) {
 		body = zr
 	}
 	raw, _ := io.ReadAll(body)
+	if strings.HasSuffix(r.URL.Path, "/v1/logs") {
+		var lreq collogspb.ExportLogsServiceRequest
+		if err := proto.Unmarshal(raw, &lreq); err != nil {
+			http.Error(w, err.Error(), 400)
+			return
+		}
+		rc.mu.Lock()
+		for _, rl := range lreq.ResourceLogs {
+			for _, sl := range rl.ScopeLogs {
+				rc.logs = append(rc.logs, sl.LogRecords...)
+			}
+		}
+		rc.mu.Unlock()
+		out, _ := proto.Marshal(&collogspb.ExportLogsServiceResponse{})
+		_, _ = w.Write(out)
+		return
+	}
 	var req coltracepb.ExportTraceServiceRequest
 	if err := proto.Unmarshal(raw, &req); err != nil {
 		http.Error(w, err.Error(), 400)

@@ -1,0 +1,43 @@
+package redistest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestPrivateServer_KillRestartPause(t *testing.T) {
+	s := StartPrivate(t)
+	c := s.Client()
+	ctx := context.Background()
+	if err := c.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	s.Kill()
+	if err := c.Ping(ctx).Err(); err == nil {
+		t.Fatal("server answers after Kill")
+	}
+	s.Restart()
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatalf("after Restart: %v", err)
+	}
+	if n := c.Exists(ctx, "k").Val(); n != 0 {
+		t.Fatal("data survived a restart without persistence")
+	}
+	s.Pause(ctx, 300*time.Millisecond)
+	began := time.Now()
+	_ = c.Ping(ctx).Err()
+	if time.Since(began) < 200*time.Millisecond {
+		t.Fatal("CLIENT PAUSE had no effect")
+	}
+}
+
+func TestPrefixesAreUnique(t *testing.T) {
+	if Prefix(t) == Prefix(t) {
+		t.Fatal("two prefixes collide")
+	}
+}
