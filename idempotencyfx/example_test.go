@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/go-chi/chi/v5"
 	"go.uber.org/fx"
@@ -24,7 +25,7 @@ func ExampleIdempotent() {
 	_ = fx.New(
 		fx.Provide(zap.NewProduction),
 		storefx.Module, idempotencyfx.Module, httpfx.Module,
-		fx.Supply(&idempotencyfx.Config{DefaultTTL: 48 * 3600e9, ErrorPolicy: idempotencyfx.FailClosed}),
+		fx.Supply(&idempotencyfx.Config{DefaultTTL: 48 * time.Hour, ErrorPolicy: idempotencyfx.FailClosed}),
 		fx.Provide(httpfx.AsRoutes(func() httpfx.Routes { return routes })),
 	)
 }
