@@ -2,6 +2,9 @@ package storefx
 
 import (
 	"context"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/fx"
@@ -16,6 +19,8 @@ func fxAnnotateInstrumentation(constructor any) any {
 
 // Module provides the application's default Redis client as a
 // redis.UniversalClient (and as *Client), and the *Registry of all clients.
+// With a prometheus.Registerer in the graph (metricsfx) it registers the
+// store availability gauge store_up{client}.
 //
 // The configuration is an optional Config in the graph; without one the
 // client connects to localhost:6379 (DefaultConfig). Use FromEnv to read
@@ -24,11 +29,23 @@ func fxAnnotateInstrumentation(constructor any) any {
 // Redis does not answer. On stop the client is closed.
 var Module = fx.Module("redisfx.store",
 	fx.Provide(
-		NewRegistry,
+		fx.Annotate(newRegistry, fx.ParamTags(`optional:"true"`)),
 		fx.Annotate(newDefaultClient, fx.ParamTags(`optional:"true"`, "", "", `group:"`+InstrumentationGroup+`"`)),
 		func(c *Client) redis.UniversalClient { return c.UniversalClient },
 	),
 )
+
+// newRegistry builds the registry and, when the app has a metrics
+// registerer, the store_up{client} availability gauge.
+func newRegistry(metrics prometheus.Registerer) (*Registry, error) {
+	r := NewRegistry()
+	if metrics != nil {
+		if err := metrics.Register(NewAvailabilityCollector(r, time.Second)); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
+}
 
 func newDefaultClient(cfg *Config, lc fx.Lifecycle, reg *Registry, inst []Instrumentation) (*Client, error) {
 	c := DefaultConfig()

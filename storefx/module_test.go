@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxtest"
@@ -196,5 +197,37 @@ func TestClusterClientAgainstThreeMasters(t *testing.T) {
 	})
 	if masters := masters.Load(); masters != 3 {
 		t.Fatalf("keys landed on %d masters, want 3", masters)
+	}
+}
+
+func TestAvailabilityGauge(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartPrivate(t)
+	reg := prometheus.NewRegistry()
+	app := fxtest.New(t, storefx.Module,
+		fx.Supply(&storefx.Config{URL: srv.URL()}),
+		fx.Provide(func() prometheus.Registerer { return reg }),
+		fx.Invoke(func(redis.UniversalClient) {}))
+	app.RequireStart()
+	defer app.RequireStop()
+	up := func() float64 {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == storefx.AvailabilityMetric {
+				return mf.Metric[0].GetGauge().GetValue()
+			}
+		}
+		t.Fatal("store_up not exported")
+		return -1
+	}
+	if v := up(); v != 1 {
+		t.Fatalf("store_up = %v with Redis up", v)
+	}
+	srv.Kill()
+	if v := up(); v != 0 {
+		t.Fatalf("store_up = %v with Redis down", v)
 	}
 }

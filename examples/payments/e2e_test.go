@@ -443,3 +443,39 @@ func TestPayments_StoreDown_FailClosed500_Readyz503(t *testing.T) {
 		t.Fatal("handler ran with the store down under fail-closed")
 	}
 }
+
+// After real traffic, /metrics has every metric the library exports today,
+// with the app's prefix and bounded labels.
+func TestPayments_MetricsCatalogue(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	p := start(t, "REDIS_URL="+srv.URL(), "IDEMPOTENCY_KEY_PREFIX="+redistest.Prefix(t), "PAYMENTS_DELAY=150ms")
+	p.pay("m1", card)
+	p.pay("m1", card)
+	var wg sync.WaitGroup
+	for i := 0; i < 3; i++ { // duplicates that wait
+		wg.Add(1)
+		go func() { defer wg.Done(); p.pay("m2", card) }()
+	}
+	wg.Wait()
+	p.do("GET", "/no/such/route/123", "", "")
+	metrics := p.do("GET", "/metrics", "", "").body
+	for _, want := range []string{
+		`payments_store_up{client="default"} 1`,
+		`payments_commands_total{command="EVALSHA"}`,
+		`payments_command_duration_seconds_bucket{command="EVALSHA",le=`,
+		`payments_errors_total 0`,
+		`payments_idempotency_requests_total{outcome="replay"} 1`,
+		`payments_idempotency_requests_total{outcome="waited_replay"}`,
+		`payments_idempotency_wait_seconds_count`,
+		`payments_http_requests_total{code="404",method="GET",route="unmatched"} 1`,
+		`payments_http_request_duration_seconds_bucket{method="POST",route="/payments",le=`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	if strings.Contains(metrics, "/no/such/route") || strings.Contains(metrics, `"m1"`) {
+		t.Error("a raw path or key reached a label")
+	}
+}

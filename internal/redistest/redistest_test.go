@@ -37,7 +37,8 @@ func TestPrivateServer_KillRestartPause(t *testing.T) {
 }
 
 func TestPrefixesAreUnique(t *testing.T) {
-	if Prefix(t) == Prefix(t) {
+	a, b := Prefix(t), Prefix(t)
+	if a == b {
 		t.Fatal("two prefixes collide")
 	}
 }
