@@ -13,9 +13,17 @@ type Response struct {
 	Body   []byte
 }
 
-// responseFormat is the first byte of an encoded response. A reader that
-// meets another value refuses the record instead of misreading it.
-const responseFormat = 1
+// The first byte of an encoded response says how the rest is stored. A
+// reader that meets another value refuses the record instead of misreading
+// it.
+const (
+	responseFormat   = 1 // status, headers, body as they are
+	responseDeflated = 2 // the same, DEFLATE-compressed
+)
+
+// compressAbove is the size from which a recorded response is compressed:
+// smaller ones gain nothing after Redis's allocation rounding.
+const compressAbove = 512
 
 var errBadRecord = errors.New("idempotencyfx: unreadable recorded response")
 
@@ -52,7 +60,13 @@ func encodeResponse(status int, header http.Header, skip map[string]struct{}, bo
 			b = appendString(b, v)
 		}
 	}
-	return append(b, body...)
+	b = append(b, body...)
+	if len(b) > compressAbove {
+		if z := deflate(b); len(z) < len(b)*9/10 {
+			return z
+		}
+	}
+	return b
 }
 
 func appendString(b []byte, s string) []byte {
@@ -63,6 +77,13 @@ func appendString(b []byte, s string) []byte {
 // decodeResponse reads a blob written by encodeResponse. The body aliases
 // the input.
 func decodeResponse(b []byte) (Response, error) {
+	if len(b) > 0 && b[0] == responseDeflated {
+		raw, err := inflate(b[1:])
+		if err != nil {
+			return Response{}, errBadRecord
+		}
+		b = raw
+	}
 	if len(b) == 0 || b[0] != responseFormat {
 		return Response{}, errBadRecord
 	}
