@@ -3,7 +3,7 @@ GO        ?= go
 PKGS      ?= ./...
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: test test-short demo bench lint fmt cover
+.PHONY: test test-short demo bench bench-smoke lint fmt
 
 ## test: the full suite with the race detector (needs redis-server on PATH).
 test:
@@ -17,9 +17,15 @@ test-short:
 demo:
 	$(GO) run ./examples/payments
 
-## bench: every benchmark, 3 runs each.
+## bench: the micro-benchmarks, then the load table (plain vs limit vs redisfx).
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem -count 3 $(PKGS)
+	$(GO) test -run '^$$' -bench . -benchmem -count 3 ./idempotencyfx ./tracingfx
+	$(GO) run ./bench/run -c 32 -d 5s -repeat 3
+
+## bench-smoke: every benchmark once, and the load table briefly (CI).
+bench-smoke:
+	$(GO) test -run '^$$' -bench . -benchtime 1x ./...
+	$(GO) run ./bench/run -c 4 -d 300ms -repeat 1
 
 ## lint: gofmt, go vet, staticcheck.
 lint:

@@ -5,10 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"encoding/json"
-	"hash"
 	"io"
-	"mime"
 	"net/http"
 	"sort"
 	"strings"
@@ -75,15 +72,15 @@ func canonicalQuery(raw string) string {
 	return strings.Join(parts, "&")
 }
 
+// isJSON reports whether a Content-Type is application/json or a +json
+// type, parameters and case ignored (without mime.ParseMediaType's map).
 func isJSON(contentType string) bool {
-	if contentType == "" {
+	mt, _, _ := strings.Cut(contentType, ";")
+	mt = strings.TrimSpace(mt)
+	if len(mt) <= len("application/") || !strings.EqualFold(mt[:len("application/")], "application/") {
 		return false
 	}
-	mt, _, err := mime.ParseMediaType(contentType)
-	if err != nil {
-		return false
-	}
-	return mt == "application/json" || strings.HasSuffix(mt, "+json")
+	return strings.EqualFold(mt, "application/json") || strings.EqualFold(mt[len(mt)-5:], "+json")
 }
 
 // CanonicalJSON returns the canonical form of a JSON document as hashed by
@@ -99,73 +96,7 @@ func CanonicalJSON(data []byte) ([]byte, bool) {
 }
 
 func hashCanonicalJSON(w io.Writer, data []byte, ignore map[string]struct{}) bool {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return false
-	}
-	if _, err := dec.Token(); err != io.EOF { // trailing data: not one JSON document
-		return false
-	}
-	c := canonicalWriter{w: w, ignore: ignore}
-	c.value(v, "")
-	return true
-}
-
-// canonicalWriter serialises a decoded JSON value unambiguously: a type tag,
-// then length-prefixed contents, with object members sorted by key.
-type canonicalWriter struct {
-	w      io.Writer
-	ignore map[string]struct{}
-	n      [binary.MaxVarintLen64]byte
-}
-
-func (c *canonicalWriter) tag(t byte, n int) {
-	c.n[0] = t
-	k := binary.PutUvarint(c.n[1:], uint64(n))
-	_, _ = c.w.Write(c.n[:1+k])
-}
-
-func (c *canonicalWriter) value(v any, path string) {
-	switch v := v.(type) {
-	case map[string]any:
-		keys := make([]string, 0, len(v))
-		for k := range v {
-			if c.ignore != nil {
-				if _, skip := c.ignore[join(path, k)]; skip {
-					continue
-				}
-			}
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		c.tag('o', len(keys))
-		for _, k := range keys {
-			c.tag('k', len(k))
-			_, _ = io.WriteString(c.w, k)
-			c.value(v[k], join(path, k))
-		}
-	case []any:
-		c.tag('a', len(v))
-		for _, e := range v {
-			c.value(e, path+"[]")
-		}
-	case string:
-		c.tag('s', len(v))
-		_, _ = io.WriteString(c.w, v)
-	case json.Number:
-		c.tag('n', len(v))
-		_, _ = io.WriteString(c.w, string(v))
-	case bool:
-		if v {
-			c.tag('t', 0)
-		} else {
-			c.tag('f', 0)
-		}
-	default: // nil
-		c.tag('z', 0)
-	}
+	return canonical(w, data, ignore)
 }
 
 func join(path, k string) string {
@@ -174,5 +105,3 @@ func join(path, k string) string {
 	}
 	return path + "." + k
 }
-
-var _ hash.Hash = sha256.New()

@@ -80,11 +80,15 @@ func TestCanonicalJSON_Hostile(t *testing.T) {
 // FuzzCanonicalJSON: canonicalisation never panics, and re-encoding a
 // document (other key order, other whitespace) never changes its canonical form.
 func FuzzCanonicalJSON(f *testing.F) {
-	for _, s := range []string{`{"b":1,"a":[true,null,"x"]}`, `[]`, `"\u00e9"`, `1e10`, `{"a":{"b":{"c":[1,2,{"d":"e"}]}}}`, `{"a":1,"a":2}`} {
+	for _, s := range []string{`{"b":1,"a":[true,null,"x"]}`, `[]`, `"\u00e9"`, `1e10`, `{"a":{"b":{"c":[1,2,{"d":"e"}]}}}`, `{"a":1,"a":2}`,
+		`"\ud83d\ude00 \ud800 \/"`, "\"\xff\"", `-0.5E+3`, `01`, `{"a" 1}`, `[1,]`, ` {"x":[{}, [], ""]} `} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c1, ok := CanonicalJSON(data)
+		if ok != json.Valid(data) {
+			t.Fatalf("canonical accepts %v, encoding/json %v: %q", ok, json.Valid(data), data)
+		}
 		if !ok {
 			return
 		}
@@ -147,5 +151,17 @@ func TestEncodeDecodeResponse_RoundTrip(t *testing.T) {
 	}
 	if r.Status != 402 || string(r.Body) != `{"status":"declined"}` || strings.Join(r.Header["X-Multi"], ",") != "a,b" || r.Header.Get("Date") != "" {
 		t.Fatalf("round trip: %+v", r)
+	}
+}
+
+func TestIsJSON(t *testing.T) {
+	for ct, want := range map[string]bool{
+		"application/json": true, "Application/JSON; charset=utf-8": true, "application/problem+json": true,
+		" application/vnd.api+json ;x=y": true, "text/plain": false, "": false, "application/": false,
+		"application/jsonx": false, "json": false, "text/json": false,
+	} {
+		if got := isJSON(ct); got != want {
+			t.Errorf("isJSON(%q) = %v, want %v", ct, got, want)
+		}
 	}
 }

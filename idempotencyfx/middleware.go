@@ -6,7 +6,6 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"slices"
 
 	"github.com/redisfx/redisfx"
 	"github.com/redisfx/redisfx/httpfx"
@@ -202,25 +201,39 @@ func bodyTooLarge(limit int64) error {
 		Message: "the request body is larger than the idempotency layer accepts"}}
 }
 
-// outerHeaders snapshots the response headers that outer middleware set
-// before the handler ran (a request id, say). They belong to this request,
-// not to the outcome, so a replay must not repeat them.
-func outerHeaders(h http.Header) http.Header {
+// outerHeaders notes the response headers that outer middleware set before
+// the handler ran (a request id, say). They belong to this request, not to
+// the outcome, so a replay must not repeat them. A header the handler left
+// alone still has the very same value slice, which is what is compared: no
+// copy of the values is made.
+func outerHeaders(h http.Header) map[string]valueSlice {
 	if len(h) == 0 {
 		return nil
 	}
-	return h.Clone()
+	seen := make(map[string]valueSlice, len(h))
+	for k, vs := range h {
+		if len(vs) > 0 {
+			seen[k] = valueSlice{&vs[0], len(vs)}
+		}
+	}
+	return seen
+}
+
+// valueSlice identifies a header's value slice: its first element and length.
+type valueSlice struct {
+	first *string
+	n     int
 }
 
 // handlerHeaders is h without the headers that outer middleware set and
 // the handler left unchanged.
-func handlerHeaders(h, outer http.Header) http.Header {
+func handlerHeaders(h http.Header, outer map[string]valueSlice) http.Header {
 	if len(outer) == 0 {
 		return h
 	}
 	own := make(http.Header, len(h))
 	for k, vs := range h {
-		if ov, ok := outer[k]; ok && slices.Equal(ov, vs) {
+		if o, ok := outer[k]; ok && len(vs) == o.n && &vs[0] == o.first {
 			continue
 		}
 		own[k] = vs

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/redisfx/redisfx/httpfx"
+	"github.com/redisfx/redisfx/internal/idemscript"
 )
 
 // Service is the idempotency engine. The HTTP middleware (Idempotent) uses
@@ -76,7 +77,7 @@ func (s *Service) Start(ctx context.Context) error {
 	if s.cfg.DefaultTTL == 0 {
 		s.log.Warn("idempotency: DefaultTTL is 0, so completed records never expire and accumulate in Redis; set a TTL (payments: 24-48h)")
 	}
-	for _, sc := range scripts {
+	for _, sc := range idemscript.All {
 		if err := sc.Load(ctx, s.store.rdb).Err(); err != nil {
 			s.log.Warn("idempotency: could not preload a script; it will be loaded on first use", zap.Error(err))
 			break

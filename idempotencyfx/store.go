@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redisfx/redisfx/internal/idemscript"
 )
 
 // State is the state of an idempotency record.
@@ -58,7 +60,7 @@ func (s store) claim(ctx context.Context, key, fp, owner string, lease time.Dura
 	if wait {
 		w = "1"
 	}
-	v, err := claimScript.Run(ctx, s.rdb, []string{key}, fp, owner, lease.Milliseconds(), w).Slice()
+	v, err := idemscript.Claim.Run(ctx, s.rdb, []string{key}, fp, owner, lease.Milliseconds(), w).Slice()
 	if err != nil {
 		return claim{}, err
 	}
@@ -86,12 +88,12 @@ func (s store) claim(ctx context.Context, key, fp, owner string, lease time.Dura
 }
 
 func (s store) renew(ctx context.Context, key, owner string, lease time.Duration) (bool, error) {
-	n, err := renewScript.Run(ctx, s.rdb, []string{key}, owner, lease.Milliseconds()).Int()
+	n, err := idemscript.Renew.Run(ctx, s.rdb, []string{key}, owner, lease.Milliseconds()).Int()
 	return n == 1, err
 }
 
 func (s store) complete(ctx context.Context, key, owner string, state State, resp []byte, ttl time.Duration) (bool, error) {
-	n, err := completeScript.Run(ctx, s.rdb, []string{key}, owner, string(state), resp, ttl.Milliseconds()).Int()
+	n, err := idemscript.Complete.Run(ctx, s.rdb, []string{key}, owner, string(state), resp, ttl.Milliseconds()).Int()
 	return n == 1, err
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/redis/go-redis/v9"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/redisfx/redisfx/internal/redistest"
@@ -61,4 +62,46 @@ func BenchmarkGET_HookRatio10(b *testing.B) {
 }
 func BenchmarkGET_HookRatio10Keep(b *testing.B) {
 	benchGET(b, provider(sdktrace.TraceIDRatioBased(0.1), true))
+}
+
+// The hook alone, without the network: what tracing adds to each command,
+// in CPU time. Compare with BenchmarkGET_NoHook, the CPU and wall time of a
+// whole GET.
+func benchHook(b *testing.B, tp *sdktrace.TracerProvider) {
+	var next redis.ProcessHook = func(context.Context, redis.Cmder) error { return nil }
+	if tp != nil {
+		h := Instrumentation(tp, SpanConfig{}, nil)(storefx.ClientInfo{Name: "default", Addrs: []string{"127.0.0.1:6379"}})
+		next = h.ProcessHook(next)
+		b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = next(ctx, redis.NewStringCmd(ctx, "get", "user:42"))
+	}
+}
+
+func BenchmarkHook_None(b *testing.B)      { benchHook(b, nil) }
+func BenchmarkHook_Unsampled(b *testing.B) { benchHook(b, provider(sdktrace.NeverSample(), false)) }
+func BenchmarkHook_Ratio10(b *testing.B) {
+	benchHook(b, provider(sdktrace.TraceIDRatioBased(0.1), false))
+}
+func BenchmarkHook_Sampled(b *testing.B) { benchHook(b, provider(sdktrace.AlwaysSample(), false)) }
+func BenchmarkHook_Ratio10Keep(b *testing.B) {
+	benchHook(b, provider(sdktrace.TraceIDRatioBased(0.1), true))
+}
+
+// BenchmarkGET_Sequential is one GET at a time: the wall time of a round
+// trip, the denominator of the overhead ratios.
+func BenchmarkGET_Sequential(b *testing.B) {
+	srv := redistest.Start(b)
+	c, err := storefx.New("default", storefx.Config{URL: srv.URL()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	for b.Loop() {
+		_ = c.Get(ctx, "k").Err()
+	}
 }

@@ -115,10 +115,10 @@ func (h *commandHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		if handshake[name] || h.exclude[name] {
 			return next(ctx, cmd)
 		}
-		upper := strings.ToUpper(name)
+		upper, spanName := commandNames(name)
 		var span trace.Span
 		if h.tracer != nil {
-			ctx, span = h.tracer.Start(ctx, "redis."+upper, trace.WithSpanKind(trace.SpanKindClient))
+			ctx, span = h.tracer.Start(ctx, spanName, clientKind)
 		}
 		began := time.Now()
 		err := next(ctx, cmd)
@@ -189,6 +189,26 @@ func (h *commandHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 		return err
 	}
 }
+
+var clientKind = trace.WithSpanKind(trace.SpanKindClient)
+
+// commandNames returns the upper-case name and the span name of a command,
+// precomputed for known commands so the hot path allocates neither.
+func commandNames(name string) (upper, span string) {
+	if n, ok := spanNames[name]; ok {
+		return n.upper, n.span
+	}
+	upper = strings.ToUpper(name)
+	return upper, "redis." + upper
+}
+
+var spanNames = func() map[string]struct{ upper, span string } {
+	m := make(map[string]struct{ upper, span string }, len(commandLabels))
+	for c, up := range commandLabels {
+		m[c] = struct{ upper, span string }{up, "redis." + up}
+	}
+	return m
+}()
 
 func (h *commandHook) measure(name string, took time.Duration, failed bool) {
 	if h.metrics == nil {

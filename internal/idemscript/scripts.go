@@ -1,4 +1,7 @@
-package idempotencyfx
+// Package idemscript holds the Lua scripts of the idempotency record, shared
+// by idempotencyfx and the store-path limit server of the benchmarks (which
+// must run exactly the same scripts without the middleware around them).
+package idemscript
 
 import "github.com/redis/go-redis/v9"
 
@@ -19,12 +22,12 @@ import "github.com/redis/go-redis/v9"
 // is still there to be taken over (and counted as a takeover) for one more
 // lease, and is gone after that.
 
-// claimScript: KEYS[1] record; ARGV fingerprint, owner, lease ms, wait (0|1).
+// Claim: KEYS[1] record; ARGV fingerprint, owner, lease ms, wait (0|1).
 // Replies: {"n", token} new owner; {"t", token} takeover of an expired
 // lease; {"c", response} completed; {"p", lease ms left} in progress;
 // {"f", ttl ms} failed; {"u", ttl ms} not replayable; {"m"} fingerprint
 // mismatch.
-var claimScript = redis.NewScript(`
+var Claim = redis.NewScript(`
 local k = KEYS[1]
 local rec = redis.call('HMGET', k, 's', 'f', 'l', 'r')
 local s = rec[1]
@@ -60,9 +63,9 @@ end
 return {s, redis.call('PTTL', k)}
 `)
 
-// renewScript: KEYS[1] record; ARGV owner, lease ms. Extends the lease of a
+// Renew: KEYS[1] record; ARGV owner, lease ms. Extends the lease of a
 // living owner. Replies 1, or 0 when the caller is no longer the owner.
-var renewScript = redis.NewScript(`
+var Renew = redis.NewScript(`
 local k = KEYS[1]
 local rec = redis.call('HMGET', k, 's', 'o')
 if rec[1] ~= 'p' or rec[2] ~= ARGV[1] then
@@ -75,13 +78,13 @@ redis.call('PEXPIRE', k, 2 * tonumber(ARGV[2]))
 return 1
 `)
 
-// completeScript: KEYS[1] record; ARGV owner, state (c|f|u), response,
+// Complete: KEYS[1] record; ARGV owner, state (c|f|u), response,
 // ttl ms (0: no expiry). Writes the outcome only if the caller still owns
 // the record: a stale owner whose lease was taken over gets 0 and changes
 // nothing. Publishes state..response on the record key's channel when a
 // duplicate is waiting, so waiters wake without polling and without another
 // round trip.
-var completeScript = redis.NewScript(`
+var Complete = redis.NewScript(`
 local k = KEYS[1]
 local rec = redis.call('HMGET', k, 'o', 'w')
 if rec[1] ~= ARGV[1] then
@@ -101,5 +104,5 @@ end
 return 1
 `)
 
-// Scripts lists every script, for preloading (SCRIPT LOAD) at start.
-var scripts = []*redis.Script{claimScript, renewScript, completeScript}
+// All lists every script, for preloading (SCRIPT LOAD) at start.
+var All = []*redis.Script{Claim, Renew, Complete}

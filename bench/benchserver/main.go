@@ -1,0 +1,155 @@
+// Command benchserver serves the trivial payments handler in one of three
+// modes, so that redisfx is measured against the limits of its design:
+//
+//	plain    chi and the handler, no idempotency at all
+//	limit    chi, the handler, and exactly the store round trips of the
+//	         design (claim + complete for a new key, claim for a replay,
+//	         none without a key) with the same scripts, nothing else
+//	redisfx  the product: storefx, idempotencyfx and httpfx (router,
+//	         request id, access log at warn level, metrics, recovery)
+//
+//	benchserver -mode limit -addr 127.0.0.1:9000 -redis redis://127.0.0.1:6379
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"os"
+	"os/signal"
+	"runtime/pprof"
+	"strconv"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/fx"
+	"go.uber.org/zap"
+
+	"github.com/redisfx/redisfx/httpfx"
+	"github.com/redisfx/redisfx/idempotencyfx"
+	"github.com/redisfx/redisfx/internal/idemscript"
+	"github.com/redisfx/redisfx/metricsfx"
+	"github.com/redisfx/redisfx/storefx"
+)
+
+var paymentBody = []byte(`{"id":"pay_3f9a1c0e5b7d2468ace13579","amount":1250,"currency":"EUR","status":"succeeded"}`)
+
+// payment is the handler every mode serves.
+func payment(w http.ResponseWriter, r *http.Request) {
+	_, _ = io.Copy(io.Discard, r.Body)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Location", "/payments/pay_3f9a1c0e5b7d2468ace13579")
+	w.WriteHeader(http.StatusCreated)
+	_, _ = w.Write(paymentBody)
+}
+
+func main() {
+	mode := flag.String("mode", "redisfx", "plain, limit or redisfx")
+	addr := flag.String("addr", "127.0.0.1:9000", "listen address")
+	redisURL := flag.String("redis", "redis://127.0.0.1:6379", "Redis URL")
+	prefix := flag.String("prefix", "bench:", "key prefix")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile here until the server stops")
+	flag.Parse()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			log.Fatal(err)
+		}
+		_ = pprof.StartCPUProfile(f)
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
+	}
+	switch *mode {
+	case "plain":
+		r := chi.NewRouter()
+		r.Post("/payments", payment)
+		serve(*addr, r)
+	case "limit":
+		opts, err := redis.ParseURL(*redisURL)
+		if err != nil {
+			log.Fatal(err)
+		}
+		opts.DisableIdentity = true
+		rdb := redis.NewClient(opts)
+		r := chi.NewRouter()
+		r.With(limit(rdb, *prefix)).Post("/payments", payment)
+		serve(*addr, r)
+	case "redisfx":
+		app := fx.New(fx.NopLogger,
+			fx.Provide(func() *zap.Logger { return zap.NewNop() }),
+			fx.Supply(&storefx.Config{URL: *redisURL}, &httpfx.Config{Addr: *addr},
+				&idempotencyfx.Config{KeyPrefix: *prefix, DefaultTTL: time.Hour}, &metricsfx.Config{Prefix: "bench"}),
+			storefx.Module, metricsfx.Module, idempotencyfx.Module, httpfx.Module,
+			fx.Provide(httpfx.AsRoutes(func() httpfx.Routes {
+				return func(r chi.Router) { r.With(idempotencyfx.Idempotent()).Post("/payments", payment) }
+			})),
+		)
+		if err := app.Start(context.Background()); err != nil {
+			log.Fatal(err)
+		}
+		<-app.Wait()
+		_ = app.Stop(context.Background())
+	default:
+		fmt.Fprintf(os.Stderr, "unknown -mode %q\n", *mode)
+		os.Exit(2)
+	}
+}
+
+func serve(addr string, h http.Handler) {
+	srv := &http.Server{Addr: addr, Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		sig := make(chan os.Signal, 1)
+		signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+		<-sig
+		_ = srv.Shutdown(context.Background())
+	}()
+	if err := srv.ListenAndServe(); err != nil && err != http.ErrServerClosed {
+		log.Fatal(err)
+	}
+}
+
+// limit does the design's round trips and nothing else: the fingerprint is
+// a SHA-256 of the body, the recorded response is the raw body.
+func limit(rdb *redis.Client, prefix string) func(http.Handler) http.Handler {
+	var owner atomic.Int64
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			key := r.Header.Get("Idempotency-Key")
+			if key == "" {
+				next.ServeHTTP(w, r)
+				return
+			}
+			body, _ := io.ReadAll(r.Body)
+			sum := sha256.Sum256(body)
+			fp := hex.EncodeToString(sum[:])
+			me := strconv.FormatInt(owner.Add(1), 36)
+			v, err := idemscript.Claim.Run(r.Context(), rdb, []string{prefix + key}, fp, me, 30000, "1").Slice()
+			if err != nil {
+				http.Error(w, err.Error(), 500)
+				return
+			}
+			switch v[0].(string) {
+			case "c":
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusCreated)
+				_, _ = io.WriteString(w, v[1].(string))
+			case "n", "t":
+				err := idemscript.Complete.Run(r.Context(), rdb, []string{prefix + key}, me, "c", paymentBody, 3600000).Err()
+				if err != nil {
+					http.Error(w, err.Error(), 500)
+					return
+				}
+				next.ServeHTTP(w, r)
+			default:
+				http.Error(w, fmt.Sprint(v[0]), http.StatusConflict)
+			}
+		})
+	}
+}
