@@ -3,7 +3,7 @@ GO        ?= go
 PKGS      ?= ./...
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: test test-short demo bench bench-smoke lint fmt
+.PHONY: test test-short demo bench bench-smoke fuzz lint fmt
 
 ## test: the full suite with the race detector (needs redis-server on PATH).
 test:
@@ -29,9 +29,25 @@ bench-smoke:
 
 ## lint: gofmt, go vet, staticcheck.
 lint:
-	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above are not formatted"; exit 1; }
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "go## fuzz: each fuzz target for FUZZTIME (default 10m), one core each, one after another.
+FUZZTIME ?= 10m
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzParseKey$$' -fuzztime $(FUZZTIME) -parallel 1 ./idempotencyfx
+	$(GO) test -run '^$$' -fuzz '^FuzzCanonicalJSON$$' -fuzztime $(FUZZTIME) -parallel 1 ./idempotencyfx
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeResponse$$' -fuzztime $(FUZZTIME) -parallel 1 ./idempotencyfx
+	$(GO) test -run '^$$' -fuzz '^FuzzParseURL$$' -fuzztime $(FUZZTIME) -parallel 1 ./storefx
+
+fmt: files above are not formatted"; exit 1; }
 	$(GO) vet $(PKGS)
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) $(PKGS)
+
+## fuzz: each fuzz target for FUZZTIME (default 10m), one core each, one after another.
+FUZZTIME ?= 10m
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzParseKey$$' -fuzztime $(FUZZTIME) -parallel 1 ./idempotencyfx
+	$(GO) test -run '^$$' -fuzz '^FuzzCanonicalJSON$$' -fuzztime $(FUZZTIME) -parallel 1 ./idempotencyfx
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeResponse$$' -fuzztime $(FUZZTIME) -parallel 1 ./idempotencyfx
+	$(GO) test -run '^$$' -fuzz '^FuzzParseURL$$' -fuzztime $(FUZZTIME) -parallel 1 ./storefx
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

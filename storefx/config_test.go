@@ -1,6 +1,7 @@
 package storefx
 
 import (
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -90,4 +91,29 @@ func TestFromEnv(t *testing.T) {
 	if _, err = fromEnv(get); err == nil || !strings.Contains(err.Error(), "REDIS_URL") {
 		t.Fatalf("bad REDIS_URL: err = %v, want one naming REDIS_URL", err)
 	}
+}
+
+// FuzzParseURL: config parsing never panics, and an error never repeats the
+// password of the URL.
+func FuzzParseURL(f *testing.F) {
+	for _, s := range []string{"redis://u:pw@h:6379/2", "rediss://h:1", "unix:///tmp/r.sock?db=3", "redis://", "http://x", "redis://h:99999/x", "redis://[::1]:6379/0?dial_timeout=1s"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		_, err := ParseURL(raw)
+		if err == nil {
+			_, err = Config{URL: raw}.options()
+		}
+		if err == nil {
+			return
+		}
+		if !strings.Contains(err.Error(), "Config.URL") {
+			t.Fatalf("error does not name the field: %v", err)
+		}
+		if u, perr := url.Parse(raw); perr == nil {
+			if p, ok := u.User.Password(); ok && len(p) >= 6 && strings.Contains(err.Error(), p) {
+				t.Fatalf("error repeats the password %q: %v", p, err)
+			}
+		}
+	})
 }
