@@ -126,6 +126,10 @@ func (c Config) options() (*redis.UniversalOptions, error) {
 		ClientName:       c.ClientName,
 		IsClusterMode:    c.Cluster,
 		DisableIdentity:  !c.SendIdentity,
+		// A context deadline bounds the network wait of a command, so that
+		// a caller's timeout (idempotencyfx's StoreTimeout) holds even when
+		// Redis is paused or slow; go-redis ignores it otherwise.
+		ContextTimeoutEnabled: true,
 	}
 	if !c.MaintNotifications {
 		o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
