@@ -51,5 +51,7 @@ func useErrorLogger(log *zap.Logger, onError func()) {
 	otelErrors.log.Store(log)
 	if onError != nil {
 		otelErrors.onError.Store(&onError)
+	} else {
+		otelErrors.onError.Store(nil)
 	}
 }

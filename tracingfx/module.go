@@ -45,11 +45,21 @@ var Module = fx.Module("redisfx.tracing",
 		}, fx.ResultTags(`name:"redisfx.plugin_tracer"`)),
 		storefx.AsInstrumentation(newInstrumentation),
 	),
-	fx.Invoke(func(log *zap.Logger, p *Provider) {
-		useErrorLogger(log.Named("otel"), nil)
+	fx.Invoke(fx.Annotate(func(log *zap.Logger, p *Provider, reg prometheus.Registerer) error {
+		var count func()
+		if reg != nil {
+			failures := prometheus.NewCounter(prometheus.CounterOpts{Name: "tracing_export_errors_total",
+				Help: "Errors reported by the OpenTelemetry SDK: failed or rejected exports, dropped spans."})
+			if err := reg.Register(failures); err != nil {
+				return err
+			}
+			count = failures.Inc
+		}
+		useErrorLogger(log.Named("otel"), count)
 		log.Info("tracing configured", zap.String("exporter", p.cfg.Exporter.Type),
 			zap.Bool("redis_commands", !p.cfg.DisableRedisCommands), zap.Bool("plugin_tracing", p.cfg.PluginTracing))
-	}),
+		return nil
+	}, fx.ParamTags("", "", `optional:"true"`))),
 )
 
 // Params are the inputs of the Provider in an Fx app.

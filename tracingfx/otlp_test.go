@@ -3,6 +3,8 @@ package tracingfx
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -127,6 +129,40 @@ func TestOTLP_DeadBackend_NeitherSlowsWorkNorHangsShutdown(t *testing.T) {
 	if took := time.Since(began); took > 3*time.Second {
 		t.Fatalf("shutdown took %v with a dead backend; bound is ShutdownTimeout", took)
 	}
+}
+
+func TestOTLP_SlowBackend_NeitherSlowsWorkNorHangsShutdown(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select { // answers after 30 s, or when the test ends
+		case <-time.After(30 * time.Second):
+		case <-release:
+		}
+	}))
+	defer slow.Close()
+	defer close(release)
+	p, err := NewProvider(context.Background(), Config{
+		Exporter: ExporterConfig{Type: ExporterOTLP, Endpoint: slow.URL}, ShutdownTimeout: 500 * time.Millisecond,
+		Batch: BatchConfig{ScheduleDelay: 10 * time.Millisecond, MaxQueueSize: 256, MaxExportBatchSize: 64}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := NewTracingService(p.Tracer)
+	began := time.Now()
+	for i := 0; i < 5000; i++ { // far more than the queue holds: the excess is dropped, not waited for
+		_ = svc.WithSpan(context.Background(), "work", func(context.Context) error { return nil })
+	}
+	per := time.Since(began) / 5000
+	if per > 200*time.Microsecond {
+		t.Errorf("a span costs %v with the backend hanging", per)
+	}
+	began = time.Now()
+	_ = p.Shutdown(context.Background())
+	if took := time.Since(began); took > 3*time.Second {
+		t.Fatalf("shutdown took %v with a hanging backend; bound is ShutdownTimeout", took)
+	}
+	t.Logf("span cost with a hanging backend: %v; shutdown %v", per, time.Since(began))
 }
 
 func TestOTLP_RejectedCredentials_AreLogged(t *testing.T) {

@@ -79,11 +79,18 @@ func NewProvider(ctx context.Context, cfg Config) (*Provider, error) {
 func (p *Provider) Shutdown(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.ShutdownTimeout)
 	defer cancel()
+	// Traces and logs flush side by side: a hanging traces endpoint must not
+	// eat the logs' share of the deadline.
+	logsDone := make(chan error, 1)
+	go func() {
+		if p.Logs == nil {
+			logsDone <- nil
+			return
+		}
+		logsDone <- p.Logs.Shutdown(ctx)
+	}()
 	err := p.Tracer.Shutdown(ctx)
-	if p.Logs != nil {
-		err = errors.Join(err, p.Logs.Shutdown(ctx))
-	}
-	return err
+	return errors.Join(err, <-logsDone)
 }
 
 func newResource(ctx context.Context, service string) (*resource.Resource, error) {
