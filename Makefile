@@ -3,7 +3,7 @@ GO        ?= go
 PKGS      ?= ./...
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: test test-short demo bench bench-smoke fuzz lint fmt
+.PHONY: test test-short demo bench bench-smoke fuzz soak chaos lint fmt
 
 ## test: the full suite with the race detector (needs redis-server on PATH).
 test:
@@ -36,6 +36,14 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzCanonicalJSON$$' -fuzztime $(FUZZTIME) -parallel 1 ./idempotencyfx
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeResponse$$' -fuzztime $(FUZZTIME) -parallel 1 ./idempotencyfx
 	$(GO) test -run '^$$' -fuzz '^FuzzParseURL$$' -fuzztime $(FUZZTIME) -parallel 1 ./storefx
+
+## soak: 10 minutes of mixed load on the payments example; goroutines and memory sampled.
+soak:
+	$(GO) run ./bench/soak -d 10m -c 8
+
+## chaos: the fault, scale-out, takeover and cluster suites, three times over.
+chaos:
+	$(GO) test -race -count=3 -run 'Faults|ScaleOut|KilledProcess|Cluster|Hostile|Secrets' ./idempotencyfx ./examples/payments ./storefx
 
 fmt: files above are not formatted"; exit 1; }
 	$(GO) vet $(PKGS)

@@ -1,0 +1,193 @@
+// Command soak runs the payments example under mixed load (new keys,
+// replays, concurrent duplicates, mismatches, failures, requests without a
+// key) for a long time, and samples the process's goroutines and memory
+// from /metrics, so that a leak shows as growth. `make soak` runs it for 10
+// minutes; it ends by itself.
+//
+//	go run ./bench/soak -d 10m -c 8
+package main
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+func main() {
+	dur := flag.Duration("d", 10*time.Minute, "how long to run")
+	conns := flag.Int("c", 8, "concurrent clients")
+	every := flag.Duration("sample", 30*time.Second, "sampling interval")
+	flag.Parse()
+
+	dir, _ := os.MkdirTemp("", "redisfx-soak")
+	defer os.RemoveAll(dir)
+	redisAddr := freeAddr()
+	_, port, _ := net.SplitHostPort(redisAddr)
+	redis := exec.Command("redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir)
+	must(redis.Start())
+	defer func() { _ = redis.Process.Kill(); _ = redis.Wait() }()
+	waitListening(redisAddr)
+
+	bin := filepath.Join(dir, "payments")
+	if out, err := exec.Command("go", "build", "-o", bin, "./examples/payments").CombinedOutput(); err != nil {
+		log.Fatalf("build: %v\n%s", err, out)
+	}
+	addr := freeAddr()
+	app := exec.Command(bin)
+	app.Env = append(os.Environ(), "HTTP_ADDR="+addr, "REDIS_URL=redis://"+redisAddr, "IDEMPOTENCY_TTL=2m",
+		"IDEMPOTENCY_LOCK_TIMEOUT=2s", "PAYMENTS_DELAY=2ms", "METRICS_PREFIX=soak")
+	app.Stderr = io.Discard
+	must(app.Start())
+	defer func() { _ = app.Process.Signal(os.Interrupt); _ = app.Wait() }()
+	waitListening(addr)
+	base := "http://" + addr
+
+	ctx, cancel := context.WithTimeout(context.Background(), *dur)
+	defer cancel()
+	var requests, failures atomic.Int64
+	var wg sync.WaitGroup
+	for c := 0; c < *conns; c++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			client := &http.Client{Timeout: 30 * time.Second}
+			for ctx.Err() == nil {
+				status := mixed(client, base)
+				requests.Add(1)
+				if status == 0 {
+					failures.Add(1)
+				}
+			}
+		}()
+	}
+
+	fmt.Printf("| elapsed | requests | goroutines | heap in use (MiB) | RSS (MiB) |\n|---|---|---|---|---|\n")
+	var first, last map[string]float64
+	tick := time.NewTicker(*every)
+	defer tick.Stop()
+	began := time.Now()
+	sample := func() {
+		m := scrape(base + "/metrics")
+		if first == nil {
+			first = m
+		}
+		last = m
+		fmt.Printf("| %v | %d | %.0f | %.1f | %.1f |\n", time.Since(began).Round(time.Second), requests.Load(),
+			m["go_goroutines"], m["go_memstats_heap_inuse_bytes"]/(1<<20), m["process_resident_memory_bytes"]/(1<<20))
+	}
+	time.Sleep(5 * time.Second) // warm up before the first sample
+	sample()
+	for ctx.Err() == nil {
+		select {
+		case <-tick.C:
+			sample()
+		case <-ctx.Done():
+		}
+	}
+	wg.Wait()
+	sample()
+	fmt.Printf("\n%d requests in %v (%.0f/s), %d transport failures; goroutines %.0f → %.0f, heap %.1f → %.1f MiB\n",
+		requests.Load(), dur, float64(requests.Load())/dur.Seconds(), failures.Load(),
+		first["go_goroutines"], last["go_goroutines"],
+		first["go_memstats_heap_inuse_bytes"]/(1<<20), last["go_memstats_heap_inuse_bytes"]/(1<<20))
+}
+
+// mixed sends one request of a random kind.
+func mixed(c *http.Client, base string) int {
+	k := rand.IntN(100)
+	key := "soak-" + strconv.FormatUint(rand.Uint64(), 36)
+	body := `{"amount":1250,"currency":"EUR","card":"4242424242424242"}`
+	switch {
+	case k < 40: // new key
+	case k < 70: // replay of a small set of hot keys
+		key = "hot-" + strconv.Itoa(rand.IntN(50))
+	case k < 80: // concurrent duplicates
+		key = "dup-" + strconv.Itoa(rand.IntN(1000000))
+		var wg sync.WaitGroup
+		for i := 0; i < 3; i++ {
+			wg.Add(1)
+			go func() { defer wg.Done(); post(c, base, key, body) }()
+		}
+		wg.Wait()
+	case k < 85: // mismatch
+		key = "hot-" + strconv.Itoa(rand.IntN(50))
+		body = `{"amount":9,"currency":"EUR","card":"4242424242424242"}`
+	case k < 90: // processor failure
+		body = `{"amount":1,"currency":"EUR","card":"4000000000000119"}`
+	default: // no key
+		key = ""
+	}
+	return post(c, base, key, body)
+}
+
+func post(c *http.Client, base, key, body string) int {
+	req, _ := http.NewRequest(http.MethodPost, base+"/payments", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func scrape(url string) map[string]float64 {
+	out := map[string]float64{}
+	resp, err := http.Get(url)
+	if err != nil {
+		return out
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) == 2 && !strings.HasPrefix(f[0], "#") {
+			v, _ := strconv.ParseFloat(f[1], 64)
+			out[f[0]] = v
+		}
+	}
+	return out
+}
+
+func freeAddr() string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	must(err)
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func waitListening(addr string) {
+	for i := 0; i < 1000; i++ {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	log.Fatalf("%s never listened", addr)
+}
+
+func must(err error) {
+	if err != nil {
+		log.Fatal(err)
+	}
+}
