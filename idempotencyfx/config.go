@@ -74,6 +74,15 @@ type Config struct {
 	SkipHeaders []string
 	// StoreTimeout bounds each Redis call on the request path. Default 2s.
 	StoreTimeout time.Duration
+	// ReplicaAcks, when above 0, makes every claim that creates or takes over
+	// a record wait (WAIT) until that many replicas have it, at most
+	// ReplicaAckTimeout, on the claim's own connection. It narrows the window
+	// in which a failover to a replica that never saw the claim lets a retry
+	// run the handler again; it costs one more round trip per new key. Off
+	// by default. See docs/operations.md.
+	ReplicaAcks int
+	// ReplicaAckTimeout bounds that wait. Default 50ms.
+	ReplicaAckTimeout time.Duration
 	// PollInterval is the fallback poll of a waiting duplicate, in case a
 	// completion notification is lost. Default 500ms.
 	PollInterval time.Duration
@@ -179,6 +188,14 @@ func (c Config) normalize() (*settings, error) {
 		return bad("PollInterval", "%v is negative", c.PollInterval)
 	} else if c.PollInterval == 0 {
 		c.PollInterval = DefaultPollInterval
+	}
+	if c.ReplicaAcks < 0 {
+		return bad("ReplicaAcks", "%d is negative", c.ReplicaAcks)
+	}
+	if c.ReplicaAckTimeout < 0 {
+		return bad("ReplicaAckTimeout", "%v is negative", c.ReplicaAckTimeout)
+	} else if c.ReplicaAckTimeout == 0 {
+		c.ReplicaAckTimeout = 50 * time.Millisecond
 	}
 	if c.FingerprintGenerator == nil {
 		c.FingerprintGenerator = DefaultFingerprint

@@ -31,6 +31,9 @@ const (
 	OutcomeFailOpen       Outcome = "fail_open"       // Redis unavailable; the handler ran unprotected
 	OutcomeInvalidKey     Outcome = "invalid_key"     // malformed key: 400
 	OutcomeKeyRequired    Outcome = "key_required"    // missing required key: 400
+	// OutcomeUnreplicated counts claims that did not reach ReplicaAcks
+	// replicas within ReplicaAckTimeout (counted besides the request's outcome).
+	OutcomeUnreplicated Outcome = "unreplicated_claim"
 )
 
 // AttrOutcome is the span attribute that carries the Outcome.
@@ -69,7 +72,7 @@ func newObserver(reg prometheus.Registerer, tp trace.TracerProvider) (*observer,
 	// Pre-create every series so dashboards see zeros, not gaps.
 	for _, oc := range []Outcome{OutcomeNew, OutcomeReplay, OutcomeWaitedReplay, OutcomeMismatch,
 		OutcomeInProgress, OutcomePreviousFailed, OutcomeNotReplayable, OutcomeTakeover, OutcomeStaleOwner,
-		OutcomeBypass, OutcomeStoreError, OutcomeFailOpen, OutcomeInvalidKey, OutcomeKeyRequired} {
+		OutcomeBypass, OutcomeStoreError, OutcomeFailOpen, OutcomeInvalidKey, OutcomeKeyRequired, OutcomeUnreplicated} {
 		o.requests.WithLabelValues(string(oc))
 	}
 	return o, nil

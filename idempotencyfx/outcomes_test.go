@@ -375,7 +375,7 @@ func TestLease_DeadOwner_TakenOverExactlyOnce(t *testing.T) {
 	ctx := context.Background()
 	key := e.svc.StoreKey("", "abandoned")
 	fp := fingerprintOf(t, `{}`)
-	if c, err := e.svc.store.claim(ctx, key, fp, "dead-process:1", 200*time.Millisecond, false); err != nil || c.kind != 'n' {
+	if c, _, err := e.svc.store.claim(ctx, key, fp, "dead-process:1", 200*time.Millisecond, false); err != nil || c.kind != 'n' {
 		t.Fatalf("claim %+v %v", c, err)
 	}
 	var wg sync.WaitGroup
@@ -405,11 +405,11 @@ func TestLease_StaleOwnerWrite_Rejected(t *testing.T) {
 	ctx := context.Background()
 	key := e.svc.StoreKey("", "k")
 	fp := fingerprintOf(t, `{}`)
-	if c, _ := e.svc.store.claim(ctx, key, fp, "stale:1", 100*time.Millisecond, false); c.kind != 'n' {
+	if c, _, _ := e.svc.store.claim(ctx, key, fp, "stale:1", 100*time.Millisecond, false); c.kind != 'n' {
 		t.Fatal("claim")
 	}
 	waitFor(t, func() bool {
-		c, _ := e.svc.store.claim(ctx, key, fp, "new:1", 10*time.Second, false)
+		c, _, _ := e.svc.store.claim(ctx, key, fp, "new:1", 10*time.Second, false)
 		return c.kind == 't'
 	})
 	ok, err := e.svc.store.complete(ctx, key, "stale:1", StateCompleted, encodeResponse(200, nil, nil, []byte("stale")), time.Hour)

@@ -55,7 +55,7 @@ func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Service, error
 	_, _ = rand.Read(id[:])
 	s := &Service{
 		cfg:         st,
-		store:       store{rdb: rdb},
+		store:       store{rdb: rdb, acks: st.ReplicaAcks, ackTimeout: st.ReplicaAckTimeout},
 		notify:      newNotifier(rdb, o.log),
 		log:         o.log,
 		ownerPrefix: hex.EncodeToString(id[:]) + ":",
@@ -139,8 +139,11 @@ func (s *Service) acquire(ctx context.Context, storeKey, key, fp string) (grant,
 
 func (s *Service) claimOnce(ctx context.Context, storeKey, fp, owner string, waiting bool) (claim, error) {
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.StoreTimeout)
-	c, err := s.store.claim(cctx, storeKey, fp, owner, s.cfg.LockTimeout, waiting)
+	c, unreplicated, err := s.store.claim(cctx, storeKey, fp, owner, s.cfg.LockTimeout, waiting)
 	cancel()
+	if unreplicated {
+		s.obs.outcome(ctx, OutcomeUnreplicated)
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return claim{}, ctx.Err()

@@ -45,6 +45,9 @@ func (s State) String() string {
 // store runs the record scripts on one Redis client.
 type store struct {
 	rdb redis.UniversalClient
+	// acks > 0: claims that write wait for that many replicas (WAIT).
+	acks       int
+	ackTimeout time.Duration
 }
 
 // claim is the reply of claimScript.
@@ -55,23 +58,44 @@ type claim struct {
 	wait  time.Duration // lease left for p, record TTL for f and u
 }
 
-func (s store) claim(ctx context.Context, key, fp, owner string, lease time.Duration, wait bool) (claim, error) {
+// claim runs claimScript. unreplicated reports a write that did not reach
+// ReplicaAcks replicas in time: the claim stands (the lease is ours), but
+// the failover window stays open for it.
+func (s store) claim(ctx context.Context, key, fp, owner string, lease time.Duration, wait bool) (c claim, unreplicated bool, err error) {
 	w := "0"
 	if wait {
 		w = "1"
 	}
-	v, err := idemscript.Claim.Run(ctx, s.rdb, []string{key}, fp, owner, lease.Milliseconds(), w).Slice()
+	var runner redis.Scripter = s.rdb
+	var conn *redis.Conn
+	if s.acks > 0 {
+		// WAIT covers the writes of its own connection: claim and WAIT
+		// must share one.
+		dedicated, err := s.connFor(ctx, key)
+		if err != nil {
+			return claim{}, false, err
+		}
+		conn = dedicated
+		defer conn.Close()
+		runner = conn
+	}
+	v, err := idemscript.Claim.Run(ctx, runner, []string{key}, fp, owner, lease.Milliseconds(), w).Slice()
 	if err != nil {
-		return claim{}, err
+		return claim{}, false, err
+	}
+	if conn != nil && len(v) > 0 && (v[0] == "n" || v[0] == "t") {
+		if acked, err := conn.Wait(ctx, s.acks, s.ackTimeout).Result(); err != nil || acked < int64(s.acks) {
+			unreplicated = true
+		}
 	}
 	if len(v) == 0 {
-		return claim{}, errors.New("idempotencyfx: empty claim reply")
+		return claim{}, false, errors.New("idempotencyfx: empty claim reply")
 	}
 	kind, _ := v[0].(string)
 	if len(kind) != 1 {
-		return claim{}, fmt.Errorf("idempotencyfx: bad claim reply %v", v)
+		return claim{}, false, fmt.Errorf("idempotencyfx: bad claim reply %v", v)
 	}
-	c := claim{kind: kind[0]}
+	c = claim{kind: kind[0]}
 	if len(v) > 1 {
 		switch x := v[1].(type) {
 		case int64:
@@ -84,7 +108,26 @@ func (s store) claim(ctx context.Context, key, fp, owner string, lease time.Dura
 			c.resp = x
 		}
 	}
-	return c, nil
+	return c, unreplicated, nil
+}
+
+// connFor returns a dedicated connection to the master that holds key.
+func (s store) connFor(ctx context.Context, key string) (*redis.Conn, error) {
+	rdb := s.rdb
+	if w, ok := rdb.(interface{ Unwrap() redis.UniversalClient }); ok { // a storefx.Client
+		rdb = w.Unwrap()
+	}
+	switch c := rdb.(type) {
+	case *redis.Client:
+		return c.Conn(), nil
+	case *redis.ClusterClient:
+		m, err := c.MasterForKey(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		return m.Conn(), nil
+	}
+	return nil, fmt.Errorf("idempotencyfx: ReplicaAcks needs a standalone, Sentinel or Cluster client, not %T", s.rdb)
 }
 
 func (s store) renew(ctx context.Context, key, owner string, lease time.Duration) (bool, error) {

@@ -140,3 +140,7 @@ func connect(ctx context.Context, c *Client, timeout time.Duration) error {
 		}
 	}
 }
+
+// Unwrap returns the go-redis client itself (*redis.Client,
+// *redis.ClusterClient …), for code that needs its concrete type.
+func (c *Client) Unwrap() redis.UniversalClient { return c.UniversalClient }

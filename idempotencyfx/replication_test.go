@@ -1,0 +1,88 @@
+package idempotencyfx
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/redisfx/redisfx/internal/redistest"
+	"github.com/redisfx/redisfx/storefx"
+)
+
+// With ReplicaAcks, a claim that writes waits until a replica has it: the
+// record is on the replica when the handler starts. Without a reachable
+// replica the claim stands and is counted as unreplicated.
+func TestReplicaAcks_ClaimReachesReplicaBeforeHandler(t *testing.T) {
+	t.Parallel()
+	primary := redistest.StartPrivate(t)
+	host, port, _ := strings.Cut(primary.Addr(), ":")
+	replica := redistest.StartPrivate(t, redistest.WithArgs("--replicaof", host, port))
+	ctx := context.Background()
+	waitFor(t, func() bool {
+		info := replica.Client().Info(ctx, "replication").Val()
+		return strings.Contains(info, "master_link_status:up")
+	})
+	client, err := storefx.New("default", storefx.Config{URL: primary.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	reg := prometheus.NewRegistry()
+	svc, err := New(client, Config{DefaultTTL: time.Minute, ReplicaAcks: 1, ReplicaAckTimeout: time.Second}, WithRegisterer(reg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc.Close()
+	for i := 0; i < 20; i++ {
+		key := "k" + strconv.Itoa(i)
+		_, _, err := svc.Do(ctx, key, "fp", func(context.Context) ([]byte, error) {
+			// The claim is on the replica before the work starts.
+			if s := replica.Client().HGet(ctx, svc.StoreKey("", key), "s").Val(); s != "p" {
+				t.Errorf("%s: replica has state %q while the handler runs", key, s)
+			}
+			return []byte("ok"), nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	replica.Kill() // no replica left: claims stand, and are counted
+	if _, _, err := svc.Do(ctx, "alone", "fp", func(context.Context) ([]byte, error) { return nil, nil }); err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.ToFloat64(svc.obs.requests.WithLabelValues(string(OutcomeUnreplicated))); n != 1 {
+		t.Fatalf("unreplicated claims counted %v, want 1", n)
+	}
+}
+
+// BenchmarkNewKey_ReplicaAcks1: the cost of WAIT 1 on the new-key path,
+// against BenchmarkNewKey_NoReplicaAcks on the same primary and replica.
+func BenchmarkNewKey_ReplicaAcks1(b *testing.B)    { benchReplicaAcks(b, 1) }
+func BenchmarkNewKey_NoReplicaAcks(b *testing.B) { benchReplicaAcks(b, 0) }
+
+func benchReplicaAcks(b *testing.B, acks int) {
+	primary := redistest.StartPrivate(b)
+	host, port, _ := strings.Cut(primary.Addr(), ":")
+	replica := redistest.StartPrivate(b, redistest.WithArgs("--replicaof", host, port))
+	ctx := context.Background()
+	for !strings.Contains(replica.Client().Info(ctx, "replication").Val(), "master_link_status:up") {
+		time.Sleep(10 * time.Millisecond)
+	}
+	client, _ := storefx.New("default", storefx.Config{URL: primary.URL()})
+	defer client.Close()
+	svc, err := New(client, Config{DefaultTTL: time.Minute, ReplicaAcks: acks, ReplicaAckTimeout: time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer svc.Close()
+	i := 0
+	for b.Loop() {
+		i++
+		_, _, _ = svc.Do(ctx, "k"+strconv.Itoa(i), "fp", func(context.Context) ([]byte, error) { return nil, nil })
+	}
+}
