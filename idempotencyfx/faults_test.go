@@ -22,9 +22,13 @@ func TestFaults_DuringLoad(t *testing.T) {
 		t.Skip("fault injection under load")
 	}
 	faults := map[string]func(context.Context, *redistest.Server){
-		"kill-restart": func(_ context.Context, s *redistest.Server) { s.Kill(); time.Sleep(400 * time.Millisecond); s.Restart() },
-		"pause":        func(ctx context.Context, s *redistest.Server) { s.Pause(ctx, 600*time.Millisecond) },
-		"slow":         func(ctx context.Context, s *redistest.Server) { _ = s.Client().Do(ctx, "DEBUG", "SLEEP", "0.6").Err() },
+		"kill-restart": func(_ context.Context, s *redistest.Server) {
+			s.Kill()
+			time.Sleep(400 * time.Millisecond)
+			s.Restart()
+		},
+		"pause": func(ctx context.Context, s *redistest.Server) { s.Pause(ctx, 600*time.Millisecond) },
+		"slow":  func(ctx context.Context, s *redistest.Server) { _ = s.Client().Do(ctx, "DEBUG", "SLEEP", "0.6").Err() },
 	}
 	for name, fault := range faults {
 		for _, policy := range []ErrorPolicy{FailClosed, FailOpen} {

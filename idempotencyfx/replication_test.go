@@ -62,7 +62,7 @@ func TestReplicaAcks_ClaimReachesReplicaBeforeHandler(t *testing.T) {
 
 // BenchmarkNewKey_ReplicaAcks1: the cost of WAIT 1 on the new-key path,
 // against BenchmarkNewKey_NoReplicaAcks on the same primary and replica.
-func BenchmarkNewKey_ReplicaAcks1(b *testing.B)    { benchReplicaAcks(b, 1) }
+func BenchmarkNewKey_ReplicaAcks1(b *testing.B)  { benchReplicaAcks(b, 1) }
 func BenchmarkNewKey_NoReplicaAcks(b *testing.B) { benchReplicaAcks(b, 0) }
 
 func benchReplicaAcks(b *testing.B, acks int) {
