@@ -50,7 +50,19 @@ func New(name string, cfg Config, inst ...Instrumentation) (*Client, error) {
 	if opts.Dialer != nil {
 		info.Network = "unix"
 	}
-	c := redis.NewUniversalClient(opts)
+	var c redis.UniversalClient
+	if opts.MasterName == "" && (len(opts.Addrs) > 1 || opts.IsClusterMode) {
+		// As NewUniversalClient would, but with a slot map that follows a
+		// failover within seconds instead of a minute.
+		co := opts.Cluster()
+		co.ClusterStateReloadInterval = cfg.ClusterStateReloadInterval
+		if co.ClusterStateReloadInterval == 0 {
+			co.ClusterStateReloadInterval = 2 * time.Second
+		}
+		c = redis.NewClusterClient(co)
+	} else {
+		c = redis.NewUniversalClient(opts)
+	}
 	for _, f := range inst {
 		if f == nil {
 			continue

@@ -65,6 +65,11 @@ type Config struct {
 	// connection is recognisable in CLIENT LIST. Empty sends nothing.
 	ClientName string
 
+	// ClusterStateReloadInterval is how stale a Cluster client's slot map may
+	// get before it is reloaded. After a master dies, its slots move to a
+	// replica, but go-redis learns of it only at the next reload (a dead node
+	// sends no MOVED; go-redis issue #3979). Default 2s (go-redis: 60s).
+	ClusterStateReloadInterval time.Duration
 	// ConnectTimeout bounds the start-up check: Module pings the server,
 	// retrying with backoff, for at most this long before start-up fails.
 	// Default 5s; it is also cut short by Fx's start timeout.
@@ -197,6 +202,7 @@ func (c Config) options() (*redis.UniversalOptions, error) {
 	for name, d := range map[string]time.Duration{
 		"Config.DialTimeout": c.DialTimeout, "Config.ReadTimeout": c.ReadTimeout,
 		"Config.WriteTimeout": c.WriteTimeout, "Config.ConnectTimeout": c.ConnectTimeout,
+		"Config.ClusterStateReloadInterval": c.ClusterStateReloadInterval,
 	} {
 		if d < 0 {
 			return nil, fieldErr(name, "%v is negative", d)

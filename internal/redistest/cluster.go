@@ -31,7 +31,10 @@ func StartCluster(t testing.TB, masters, replicas int) *Cluster {
 	addrs := make([]string, 0, n)
 	for i := 0; i < n; i++ {
 		s := StartPrivate(t, WithArgs("--cluster-enabled", "yes",
-			"--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000"))
+			"--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000",
+			// Replicas always stand in for a dead master, whatever their data age
+			// (tests kill masters on purpose).
+			"--cluster-replica-validity-factor", "0"))
 		c.Nodes = append(c.Nodes, s)
 		addrs = append(addrs, s.Addr())
 	}

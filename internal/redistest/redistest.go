@@ -273,3 +273,12 @@ func (s *Server) stop() {
 		p.kill()
 	}
 }
+
+// LogTail returns the last n lines of the server's log, for failure reports.
+func (s *Server) LogTail(n int) string {
+	if s.dir == "" {
+		return ""
+	}
+	b, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
+	return lastLines(string(b), n)
+}
