@@ -3,7 +3,7 @@ GO        ?= go
 PKGS      ?= ./...
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: test test-short demo bench bench-smoke fuzz soak chaos lint fmt
+.PHONY: test test-cluster test-short demo bench bench-smoke fuzz soak chaos lint fmt
 
 ## test: the full suite with the race detector (needs redis-server on PATH).
 test:
@@ -12,6 +12,10 @@ test:
 ## test-short: skips the slow cluster and end-to-end tests.
 test-short:
 	$(GO) test -race -count=1 -short $(PKGS)
+
+## test-cluster: the idempotency suite against a local Redis Cluster (3 masters, 3 replicas per test).
+test-cluster:
+	REDISFX_TEST_CLUSTER=1 $(GO) test -race -count=1 -timeout 15m ./idempotencyfx
 
 ## demo: run the payments example on :8080.
 demo:

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -54,8 +55,16 @@ type env struct {
 
 func newEnv(t *testing.T, cfg Config, srv *redistest.Server) *env {
 	t.Helper()
-	if srv == nil {
+	storeCfg := storefx.Config{ConnectTimeout: time.Second, ReadTimeout: time.Second, DialTimeout: 200 * time.Millisecond}
+	switch {
+	case srv == nil && os.Getenv("REDISFX_TEST_CLUSTER") != "":
+		// make test-cluster: the same suite against 3 masters with replicas.
+		storeCfg.Addrs = redistest.StartCluster(t, 3, 1).Addrs()
+	case srv == nil:
 		srv = redistest.Start(t)
+		fallthrough
+	default:
+		storeCfg.URL = srv.URL()
 	}
 	if cfg.KeyPrefix == "" {
 		cfg.KeyPrefix = redistest.Prefix(t)
@@ -64,7 +73,7 @@ func newEnv(t *testing.T, cfg Config, srv *redistest.Server) *env {
 		cfg.DefaultTTL = time.Hour
 	}
 	e := &env{t: t, srv: srv, cmds: &counter{}}
-	client, err := storefx.New("default", storefx.Config{URL: srv.URL(), ConnectTimeout: time.Second, ReadTimeout: time.Second, DialTimeout: 200 * time.Millisecond})
+	client, err := storefx.New("default", storeCfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -42,9 +43,14 @@ import (
 
 var paymentBody = []byte(`{"id":"pay_3f9a1c0e5b7d2468ace13579","amount":1250,"currency":"EUR","status":"succeeded"}`)
 
-// payment is the handler every mode serves.
+// payment is the handler every mode serves. The processor-failure test card
+// answers 500, so that soak runs exercise failed records too.
 func payment(w http.ResponseWriter, r *http.Request) {
-	_, _ = io.Copy(io.Discard, r.Body)
+	body, _ := io.ReadAll(r.Body)
+	if bytes.Contains(body, []byte("4000000000000119")) {
+		http.Error(w, "processor failed", http.StatusInternalServerError)
+		return
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Location", "/payments/pay_3f9a1c0e5b7d2468ace13579")
 	w.WriteHeader(http.StatusCreated)

@@ -1,4 +1,6 @@
-// Command soak runs the payments example under mixed load (new keys,
+// Command soak runs the redisfx benchmark server (storefx, idempotencyfx,
+// httpfx and metrics, without the payments example's in-memory ledger, which
+// grows by design) under mixed load (new keys,
 // replays, concurrent duplicates, mismatches, failures, requests without a
 // key) for a long time, and samples the process's goroutines and memory
 // from /metrics, so that a leak shows as growth. `make soak` runs it for 10
@@ -42,14 +44,12 @@ func main() {
 	defer func() { _ = redis.Process.Kill(); _ = redis.Wait() }()
 	waitListening(redisAddr)
 
-	bin := filepath.Join(dir, "payments")
-	if out, err := exec.Command("go", "build", "-o", bin, "./examples/payments").CombinedOutput(); err != nil {
+	bin := filepath.Join(dir, "benchserver")
+	if out, err := exec.Command("go", "build", "-o", bin, "./bench/benchserver").CombinedOutput(); err != nil {
 		log.Fatalf("build: %v\n%s", err, out)
 	}
 	addr := freeAddr()
-	app := exec.Command(bin)
-	app.Env = append(os.Environ(), "HTTP_ADDR="+addr, "REDIS_URL=redis://"+redisAddr, "IDEMPOTENCY_TTL=2m",
-		"IDEMPOTENCY_LOCK_TIMEOUT=2s", "PAYMENTS_DELAY=2ms", "METRICS_PREFIX=soak")
+	app := exec.Command(bin, "-mode", "redisfx", "-addr", addr, "-redis", "redis://"+redisAddr, "-prefix", "soak:")
 	app.Stderr = io.Discard
 	must(app.Start())
 	defer func() { _ = app.Process.Signal(os.Interrupt); _ = app.Wait() }()
