@@ -169,33 +169,31 @@ func (c Config) normalize() (*settings, error) {
 	default:
 		return bad("ErrorPolicy", "%q is not %q or %q", c.ErrorPolicy, FailClosed, FailOpen)
 	}
-	if c.MaxBodyBytes < 0 {
-		return bad("MaxBodyBytes", "%d is negative", c.MaxBodyBytes)
-	} else if c.MaxBodyBytes == 0 {
-		c.MaxBodyBytes = DefaultMaxBodyBytes
+	maxResponse := int64(c.MaxResponseBytes)
+	for _, o := range []struct {
+		name string
+		v    *int64
+		def  int64
+	}{
+		{"MaxBodyBytes", &c.MaxBodyBytes, DefaultMaxBodyBytes},
+		{"MaxResponseBytes", &maxResponse, DefaultMaxResponse},
+		{"StoreTimeout", (*int64)(&c.StoreTimeout), int64(DefaultStoreTimeout)},
+		{"PollInterval", (*int64)(&c.PollInterval), int64(DefaultPollInterval)},
+		{"ReplicaAckTimeout", (*int64)(&c.ReplicaAckTimeout), int64(50 * time.Millisecond)},
+	} {
+		if *o.v < 0 {
+			if strings.HasSuffix(o.name, "Bytes") {
+				return bad(o.name, "%d is negative", *o.v)
+			}
+			return bad(o.name, "%v is negative", time.Duration(*o.v))
+		}
+		if *o.v == 0 {
+			*o.v = o.def
+		}
 	}
-	if c.MaxResponseBytes < 0 {
-		return bad("MaxResponseBytes", "%d is negative", c.MaxResponseBytes)
-	} else if c.MaxResponseBytes == 0 {
-		c.MaxResponseBytes = DefaultMaxResponse
-	}
-	if c.StoreTimeout < 0 {
-		return bad("StoreTimeout", "%v is negative", c.StoreTimeout)
-	} else if c.StoreTimeout == 0 {
-		c.StoreTimeout = DefaultStoreTimeout
-	}
-	if c.PollInterval < 0 {
-		return bad("PollInterval", "%v is negative", c.PollInterval)
-	} else if c.PollInterval == 0 {
-		c.PollInterval = DefaultPollInterval
-	}
+	c.MaxResponseBytes = int(maxResponse)
 	if c.ReplicaAcks < 0 {
 		return bad("ReplicaAcks", "%d is negative", c.ReplicaAcks)
-	}
-	if c.ReplicaAckTimeout < 0 {
-		return bad("ReplicaAckTimeout", "%v is negative", c.ReplicaAckTimeout)
-	} else if c.ReplicaAckTimeout == 0 {
-		c.ReplicaAckTimeout = 50 * time.Millisecond
 	}
 	if c.FingerprintGenerator == nil {
 		c.FingerprintGenerator = DefaultFingerprint

@@ -12,7 +12,6 @@ import (
 	"flag"
 	"fmt"
 	"log"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,6 +22,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redisfx/redisfx/bench/internal/local"
 	"github.com/redisfx/redisfx/bench/load"
 )
 
@@ -41,7 +41,7 @@ func main() {
 	if out, err := exec.Command("go", "build", "-o", bin, "./bench/benchserver").CombinedOutput(); err != nil {
 		log.Fatalf("build: %v\n%s", err, out)
 	}
-	redisAddr, stopRedis := startRedis(dir)
+	redisAddr, stopRedis := local.StartRedis(dir)
 	defer stopRedis()
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr, DisableIdentity: true})
 	defer rdb.Close()
@@ -54,13 +54,13 @@ func main() {
 		results[mode] = map[load.Keys][]cell{}
 		for _, path := range paths {
 			for r := 0; r < *repeat; r++ {
-				addr := freeAddr()
+				addr := local.FreeAddr()
 				srv := exec.Command(bin, "-mode", mode, "-addr", addr, "-redis", "redis://"+redisAddr,
 					"-prefix", fmt.Sprintf("bench:%s:%s:%d:", mode, path, r))
 				if err := srv.Start(); err != nil {
 					log.Fatal(err)
 				}
-				waitListening(addr)
+				local.WaitListening(addr)
 				beforeTrips, beforeAll := commandCalls(rdb)
 				res, err := load.Run(context.Background(), load.Options{URL: "http://" + addr + "/payments",
 					Connections: *conns, Duration: *dur, Keys: path, Body: body,
@@ -144,35 +144,4 @@ func commandCalls(rdb *redis.Client) (trips, total int64) {
 		}
 	}
 	return trips, total
-}
-
-func startRedis(dir string) (string, func()) {
-	addr := freeAddr()
-	_, port, _ := net.SplitHostPort(addr)
-	cmd := exec.Command("redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir)
-	if err := cmd.Start(); err != nil {
-		log.Fatalf("redis-server: %v", err)
-	}
-	waitListening(addr)
-	return addr, func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }
-}
-
-func freeAddr() string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-func waitListening(addr string) {
-	for i := 0; i < 500; i++ {
-		if c, err := net.Dial("tcp", addr); err == nil {
-			c.Close()
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	log.Fatalf("%s never listened", addr)
 }

@@ -10,6 +10,8 @@
 package main
 
 import (
+	"github.com/redisfx/redisfx/bench/internal/local"
+
 	"bufio"
 	"context"
 	"flag"
@@ -17,7 +19,6 @@ import (
 	"io"
 	"log"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -37,23 +38,19 @@ func main() {
 
 	dir, _ := os.MkdirTemp("", "redisfx-soak")
 	defer os.RemoveAll(dir)
-	redisAddr := freeAddr()
-	_, port, _ := net.SplitHostPort(redisAddr)
-	redis := exec.Command("redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir)
-	must(redis.Start())
-	defer func() { _ = redis.Process.Kill(); _ = redis.Wait() }()
-	waitListening(redisAddr)
+	redisAddr, stopRedis := local.StartRedis(dir)
+	defer stopRedis()
 
 	bin := filepath.Join(dir, "benchserver")
 	if out, err := exec.Command("go", "build", "-o", bin, "./bench/benchserver").CombinedOutput(); err != nil {
 		log.Fatalf("build: %v\n%s", err, out)
 	}
-	addr := freeAddr()
+	addr := local.FreeAddr()
 	app := exec.Command(bin, "-mode", "redisfx", "-addr", addr, "-redis", "redis://"+redisAddr, "-prefix", "soak:")
 	app.Stderr = io.Discard
 	must(app.Start())
 	defer func() { _ = app.Process.Signal(os.Interrupt); _ = app.Wait() }()
-	waitListening(addr)
+	local.WaitListening(addr)
 	base := "http://" + addr
 
 	ctx, cancel := context.WithTimeout(context.Background(), *dur)
@@ -166,24 +163,6 @@ func scrape(url string) map[string]float64 {
 		}
 	}
 	return out
-}
-
-func freeAddr() string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	must(err)
-	defer l.Close()
-	return l.Addr().String()
-}
-
-func waitListening(addr string) {
-	for i := 0; i < 1000; i++ {
-		if c, err := net.Dial("tcp", addr); err == nil {
-			c.Close()
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	log.Fatalf("%s never listened", addr)
 }
 
 func must(err error) {
