@@ -32,7 +32,8 @@ func ParseURL(raw string) (URLSettings, error) {
 		return URLSettings{}, fieldErr("Config.URL", "scheme %q is not redis, rediss or unix", u.Scheme)
 	}
 	if u.Scheme != "unix" && u.Host == "" {
-		return URLSettings{}, fieldErr("Config.URL", "no host in %s", redact(u))
+		// Not even the redacted URL is repeated: its user name may be a secret too.
+		return URLSettings{}, fieldErr("Config.URL", "the URL has no host")
 	}
 	o, err := redis.ParseURL(raw)
 	if err != nil {
@@ -46,10 +47,6 @@ func ParseURL(raw string) (URLSettings, error) {
 		Network: o.Network, Addr: o.Addr, Username: o.Username,
 		Password: o.Password, DB: o.DB, TLS: o.TLSConfig,
 	}, nil
-}
-
-func redact(u *url.URL) string {
-	return u.Redacted()
 }
 
 // FromEnv returns the configuration an application gets from its environment:
