@@ -29,6 +29,7 @@ type notifier struct {
 	topics map[string]*topic
 	closed bool
 	done   chan struct{} // closed when the receive loop has exited
+	stop   chan struct{} // closed by close, to cut a backoff short
 }
 
 // topic is the subscription to one record key's channel.
@@ -46,7 +47,7 @@ type signal struct {
 }
 
 func newNotifier(rdb redis.UniversalClient, log *zap.Logger) *notifier {
-	return &notifier{rdb: rdb, log: log, topics: map[string]*topic{}}
+	return &notifier{rdb: rdb, log: log, topics: map[string]*topic{}, stop: make(chan struct{})}
 }
 
 // watch subscribes to key's channel (shared with other waiters of the key)
@@ -111,13 +112,11 @@ func (n *notifier) receive(ps *redis.PubSub, done chan struct{}) {
 			if err == redis.ErrClosed {
 				return
 			}
-			n.mu.Lock()
-			closed := n.closed
-			n.mu.Unlock()
-			if closed {
+			select { // Redis is away; do not spin
+			case <-n.stop:
 				return
+			case <-time.After(backoff):
 			}
-			time.Sleep(backoff) // Redis is away; do not spin
 			if backoff < time.Second {
 				backoff *= 2
 			}
@@ -149,7 +148,12 @@ func (n *notifier) receive(ps *redis.PubSub, done chan struct{}) {
 // close ends the subscription and waits for the receive loop to exit.
 func (n *notifier) close() {
 	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return
+	}
 	n.closed = true
+	close(n.stop)
 	ps, done := n.ps, n.done
 	n.mu.Unlock()
 	if ps != nil {

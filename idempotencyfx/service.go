@@ -167,6 +167,7 @@ func (s *Service) wait(ctx context.Context, storeKey, key, fp, owner string) (gr
 	g, err := func() (grant, error) {
 		poll := time.NewTimer(0) // re-claim at once: the subscription is now in place
 		defer poll.Stop()
+		leaseLeft := s.cfg.LockTimeout // what the last claim said is left of the owner's lease
 		for {
 			select {
 			case <-sig.fired:
@@ -179,9 +180,12 @@ func (s *Service) wait(ctx context.Context, storeKey, key, fp, owner string) (gr
 				if c.kind != 'p' {
 					return s.grantFor(c, storeKey, key, owner, true)
 				}
+				leaseLeft = c.wait
 				poll.Reset(min(s.cfg.PollInterval, max(c.wait, time.Millisecond)))
 			case <-deadline.C:
-				return grant{outcome: OutcomeInProgress}, newTimeout(key, s.cfg.LockTimeout)
+				// Retry after the owner's lease at the latest: by then it has
+				// finished, or its key can be taken over.
+				return grant{outcome: OutcomeInProgress}, newTimeout(key, leaseLeft)
 			case <-ctx.Done():
 				return grant{}, ctx.Err()
 			}
