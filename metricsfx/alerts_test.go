@@ -98,11 +98,11 @@ var (
 		"store_up": "storefx", "commands_total": "tracingfx", "command_duration_seconds": "tracingfx", "errors_total": "tracingfx",
 		"idempotency_requests_total": "idempotencyfx", "idempotency_wait_seconds": "idempotencyfx",
 		"http_requests_total": "httpfx", "http_request_duration_seconds": "httpfx",
+		"lock_timeouts_total": "lockfx", "lock_attempts_total": "lockfx", "lock_wait_seconds": "lockfx",
+		"lock_acquisitions_total": "lockfx", "locks_active": "lockfx", "lock_wait_duration_seconds": "lockfx",
 	}
 	notYetBuilt = map[string]string{
 		"cache_hits_total": "cachefx", "cache_misses_total": "cachefx", "cache_stampede_prevented_total": "cachefx", "cache_size": "cachefx",
-		"lock_timeouts_total": "lockfx", "lock_attempts_total": "lockfx", "lock_wait_seconds": "lockfx",
-		"lock_acquisitions_total": "lockfx", "locks_active": "lockfx", "lock_wait_duration_seconds": "lockfx",
 		"ratelimit_rejected_total": "ratelimitfx", "ratelimit_allowed_total": "ratelimitfx", "ratelimit_requests_total": "ratelimitfx",
 		"stream_consumer_lag": "streamfx", "stream_length": "streamfx",
 	}

@@ -1,0 +1,271 @@
+package lockfx
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/goleak"
+
+	"github.com/redisfx/redisfx/internal/redistest"
+	"github.com/redisfx/redisfx/storefx"
+	"github.com/redisfx/redisfx/tracingfx"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func newLocker(t *testing.T, cfg Config, opts ...Option) *Locker {
+	t.Helper()
+	srv := redistest.Start(t)
+	c, err := storefx.New("default", storefx.Config{URL: srv.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	if cfg.KeyPrefix == "" {
+		cfg.KeyPrefix = redistest.Prefix(t)
+	}
+	l, err := New(c, cfg, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// 50 goroutines contend for one lock; a shared counter never sees two holders.
+func TestMutualExclusion_FiftyWay(t *testing.T) {
+	t.Parallel()
+	l := newLocker(t, Config{TTL: 5 * time.Second, Attempts: 1000, WaitTimeout: 30 * time.Second, Backoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond})
+	var holders, maxHolders, done atomic.Int64
+	var tokens sync.Map
+	var wg sync.WaitGroup
+	for i := 0; i < 50; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := l.WithLock(context.Background(), "account-42", func(ctx context.Context, token int64) error {
+				if _, dup := tokens.LoadOrStore(token, true); dup {
+					t.Errorf("fencing token %d handed out twice", token)
+				}
+				n := holders.Add(1)
+				if n > maxHolders.Load() {
+					maxHolders.Store(n)
+				}
+				time.Sleep(time.Millisecond)
+				holders.Add(-1)
+				done.Add(1)
+				return nil
+			})
+			if err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if maxHolders.Load() != 1 || done.Load() != 50 {
+		t.Fatalf("max simultaneous holders %d, completed %d", maxHolders.Load(), done.Load())
+	}
+}
+
+func TestReleaseByNonOwnerRefused(t *testing.T) {
+	t.Parallel()
+	l := newLocker(t, Config{TTL: 200 * time.Millisecond})
+	ctx := context.Background()
+	first, err := l.Acquire(ctx, "r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The lease runs out; someone else takes the lock; the first holder's
+	// release must not free the second's lock.
+	var second *Lock
+	deadline := time.Now().Add(5 * time.Second)
+	for second == nil && time.Now().Before(deadline) {
+		second, _ = l.Acquire(ctx, "r")
+	}
+	if second == nil || second.Token <= first.Token {
+		t.Fatalf("second holder %+v (first token %d)", second, first.Token)
+	}
+	if err := first.Release(ctx); !errors.Is(err, ErrNotOwner) {
+		t.Fatalf("stale release = %v, want ErrNotOwner", err)
+	}
+	if err := second.Release(ctx); err != nil {
+		t.Fatalf("owner release: %v", err)
+	}
+}
+
+func TestAutoRenewKeepsLockPastTTL_CrashedHolderExpires(t *testing.T) {
+	t.Parallel()
+	l := newLocker(t, Config{TTL: 150 * time.Millisecond, AutoRenew: true, Attempts: 1})
+	ctx := context.Background()
+	held, err := l.Acquire(ctx, "renewed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(600 * time.Millisecond) // four TTLs: renewed all along
+	if _, err := l.Acquire(ctx, "renewed"); !errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("renewed lock taken: %v", err)
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A holder that crashes (never releases, never renews) loses the lock at TTL.
+	plain := newLocker(t, Config{TTL: 150 * time.Millisecond, Attempts: 1})
+	if _, err := plain.Acquire(ctx, "crashed"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, err := plain.Acquire(ctx, "crashed"); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a crashed holder's lock never expired")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// The spec's span catalogue and metrics for locks, checked on the console
+// exporter's output and the registry.
+func TestSpansAndMetrics(t *testing.T) {
+	t.Parallel()
+	var out bytes.Buffer
+	var mu sync.Mutex
+	w := writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return out.Write(p) })
+	p, err := tracingfx.NewProvider(context.Background(), tracingfx.Config{Exporter: tracingfx.ExporterConfig{Type: tracingfx.ExporterConsole, Writer: w}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Shutdown(context.Background())
+	reg := prometheus.NewRegistry()
+	l := newLocker(t, Config{TTL: time.Second, Attempts: 3, Backoff: time.Millisecond}, WithRegisterer(reg), WithTracerProvider(p.Tracer))
+	ctx := context.Background()
+	held, err := l.Acquire(ctx, "card-4242")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Acquire(ctx, "card-4242"); !errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("second acquire: %v", err)
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	var spans []tracingfx.ConsoleSpan
+	sc := bufio.NewScanner(bytes.NewReader(out.Bytes()))
+	for sc.Scan() {
+		var s tracingfx.ConsoleSpan
+		_ = json.Unmarshal(sc.Bytes(), &s)
+		spans = append(spans, s)
+	}
+	mu.Unlock()
+	events := func(s tracingfx.ConsoleSpan) (names []string) {
+		for _, e := range s.Events {
+			names = append(names, e.Name)
+		}
+		return
+	}
+	var ok, failed, released *tracingfx.ConsoleSpan
+	for i := range spans {
+		s := &spans[i]
+		switch {
+		case s.Name == "lock.acquire" && s.Attributes[AttrAcquired] == true:
+			ok = s
+		case s.Name == "lock.acquire":
+			failed = s
+		case s.Name == "lock.release":
+			released = s
+		}
+	}
+	if ok == nil || failed == nil || released == nil {
+		t.Fatalf("spans: %+v", spans)
+	}
+	for _, s := range []*tracingfx.ConsoleSpan{ok, failed, released} {
+		if s.Attributes["redisfx.plugin"] != "locks" || s.Attributes[AttrKey] != "card-4242" || s.Attributes["db.system"] != "redis" || s.Attributes["redisfx.duration_ms"] == nil {
+			t.Fatalf("%s attributes %v", s.Name, s.Attributes)
+		}
+	}
+	if ok.Attributes["db.operation"] != "SET" || ok.Attributes[AttrTTL] != float64(1000) || ok.Attributes[AttrRetryCount] != float64(0) || events(*ok)[0] != "lock.acquired" {
+		t.Fatalf("acquired span %+v", ok)
+	}
+	if failed.Status.Code != "ERROR" || failed.Status.Message != "Failed to acquire lock" || failed.Attributes[AttrRetryCount] != float64(2) {
+		t.Fatalf("failed span %+v", failed)
+	}
+	ev := events(*failed)
+	if ev[0] != "lock.retry" || ev[1] != "lock.retry" || ev[2] != "lock.timeout" {
+		t.Fatalf("failed span events %v", ev)
+	}
+	if e := events(*released); len(e) == 0 || e[0] != "lock.released" {
+		t.Fatalf("release events %v", e)
+	}
+	for name, want := range map[string]float64{"lock_acquisitions_total": 1, "lock_attempts_total": 4, "lock_timeouts_total": 1, "locks_active": 0} {
+		if got := gather(t, reg, name); got != want {
+			t.Errorf("%s = %v, want %v", name, got, want)
+		}
+	}
+	if gather(t, reg, "lock_wait_seconds") != 2 || gather(t, reg, "lock_wait_duration_seconds") != 2 {
+		t.Error("wait histograms did not observe both acquires")
+	}
+	_ = testutil.ToFloat64
+}
+
+func gather(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, _ := reg.Gather()
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			m := mf.Metric[0]
+			switch {
+			case m.Counter != nil:
+				return m.Counter.GetValue()
+			case m.Gauge != nil:
+				return m.Gauge.GetValue()
+			case m.Histogram != nil:
+				return float64(m.Histogram.GetSampleCount())
+			}
+		}
+	}
+	t.Fatalf("%s not exported", name)
+	return 0
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+func TestConfigNamesTheOption(t *testing.T) {
+	for opt, c := range map[string]Config{"TTL": {TTL: -1}, "Attempts": {Attempts: -1}, "WaitTimeout": {WaitTimeout: -1}} {
+		if err := c.Validate(); err == nil || !bytes.Contains([]byte(err.Error()), []byte(opt)) {
+			t.Errorf("%s: %v", opt, err)
+		}
+	}
+}
+
+// BenchmarkAcquireRelease is one lock round trip: acquire (1 script call)
+// and release (1 script call).
+func BenchmarkAcquireRelease(b *testing.B) {
+	srv := redistest.Start(b)
+	c, _ := storefx.New("default", storefx.Config{URL: srv.URL()})
+	defer c.Close()
+	l, err := New(c, Config{KeyPrefix: redistest.Prefix(b)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		k, err := l.Acquire(ctx, "bench")
+		if err != nil {
+			b.Fatal(err)
+		}
+		_ = k.Release(ctx)
+	}
+}

@@ -1,0 +1,43 @@
+package lockfx
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
+	"go.uber.org/fx"
+)
+
+// Module provides the *Locker. It needs a Redis client (storefx.Module);
+// the configuration is an optional *Config, the metrics registerer
+// (metricsfx) and the plugin tracer (tracingfx) are used when present.
+var Module = fx.Module("redisfx.locks", fx.Provide(NewFromParams))
+
+// Params are the inputs of the Locker in an Fx app.
+type Params struct {
+	fx.In
+	Config     *Config               `optional:"true"`
+	Redis      redis.UniversalClient `optional:"true"`
+	Registerer prometheus.Registerer `optional:"true"`
+	Tracer     trace.TracerProvider  `name:"redisfx.plugin_tracer" optional:"true"`
+}
+
+// NewFromParams builds the Locker from the Fx graph.
+func NewFromParams(p Params) (*Locker, error) {
+	if p.Redis == nil {
+		return nil, errors.New("lockfx.Module needs a Redis client: add storefx.Module to the app")
+	}
+	var cfg Config
+	if p.Config != nil {
+		cfg = *p.Config
+	}
+	var opts []Option
+	if p.Registerer != nil {
+		opts = append(opts, WithRegisterer(p.Registerer))
+	}
+	if p.Tracer != nil {
+		opts = append(opts, WithTracerProvider(p.Tracer))
+	}
+	return New(p.Redis, cfg, opts...)
+}
