@@ -2,7 +2,6 @@ package idempotencyfx
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"strings"
 	"sync"
@@ -278,9 +277,6 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
-
-var _ = errors.New
-var _ sync.Mutex
 
 // Waiters are woken by the completion message, not by polling: with a
 // poll interval far beyond WaitTimeout, only the notification can answer

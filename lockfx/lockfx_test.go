@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
 
 	"github.com/redisfx/redisfx/internal/redistest"
@@ -214,7 +213,6 @@ func TestSpansAndMetrics(t *testing.T) {
 	if gather(t, reg, "lock_wait_seconds") != 2 || gather(t, reg, "lock_wait_duration_seconds") != 2 {
 		t.Error("wait histograms did not observe both acquires")
 	}
-	_ = testutil.ToFloat64
 }
 
 func gather(t *testing.T, reg *prometheus.Registry, name string) float64 {

@@ -5,7 +5,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/contrib/bridges/otelzap"
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 	"go.uber.org/fx"
@@ -124,5 +123,3 @@ func BridgeLogger(log *zap.Logger, p *Provider) *zap.Logger {
 	core := otelzap.NewCore("github.com/redisfx/redisfx", otelzap.WithLoggerProvider(p.Logs))
 	return log.WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core { return zapcore.NewTee(c, core) }))
 }
-
-var _ propagation.TextMapPropagator = Propagator()
