@@ -111,7 +111,9 @@ func FuzzParseURL(f *testing.F) {
 			t.Fatalf("error does not name the field: %v", err)
 		}
 		if u, perr := url.Parse(raw); perr == nil {
-			if p, ok := u.User.Password(); ok && len(p) >= 6 && strings.Contains(err.Error(), p) {
+			// The scheme is echoed on purpose ("scheme \"http\" is not …"); a
+			// password that happens to be part of it is not leaked by that.
+			if p, ok := u.User.Password(); ok && len(p) >= 6 && strings.Contains(err.Error(), p) && !strings.Contains(u.Scheme, p) {
 				t.Fatalf("error repeats the password %q: %v", p, err)
 			}
 		}
