@@ -258,11 +258,12 @@ func TestPayments_ProcessorFailure_409UntilFailedRecordExpires(t *testing.T) {
 func TestPayments_InProgressPastWaitTimeout_409(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	p := start(t, "REDIS_URL="+srv.URL(), "IDEMPOTENCY_KEY_PREFIX="+redistest.Prefix(t),
+	prefix := redistest.Prefix(t)
+	p := start(t, "REDIS_URL="+srv.URL(), "IDEMPOTENCY_KEY_PREFIX="+prefix,
 		"PAYMENTS_DELAY=1500ms", "IDEMPOTENCY_WAIT_TIMEOUT=100ms")
 	done := make(chan resp)
 	go func() { done <- p.pay("slow", card) }()
-	time.Sleep(300 * time.Millisecond) // the first request is inside its 1.5s delay
+	inProgress(t, srv, prefix+"slow") // the first request is inside its 1.5s delay
 	problem(t, p.pay("slow", card), 409, "idempotency_request_in_progress")
 	if r := <-done; r.status != 201 {
 		t.Fatalf("first: %+v", r)
@@ -363,7 +364,7 @@ func TestPayments_GracefulStop_FinishesInFlightAndRecordsIt(t *testing.T) {
 	p := start(t, "REDIS_URL="+srv.URL(), "IDEMPOTENCY_KEY_PREFIX="+prefix, "PAYMENTS_DELAY=700ms", "TRACING_EXPORTER=console")
 	done := make(chan resp)
 	go func() { done <- p.pay("inflight", card) }()
-	time.Sleep(200 * time.Millisecond)
+	inProgress(t, srv, prefix+"inflight") // the handler is running
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	if r := <-done; r.status != 201 {
 		t.Fatalf("in-flight request during stop: %+v", r)
@@ -477,5 +478,18 @@ func TestPayments_MetricsCatalogue(t *testing.T) {
 	}
 	if strings.Contains(metrics, "/no/such/route") || strings.Contains(metrics, `"m1"`) {
 		t.Error("a raw path or key reached a label")
+	}
+}
+
+// inProgress waits until the record of key is in progress: its handler runs.
+func inProgress(t *testing.T, srv *redistest.Server, key string) {
+	t.Helper()
+	rdb := srv.Client()
+	deadline := time.Now().Add(20 * time.Second)
+	for rdb.HGet(context.Background(), key, "s").Val() != "p" {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never in progress", key)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }

@@ -49,7 +49,10 @@ func TestNoSecretsInLogsSpansOrMetrics(t *testing.T) {
 	// Run 1: console spans on stdout, logs on stderr.
 	p := start(t, "REDIS_URL="+redisURL, "TRACING_EXPORTER=console", "IDEMPOTENCY_KEY_PREFIX="+redistest.Prefix(t))
 	metrics := send(p)
-	time.Sleep(100 * time.Millisecond)
+	spansDeadline := time.Now().Add(10 * time.Second) // a span is written when it ends, just after its response
+	for !strings.Contains(p.stdout.String(), `"name":"POST /payments"`) && time.Now().Before(spansDeadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
 	if !strings.Contains(p.stdout.String(), `"name":"POST /payments"`) || !strings.Contains(metrics, "payments_http_requests_total") {
 		t.Fatal("the run produced no spans or metrics: the check would prove nothing")
 	}
