@@ -1,0 +1,95 @@
+package cachefx
+
+import (
+	"fmt"
+	"time"
+)
+
+// Config holds the cache options. Zero fields take the defaults.
+type Config struct {
+	// KeyPrefix is put before every key in Redis. Default "cache:".
+	KeyPrefix string
+	// Namespace is the default namespace (Cache.Namespace makes others).
+	// Keys live at <KeyPrefix><Namespace>:<key>. Default "default".
+	Namespace string
+	// DefaultTTL is the lifetime of a value stored with ttl 0. Default 5m.
+	DefaultTTL time.Duration
+	// MaxValueBytes refuses larger values with *ValueTooLargeError.
+	// Default 1 MiB.
+	MaxValueBytes int
+	// LoadGuardTTL is the lifetime of the distributed guard that keeps
+	// other processes from running GetOrLoad's loader for the same key at
+	// the same time. It bounds how long a crashed loader blocks others.
+	// Default 5s.
+	LoadGuardTTL time.Duration
+	// LoadWait is how long GetOrLoad waits for another process's load
+	// before running the loader itself. Default LoadGuardTTL.
+	LoadWait time.Duration
+	// StoreTimeout bounds each Redis call of the cache. Default 1s.
+	StoreTimeout time.Duration
+	// Local is the optional in-process first layer.
+	Local LocalConfig
+}
+
+// LocalConfig is the in-process first layer in front of Redis. It is off
+// unless MaxEntries > 0.
+type LocalConfig struct {
+	// MaxEntries bounds the layer; the least recently used entry goes
+	// first. 0 turns the layer off.
+	MaxEntries int
+	// TTL bounds how long a value is served from this process without
+	// asking Redis; it is also the longest staleness if an invalidation
+	// message is lost. Default 5s (never longer than the value's own TTL).
+	TTL time.Duration
+}
+
+// ConfigError names the invalid option.
+type ConfigError struct{ Option, Reason string }
+
+func (e *ConfigError) Error() string { return "cachefx: invalid Config." + e.Option + ": " + e.Reason }
+
+// Validate reports the first invalid option.
+func (c Config) Validate() error { _, err := c.normalize(); return err }
+
+func (c Config) normalize() (Config, error) {
+	if c.KeyPrefix == "" {
+		c.KeyPrefix = "cache:"
+	}
+	if c.Namespace == "" {
+		c.Namespace = "default"
+	}
+	if c.MaxValueBytes < 0 {
+		return c, &ConfigError{"MaxValueBytes", fmt.Sprintf("%d is negative", c.MaxValueBytes)}
+	}
+	if c.MaxValueBytes == 0 {
+		c.MaxValueBytes = 1 << 20
+	}
+	if c.Local.MaxEntries < 0 {
+		return c, &ConfigError{"Local.MaxEntries", fmt.Sprintf("%d is negative", c.Local.MaxEntries)}
+	}
+	for _, d := range []struct {
+		name string
+		v    *time.Duration
+		def  time.Duration
+	}{
+		{"DefaultTTL", &c.DefaultTTL, 5 * time.Minute},
+		{"LoadGuardTTL", &c.LoadGuardTTL, 5 * time.Second},
+		{"LoadWait", &c.LoadWait, 0},
+		{"StoreTimeout", &c.StoreTimeout, time.Second},
+		{"Local.TTL", &c.Local.TTL, 5 * time.Second},
+	} {
+		if *d.v < 0 {
+			return c, &ConfigError{d.name, fmt.Sprintf("%v is negative", *d.v)}
+		}
+		if *d.v == 0 {
+			*d.v = d.def
+		}
+	}
+	if c.LoadWait == 0 {
+		c.LoadWait = c.LoadGuardTTL
+	}
+	if c.DefaultTTL < time.Millisecond {
+		return c, &ConfigError{"DefaultTTL", "below Redis's 1ms resolution"}
+	}
+	return c, nil
+}

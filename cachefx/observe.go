@@ -1,0 +1,121 @@
+package cachefx
+
+import (
+	"context"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/redisfx/redisfx/tracingfx"
+)
+
+// Option adds an optional collaborator to New.
+type Option func(*options)
+
+type options struct {
+	registerer prometheus.Registerer
+	tracer     trace.TracerProvider
+}
+
+// WithRegisterer registers the cache metrics with reg.
+func WithRegisterer(reg prometheus.Registerer) Option { return func(o *options) { o.registerer = reg } }
+
+// WithTracerProvider opens the cache spans with tp (tracingfx's plugin
+// tracer: a no-op unless PluginTracing is on).
+func WithTracerProvider(tp trace.TracerProvider) Option { return func(o *options) { o.tracer = tp } }
+
+// Attribute names of the cache spans. Tags carry no prefix, as the tracing
+// spec names them.
+const (
+	AttrNamespace = "redisfx.cache.namespace"
+	AttrKey       = "redisfx.cache.key"
+	AttrHit       = "redisfx.cache.hit"
+	AttrLayer     = "redisfx.cache.layer"
+	AttrTags      = "tags"
+)
+
+// Layers, the values of the layer label and of redisfx.cache.layer.
+const (
+	LayerLocal = "local"
+	LayerRedis = "redis"
+)
+
+// observer measures and traces cache operations; unset parts are no-ops.
+type observer struct {
+	tracer    trace.TracerProvider
+	hits      *prometheus.CounterVec
+	misses    prometheus.Counter
+	stampedes prometheus.Counter
+}
+
+func newObserver(reg prometheus.Registerer, tp trace.TracerProvider, local *localLayer) (*observer, error) {
+	o := &observer{tracer: tp}
+	if reg == nil {
+		return o, nil
+	}
+	o.hits = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cache_hits_total", Help: "Cache reads answered, by the layer that answered."}, []string{"layer"})
+	o.misses = prometheus.NewCounter(prometheus.CounterOpts{Name: "cache_misses_total", Help: "Cache reads that found nothing in any layer."})
+	o.stampedes = prometheus.NewCounter(prometheus.CounterOpts{Name: "cache_stampede_prevented_total", Help: "GetOrLoad calls that waited for a load already running (here or in another process) instead of loading again."})
+	cs := []prometheus.Collector{o.hits, o.misses, o.stampedes}
+	if local != nil {
+		cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "cache_size", Help: "Entries held by a cache layer.", ConstLabels: prometheus.Labels{"layer": LayerLocal}},
+			func() float64 { return float64(local.len()) }))
+	}
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	// Both layers' series exist from the start, so rates are defined at once.
+	o.hits.WithLabelValues(LayerRedis)
+	if local != nil {
+		o.hits.WithLabelValues(LayerLocal)
+	}
+	return o, nil
+}
+
+func (o *observer) start(ctx context.Context, name, op string, attrs ...attribute.KeyValue) (context.Context, *tracingfx.PluginSpan) {
+	if o.tracer == nil {
+		return ctx, nil
+	}
+	return tracingfx.StartPluginSpan(ctx, o.tracer, "cache", name, op, attrs...)
+}
+
+func (o *observer) hit(span *tracingfx.PluginSpan, layer string) {
+	if o.hits != nil {
+		o.hits.WithLabelValues(layer).Inc()
+	}
+	if span != nil {
+		span.SetAttributes(attribute.Bool(AttrHit, true), attribute.String(AttrLayer, layer))
+		span.AddEvent("cache.hit")
+	}
+}
+
+func (o *observer) miss(span *tracingfx.PluginSpan) {
+	if o.misses != nil {
+		o.misses.Inc()
+	}
+	if span != nil {
+		span.SetAttributes(attribute.Bool(AttrHit, false))
+		span.AddEvent("cache.miss")
+	}
+}
+
+func (o *observer) stampedePrevented() {
+	if o.stampedes != nil {
+		o.stampedes.Inc()
+	}
+}
+
+func event(span *tracingfx.PluginSpan, name string, attrs ...attribute.KeyValue) {
+	if span != nil {
+		span.AddEvent(name, trace.WithAttributes(attrs...))
+	}
+}
+
+func finish(span *tracingfx.PluginSpan, err error) {
+	if span != nil {
+		span.Finish(err)
+	}
+}
