@@ -1,0 +1,135 @@
+package ratelimitfx
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+	"time"
+)
+
+// Algorithm is how requests are counted.
+type Algorithm string
+
+const (
+	// FixedWindow counts with INCR in a window that starts at a key's first
+	// request and lasts Window: one short script per check, one small key
+	// per client. A client may get up to 2×Limit across a window boundary.
+	FixedWindow Algorithm = "fixed-window"
+	// SlidingLog keeps the time of each allowed request in a sorted set and
+	// allows a request only if fewer than Limit fall in the last Window:
+	// exact at every instant, at the cost of Limit entries per client.
+	SlidingLog Algorithm = "sliding-log"
+)
+
+// ErrorPolicy says what happens when Redis cannot be reached; the names are
+// idempotencyfx's.
+type ErrorPolicy string
+
+const (
+	// FailOpen lets requests through unlimited while the store is down
+	// (the default: a limiter outage should not become an API outage).
+	FailOpen ErrorPolicy = "fail-open"
+	// FailClosed refuses them with 503 rate_limit_unavailable.
+	FailClosed ErrorPolicy = "fail-closed"
+)
+
+// Config holds the limiter options. Zero fields take the defaults.
+type Config struct {
+	// KeyPrefix is put before every counter key. Default "ratelimit:".
+	KeyPrefix string
+	// Limit and Window are the default rule: Limit requests per Window per
+	// key. Defaults 100 and 1m. Window is whole milliseconds, at least 1ms.
+	Limit  int64
+	Window time.Duration
+	// Algorithm: FixedWindow (default) or SlidingLog.
+	Algorithm Algorithm
+	// ErrorPolicy: FailOpen (default) or FailClosed.
+	ErrorPolicy ErrorPolicy
+	// TrustedProxies are the addresses or CIDR ranges (e.g. "10.0.0.0/8")
+	// of proxies whose X-Forwarded-For is believed when keying by client
+	// IP. Empty: the connection's address is the client.
+	TrustedProxies []string
+	// StoreTimeout bounds one check's Redis call. Default 500ms.
+	StoreTimeout time.Duration
+	// DisableHeaders stops the RateLimit-* headers on answers that pass.
+	// (A 429 always carries them and Retry-After.)
+	DisableHeaders bool
+}
+
+// ConfigError names the invalid option.
+type ConfigError struct{ Option, Reason string }
+
+func (e *ConfigError) Error() string {
+	return "ratelimitfx: invalid Config." + e.Option + ": " + e.Reason
+}
+
+// Validate reports the first invalid option.
+func (c Config) Validate() error { _, _, err := c.normalize(); return err }
+
+func (c Config) normalize() (Config, []netip.Prefix, error) {
+	if c.KeyPrefix == "" {
+		c.KeyPrefix = "ratelimit:"
+	}
+	if c.Limit < 0 {
+		return c, nil, &ConfigError{"Limit", fmt.Sprintf("%d is negative", c.Limit)}
+	}
+	if c.Limit == 0 {
+		c.Limit = 100
+	}
+	if c.Window < 0 || c.StoreTimeout < 0 {
+		name, v := "Window", c.Window
+		if c.StoreTimeout < 0 {
+			name, v = "StoreTimeout", c.StoreTimeout
+		}
+		return c, nil, &ConfigError{name, fmt.Sprintf("%v is negative", v)}
+	}
+	if c.Window == 0 {
+		c.Window = time.Minute
+	}
+	if c.Window < time.Millisecond {
+		return c, nil, &ConfigError{"Window", "below Redis's 1ms resolution"}
+	}
+	if c.StoreTimeout == 0 {
+		c.StoreTimeout = 500 * time.Millisecond
+	}
+	switch c.Algorithm {
+	case "":
+		c.Algorithm = FixedWindow
+	case FixedWindow, SlidingLog:
+	default:
+		return c, nil, &ConfigError{"Algorithm", fmt.Sprintf("%q is not %q or %q", c.Algorithm, FixedWindow, SlidingLog)}
+	}
+	switch c.ErrorPolicy {
+	case "":
+		c.ErrorPolicy = FailOpen
+	case FailOpen, FailClosed:
+	default:
+		return c, nil, &ConfigError{"ErrorPolicy", fmt.Sprintf("%q is not %q or %q", c.ErrorPolicy, FailOpen, FailClosed)}
+	}
+	proxies, err := parseProxies(c.TrustedProxies)
+	if err != nil {
+		return c, nil, &ConfigError{"TrustedProxies", err.Error()}
+	}
+	return c, proxies, nil
+}
+
+func parseProxies(list []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, s := range list {
+		s = strings.TrimSpace(s)
+		if strings.Contains(s, "/") {
+			p, err := netip.ParsePrefix(s)
+			if err != nil {
+				return nil, fmt.Errorf("%q is not an address or CIDR range", s)
+			}
+			out = append(out, p.Masked())
+			continue
+		}
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			return nil, fmt.Errorf("%q is not an address or CIDR range", s)
+		}
+		out = append(out, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))
+	}
+	return out, nil
+}

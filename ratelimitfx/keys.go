@@ -1,0 +1,79 @@
+package ratelimitfx
+
+import (
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+)
+
+// KeyFunc picks the client a request counts against. ok false means the
+// request is not limited by this rule (e.g. no user signed in, for a
+// per-user rule).
+type KeyFunc func(r *http.Request) (key string, ok bool)
+
+// ByIP keys by the client's IP address: the connection's address, or, when
+// that is a trusted proxy (Config.TrustedProxies), the rightmost address of
+// X-Forwarded-For that is not a trusted proxy. Addresses a client wrote
+// into the header itself sit left of that and are never believed.
+func (l *Limiter) ByIP() KeyFunc {
+	return func(r *http.Request) (string, bool) { return "ip:" + clientIP(r, l.proxies), true }
+}
+
+// ByHeader keys by a request header (an API key, a tenant id); requests
+// without it are not limited by the rule.
+func ByHeader(name string) KeyFunc {
+	return func(r *http.Request) (string, bool) {
+		v := r.Header.Get(name)
+		return "h:" + v, v != ""
+	}
+}
+
+// ByUser keys by a user id that the application's authentication put in
+// the request (userID returns "" for anonymous requests, which this rule
+// then does not limit).
+func ByUser(userID func(r *http.Request) string) KeyFunc {
+	return func(r *http.Request) (string, bool) {
+		id := userID(r)
+		return "user:" + id, id != ""
+	}
+}
+
+func clientIP(r *http.Request, trusted []netip.Prefix) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	addr, err := netip.ParseAddr(host)
+	if err != nil {
+		return host
+	}
+	addr = addr.Unmap()
+	if !isTrusted(addr, trusted) {
+		return addr.String()
+	}
+	hops := r.Header.Values("X-Forwarded-For")
+	for i := len(hops) - 1; i >= 0; i-- {
+		parts := strings.Split(hops[i], ",")
+		for j := len(parts) - 1; j >= 0; j-- {
+			a, err := netip.ParseAddr(strings.TrimSpace(parts[j]))
+			if err != nil {
+				return addr.String() // a malformed hop: stop believing the header
+			}
+			if a = a.Unmap(); !isTrusted(a, trusted) {
+				return a.String()
+			}
+			addr = a
+		}
+	}
+	return addr.String() // every hop trusted: the leftmost proxy is the client
+}
+
+func isTrusted(a netip.Addr, trusted []netip.Prefix) bool {
+	for _, p := range trusted {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}

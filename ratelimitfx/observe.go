@@ -1,0 +1,117 @@
+package ratelimitfx
+
+import (
+	"context"
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+	"go.uber.org/zap"
+
+	"github.com/redisfx/redisfx/tracingfx"
+)
+
+// Option adds an optional collaborator to New.
+type Option func(*options)
+
+type options struct {
+	registerer prometheus.Registerer
+	tracer     trace.TracerProvider
+	log        *zap.Logger
+}
+
+// WithRegisterer registers the rate-limit metrics with reg.
+func WithRegisterer(reg prometheus.Registerer) Option { return func(o *options) { o.registerer = reg } }
+
+// WithTracerProvider opens the rate_limit.check spans with tp (tracingfx's
+// plugin tracer: a no-op unless PluginTracing is on).
+func WithTracerProvider(tp trace.TracerProvider) Option { return func(o *options) { o.tracer = tp } }
+
+// WithLogger logs store failures (at most one line every 10s).
+func WithLogger(log *zap.Logger) Option { return func(o *options) { o.log = log } }
+
+// Attribute names of the rate_limit.check span.
+const (
+	AttrKey       = "redisfx.rate_limit.key"
+	AttrLimit     = "redisfx.rate_limit.limit"
+	AttrWindow    = "redisfx.rate_limit.window"
+	AttrCurrent   = "redisfx.rate_limit.current"
+	AttrRemaining = "redisfx.rate_limit.remaining"
+	AttrAllowed   = "redisfx.rate_limit.allowed"
+)
+
+// Values of the status label of ratelimit_requests_total.
+const (
+	StatusAllowed  = "allowed"
+	StatusRejected = "rejected"
+	StatusError    = "error"
+)
+
+// errExceeded is the span status message of a blocked request.
+//
+//lint:ignore ST1005 the tracing spec's exact status message
+var errExceeded = errors.New("Rate limit exceeded")
+
+type observer struct {
+	tracer   trace.TracerProvider
+	requests *prometheus.CounterVec
+	allowed  prometheus.Counter
+	rejected prometheus.Counter
+}
+
+func newObserver(reg prometheus.Registerer, tp trace.TracerProvider) (*observer, error) {
+	o := &observer{tracer: tp}
+	if reg == nil {
+		return o, nil
+	}
+	o.requests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratelimit_requests_total", Help: "Rate-limit checks by outcome: allowed, rejected, or error (store unavailable; the ErrorPolicy decided)."}, []string{"status"})
+	o.allowed = prometheus.NewCounter(prometheus.CounterOpts{Name: "ratelimit_allowed_total", Help: "Requests the rate limiter let through."})
+	o.rejected = prometheus.NewCounter(prometheus.CounterOpts{Name: "ratelimit_rejected_total", Help: "Requests the rate limiter refused (429)."})
+	for _, c := range []prometheus.Collector{o.requests, o.allowed, o.rejected} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	for _, s := range []string{StatusAllowed, StatusRejected, StatusError} {
+		o.requests.WithLabelValues(s)
+	}
+	return o, nil
+}
+
+func (o *observer) startCheck(ctx context.Context, key string, rule Rule) (context.Context, *tracingfx.PluginSpan) {
+	if o.tracer == nil {
+		return ctx, nil
+	}
+	return tracingfx.StartPluginSpan(ctx, o.tracer, "rate-limit", "rate_limit.check", "INCR",
+		attribute.String(AttrKey, key), attribute.Int64(AttrLimit, rule.Limit), attribute.Int64(AttrWindow, int64(rule.Window.Seconds())))
+}
+
+func (o *observer) endCheck(span *tracingfx.PluginSpan, d Decision, err error) {
+	if o.requests != nil {
+		switch {
+		case err != nil:
+			o.requests.WithLabelValues(StatusError).Inc()
+		case d.Allowed:
+			o.requests.WithLabelValues(StatusAllowed).Inc()
+			o.allowed.Inc()
+		default:
+			o.requests.WithLabelValues(StatusRejected).Inc()
+			o.rejected.Inc()
+		}
+	}
+	if span == nil {
+		return
+	}
+	span.SetAttributes(attribute.Int64(AttrCurrent, d.Current), attribute.Int64(AttrRemaining, d.Remaining), attribute.Bool(AttrAllowed, d.Allowed))
+	switch {
+	case err != nil:
+		span.Finish(err)
+	case d.Allowed:
+		span.AddEvent("request.allowed")
+		span.Finish(nil)
+	default:
+		span.AddEvent("request.blocked")
+		span.Finish(errExceeded)
+	}
+}
