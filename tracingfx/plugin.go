@@ -26,12 +26,18 @@ type PluginSpan struct {
 // opts say otherwise. plugin is "cache", "locks", "rate-limit", "idempotency" …;
 // operation is the Redis operation behind it (GET, SET, INCR …), or "".
 func StartPluginSpan(ctx context.Context, tp trace.TracerProvider, plugin, name, operation string, attrs ...attribute.KeyValue) (context.Context, *PluginSpan) {
+	return StartPluginSpanKind(ctx, tp, trace.SpanKindInternal, plugin, name, operation, attrs...)
+}
+
+// StartPluginSpanKind is StartPluginSpan with a span kind: PRODUCER for
+// publishing, CONSUMER for consuming (streams), CLIENT …
+func StartPluginSpanKind(ctx context.Context, tp trace.TracerProvider, kind trace.SpanKind, plugin, name, operation string, attrs ...attribute.KeyValue) (context.Context, *PluginSpan) {
 	base := []attribute.KeyValue{attribute.String(AttrPlugin, plugin), attribute.String("db.system", "redis"), attribute.String("db.system.name", "redis")}
 	if operation != "" {
 		base = append(base, attribute.String("db.operation", operation), attribute.String("db.operation.name", operation))
 	}
 	ctx, sp := tp.Tracer("github.com/redisfx/redisfx/plugins").Start(ctx, name,
-		trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(append(base, attrs...)...))
+		trace.WithSpanKind(kind), trace.WithAttributes(append(base, attrs...)...))
 	return ctx, &PluginSpan{Span: sp, began: time.Now()}
 }
 

@@ -1,0 +1,103 @@
+package streamfx
+
+import (
+	"fmt"
+	"os"
+	"time"
+)
+
+// Config holds the stream options. Zero fields take the defaults.
+type Config struct {
+	// Group is the consumer group of this application's handlers. Default
+	// "redisfx".
+	Group string
+	// Consumer names this process within the group. Default
+	// "<hostname>-<pid>-<random>", unique per process start.
+	Consumer string
+	// MaxAttempts is how many times a message is delivered before it moves
+	// to the dead-letter stream "<stream>:dlq". Default 3.
+	MaxAttempts int
+	// ClaimIdle is how long a delivered, unacknowledged message may sit
+	// untouched before any consumer of the group claims it again: a failed
+	// message is retried after it, a crashed consumer's message is taken
+	// over after it. While a handler runs, its consumer keeps the message
+	// touched, so a slow handler is never doubled. Default 5s.
+	ClaimIdle time.Duration
+	// Block is the longest wait of one read for new messages; it bounds how
+	// quickly a stopping consumer notices. Default 1s (at most ClaimIdle/2).
+	Block time.Duration
+	// BatchSize is how many messages one read fetches. Default 10.
+	BatchSize int
+	// Concurrency is how many messages of one stream a process handles at
+	// once. Default 1 (in stream order).
+	Concurrency int
+	// MaxLen trims each stream on publish to about this many entries
+	// (XADD MAXLEN ~). 0 keeps everything.
+	MaxLen int64
+	// StartID is where a new group starts reading: "0" (default) for every
+	// message already in the stream, "$" for only new ones.
+	StartID string
+	// StopTimeout bounds the stop: messages in hand get this long to
+	// finish. Default 10s.
+	StopTimeout time.Duration
+	// StoreTimeout bounds a publish and each bookkeeping call. Default 2s.
+	StoreTimeout time.Duration
+}
+
+// ConfigError names the invalid option.
+type ConfigError struct{ Option, Reason string }
+
+func (e *ConfigError) Error() string { return "streamfx: invalid Config." + e.Option + ": " + e.Reason }
+
+// Validate reports the first invalid option.
+func (c Config) Validate() error { _, err := c.normalize(); return err }
+
+func (c Config) normalize() (Config, error) {
+	if c.Group == "" {
+		c.Group = "redisfx"
+	}
+	if c.Consumer == "" {
+		host, _ := os.Hostname()
+		c.Consumer = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), newToken()[:6])
+	}
+	for _, n := range []struct {
+		name string
+		v    *int
+		def  int
+	}{{"MaxAttempts", &c.MaxAttempts, 3}, {"BatchSize", &c.BatchSize, 10}, {"Concurrency", &c.Concurrency, 1}} {
+		if *n.v < 0 {
+			return c, &ConfigError{n.name, fmt.Sprintf("%d is negative", *n.v)}
+		}
+		if *n.v == 0 {
+			*n.v = n.def
+		}
+	}
+	if c.MaxLen < 0 {
+		return c, &ConfigError{"MaxLen", fmt.Sprintf("%d is negative", c.MaxLen)}
+	}
+	for _, d := range []struct {
+		name string
+		v    *time.Duration
+		def  time.Duration
+	}{{"ClaimIdle", &c.ClaimIdle, 5 * time.Second}, {"Block", &c.Block, time.Second},
+		{"StopTimeout", &c.StopTimeout, 10 * time.Second}, {"StoreTimeout", &c.StoreTimeout, 2 * time.Second}} {
+		if *d.v < 0 {
+			return c, &ConfigError{d.name, fmt.Sprintf("%v is negative", *d.v)}
+		}
+		if *d.v == 0 {
+			*d.v = d.def
+		}
+	}
+	if c.ClaimIdle < 10*time.Millisecond {
+		return c, &ConfigError{"ClaimIdle", "below 10ms"}
+	}
+	c.Block = max(min(c.Block, c.ClaimIdle/2), time.Millisecond)
+	switch c.StartID {
+	case "":
+		c.StartID = "0"
+	case "0", "$":
+	default:
+		return c, &ConfigError{"StartID", fmt.Sprintf("%q is not \"0\" or \"$\"", c.StartID)}
+	}
+	return c, nil
+}

@@ -1,0 +1,82 @@
+package streamfx
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
+	"go.uber.org/fx"
+	"go.uber.org/zap"
+)
+
+// Module provides *Streams. It needs a Redis client (storefx.Module); the
+// configuration is an optional *Config, and the logger, metrics registerer
+// (metricsfx) and plugin tracer (tracingfx) are used when present.
+// Handlers are contributed with AsHandler; the consumers start with the app
+// and stop (bounded by StopTimeout) before Redis closes.
+var Module = fx.Module("redisfx.streams", fx.Provide(NewFromParams))
+
+// HandlerGroup is the Fx value group of stream handlers.
+const HandlerGroup = "redisfx.stream.handlers"
+
+// StreamHandler binds a handler to a stream, for AsHandler.
+type StreamHandler struct {
+	Stream  string
+	Handler Handler
+}
+
+// AsHandler annotates a constructor returning a StreamHandler so that
+// streamfx.Module runs it:
+//
+//	fx.Provide(streamfx.AsHandler(func(r *Receipts) streamfx.StreamHandler {
+//		return streamfx.StreamHandler{Stream: "payment.created", Handler: r.Send}
+//	}))
+func AsHandler(constructor any) any {
+	return fx.Annotate(constructor, fx.ResultTags(`group:"`+HandlerGroup+`"`))
+}
+
+// Params are the inputs of Streams in an Fx app.
+type Params struct {
+	fx.In
+	Lifecycle  fx.Lifecycle
+	Config     *Config               `optional:"true"`
+	Redis      redis.UniversalClient `optional:"true"`
+	Log        *zap.Logger           `optional:"true"`
+	Registerer prometheus.Registerer `optional:"true"`
+	Tracer     trace.TracerProvider  `name:"redisfx.plugin_tracer" optional:"true"`
+	Handlers   []StreamHandler       `group:"redisfx.stream.handlers"`
+}
+
+// NewFromParams builds Streams from the Fx graph and ties the consumers to
+// the lifecycle.
+func NewFromParams(p Params) (*Streams, error) {
+	if p.Redis == nil {
+		return nil, errors.New("streamfx.Module needs a Redis client: add storefx.Module to the app")
+	}
+	var cfg Config
+	if p.Config != nil {
+		cfg = *p.Config
+	}
+	var opts []Option
+	if p.Registerer != nil {
+		opts = append(opts, WithRegisterer(p.Registerer))
+	}
+	if p.Tracer != nil {
+		opts = append(opts, WithTracerProvider(p.Tracer))
+	}
+	if p.Log != nil {
+		opts = append(opts, WithLogger(p.Log.Named("streams")))
+	}
+	s, err := New(p.Redis, cfg, opts...)
+	if err != nil {
+		return nil, err
+	}
+	for _, h := range p.Handlers {
+		if err := s.Handle(h.Stream, h.Handler); err != nil {
+			return nil, err
+		}
+	}
+	p.Lifecycle.Append(fx.StartStopHook(s.Start, s.Stop))
+	return s, nil
+}

@@ -1,0 +1,237 @@
+package streamfx
+
+import (
+	"context"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+	"go.uber.org/zap"
+
+	"github.com/redisfx/redisfx/tracingfx"
+)
+
+// Option adds an optional collaborator to New.
+type Option func(*options)
+
+type options struct {
+	registerer prometheus.Registerer
+	tracer     trace.TracerProvider
+	log        *zap.Logger
+}
+
+// WithRegisterer registers the stream metrics with reg.
+func WithRegisterer(reg prometheus.Registerer) Option { return func(o *options) { o.registerer = reg } }
+
+// WithTracerProvider opens the stream spans with tp (tracingfx's plugin
+// tracer: a no-op unless PluginTracing is on).
+func WithTracerProvider(tp trace.TracerProvider) Option { return func(o *options) { o.tracer = tp } }
+
+// WithLogger logs handler panics and store failures.
+func WithLogger(log *zap.Logger) Option { return func(o *options) { o.log = log } }
+
+// Attribute names of the stream spans: without a prefix, as the tracing
+// spec gives them.
+const (
+	AttrStream      = "stream"
+	AttrGroup       = "group"
+	AttrConsumer    = "consumer"
+	AttrMessageID   = "message_id"
+	AttrMessageSize = "message_size"
+	AttrDLQStream   = "dlq_stream"
+	AttrReason      = "reason"
+)
+
+// Outcomes, the values of stream_messages_total's outcome label.
+const (
+	OutcomeProcessed    = "processed"
+	OutcomeFailed       = "failed"
+	OutcomeDeadLettered = "dead_lettered"
+)
+
+const plugin = "streams"
+
+type observer struct {
+	tracer   trace.TracerProvider
+	messages *prometheus.CounterVec
+
+	mu      sync.Mutex
+	streams map[string]bool // streams this process publishes to or consumes
+}
+
+func newObserver(reg prometheus.Registerer, tp trace.TracerProvider, s *Streams) (*observer, error) {
+	o := &observer{tracer: tp, streams: map[string]bool{}}
+	if reg == nil {
+		return o, nil
+	}
+	o.messages = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "stream_messages_total", Help: "Message deliveries handled by this process, by outcome: processed, failed, dead_lettered."}, []string{"stream", "outcome"})
+	for _, c := range []prometheus.Collector{o.messages, &backlogCollector{s: s, o: o}} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return o, nil
+}
+
+func (o *observer) track(stream string) {
+	o.mu.Lock()
+	o.streams[stream] = true
+	o.mu.Unlock()
+}
+
+func (o *observer) known() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := make([]string, 0, len(o.streams))
+	for s := range o.streams {
+		out = append(out, s)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (o *observer) count(stream, outcome string) {
+	if o.messages != nil {
+		o.messages.WithLabelValues(stream, outcome).Inc()
+	}
+}
+
+func (o *observer) start(ctx context.Context, kind trace.SpanKind, name, op string, attrs ...attribute.KeyValue) (context.Context, *tracingfx.PluginSpan) {
+	if o.tracer == nil {
+		return ctx, nil
+	}
+	return tracingfx.StartPluginSpanKind(ctx, o.tracer, kind, plugin, name, op, attrs...)
+}
+
+func (o *observer) startPublish(ctx context.Context, stream string, size int) (context.Context, *tracingfx.PluginSpan) {
+	o.track(stream)
+	return o.start(ctx, trace.SpanKindProducer, "stream.publish", "XADD", attribute.String(AttrStream, stream), attribute.Int(AttrMessageSize, size))
+}
+
+func (o *observer) endPublish(span *tracingfx.PluginSpan, id string, err error) {
+	if span == nil {
+		return
+	}
+	if err == nil {
+		span.SetAttributes(attribute.String(AttrMessageID, id))
+		span.AddEvent("message.published")
+	}
+	span.Finish(err)
+}
+
+func (o *observer) startConsume(ctx context.Context, stream, group, consumer, id string, attempt int) (context.Context, *tracingfx.PluginSpan) {
+	ctx, span := o.start(ctx, trace.SpanKindConsumer, "stream.consume", "XREADGROUP", attribute.String(AttrStream, stream),
+		attribute.String(AttrGroup, group), attribute.String(AttrConsumer, consumer), attribute.String(AttrMessageID, id))
+	if span != nil {
+		span.AddEvent("message.received", trace.WithAttributes(attribute.Int("attempt", attempt)))
+	}
+	return ctx, span
+}
+
+func (o *observer) processed(span *tracingfx.PluginSpan, stream string) {
+	o.count(stream, OutcomeProcessed)
+	if span != nil {
+		span.AddEvent("message.processed")
+	}
+}
+
+func (o *observer) failed(span *tracingfx.PluginSpan, stream string, attempt int, err error) {
+	o.count(stream, OutcomeFailed)
+	if span != nil {
+		span.AddEvent("processing.failed", trace.WithAttributes(attribute.Int("attempt", attempt), attribute.String("error", err.Error())))
+	}
+}
+
+func (o *observer) endConsume(span *tracingfx.PluginSpan, err error) {
+	if span != nil {
+		span.Finish(err)
+	}
+}
+
+func (o *observer) startAck(ctx context.Context, stream string) (context.Context, *tracingfx.PluginSpan) {
+	return o.start(ctx, trace.SpanKindInternal, "stream.ack", "XACK", attribute.String(AttrStream, stream))
+}
+
+func (o *observer) endAck(span *tracingfx.PluginSpan, err error) {
+	if span == nil {
+		return
+	}
+	if err == nil {
+		span.AddEvent("message.acknowledged")
+	}
+	span.Finish(err)
+}
+
+func (o *observer) startDLQ(ctx context.Context, stream, dlq, reason, id string) (context.Context, *tracingfx.PluginSpan) {
+	o.track(stream)
+	return o.start(ctx, trace.SpanKindInternal, "stream.move_to_dlq", "XADD", attribute.String(AttrStream, stream),
+		attribute.String(AttrMessageID, id), attribute.String(AttrDLQStream, dlq), attribute.String(AttrReason, reason))
+}
+
+func (o *observer) endDLQ(span *tracingfx.PluginSpan, stream string, err error) {
+	if err == nil {
+		o.count(stream, OutcomeDeadLettered)
+	}
+	if span == nil {
+		return
+	}
+	if err == nil {
+		span.AddEvent("message.moved_to_dlq")
+	}
+	span.Finish(err)
+}
+
+// backlogCollector reads the streams' backlog from Redis when Prometheus
+// scrapes (one pipelined round trip, no goroutine): stream_length for each
+// known stream and its dead-letter stream, and stream_consumer_lag for
+// this application's group.
+type backlogCollector struct {
+	s *Streams
+	o *observer
+}
+
+var (
+	lengthDesc = prometheus.NewDesc("stream_length", "Entries in a stream (dead-letter streams included, named <stream>:dlq).", []string{"stream"}, nil)
+	lagDesc    = prometheus.NewDesc("stream_consumer_lag", "Entries of a stream the consumer group has not acknowledged yet: not yet delivered (XINFO GROUPS lag) plus delivered and pending.", []string{"stream", "group"}, nil)
+)
+
+func (b *backlogCollector) Describe(ch chan<- *prometheus.Desc) { ch <- lengthDesc; ch <- lagDesc }
+
+func (b *backlogCollector) Collect(ch chan<- prometheus.Metric) {
+	streams := b.o.known()
+	if len(streams) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	lens := make(map[string]*redis.IntCmd, 2*len(streams))
+	groups := make(map[string]*redis.XInfoGroupsCmd, len(streams))
+	_, _ = b.s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, st := range streams {
+			lens[st] = p.XLen(ctx, st)
+			lens[st+DLQSuffix] = p.XLen(ctx, st+DLQSuffix)
+			groups[st] = p.XInfoGroups(ctx, st)
+		}
+		return nil
+	})
+	for st, cmd := range lens {
+		if n, err := cmd.Result(); err == nil {
+			ch <- prometheus.MustNewConstMetric(lengthDesc, prometheus.GaugeValue, float64(n), st)
+		}
+	}
+	for st, cmd := range groups {
+		infos, err := cmd.Result()
+		if err != nil {
+			continue
+		}
+		for _, g := range infos {
+			if g.Name == b.s.cfg.Group && g.Lag >= 0 {
+				ch <- prometheus.MustNewConstMetric(lagDesc, prometheus.GaugeValue, float64(g.Lag+g.Pending), st, g.Name)
+			}
+		}
+	}
+}
