@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/redisfx/redisfx"
+	"github.com/redisfx/redisfx/internal/scripts"
 	"github.com/redisfx/redisfx/tracingfx"
 )
 
@@ -76,9 +77,10 @@ func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Cache, error) 
 	return &Cache{shared: s, ns: cfg.Namespace}, nil
 }
 
-// Start subscribes to invalidations from other processes (first layer
-// only; otherwise it does nothing).
+// Start preloads the cache's script and, with the first layer on,
+// subscribes to invalidations from other processes.
 func (c *Cache) Start(ctx context.Context) error {
+	_ = scripts.Preload(ctx, c.rdb, releaseGuardScript) // not fatal: loads on first use
 	if c.bcast == nil {
 		return nil
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redisfx/redisfx"
+	"github.com/redisfx/redisfx/internal/scripts"
 )
 
 // Config holds the lock options. Zero fields take the defaults.
@@ -132,6 +133,13 @@ func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Locker, error)
 		return nil, err
 	}
 	return &Locker{cfg: cfg, rdb: rdb, obs: obs}, nil
+}
+
+// Start preloads the lock scripts, so that the first acquire pays no
+// NOSCRIPT round trip. A failure is not fatal (scripts load on first use).
+func (l *Locker) Start(ctx context.Context) error {
+	_ = scripts.Preload(ctx, l.rdb, acquireScript, releaseScript, extendScript)
+	return nil
 }
 
 // Lock is a held lock.

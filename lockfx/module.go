@@ -17,6 +17,7 @@ var Module = fx.Module("redisfx.locks", fx.Provide(NewFromParams))
 // Params are the inputs of the Locker in an Fx app.
 type Params struct {
 	fx.In
+	Lifecycle  fx.Lifecycle
 	Config     *Config               `optional:"true"`
 	Redis      redis.UniversalClient `optional:"true"`
 	Registerer prometheus.Registerer `optional:"true"`
@@ -39,5 +40,10 @@ func NewFromParams(p Params) (*Locker, error) {
 	if p.Tracer != nil {
 		opts = append(opts, WithTracerProvider(p.Tracer))
 	}
-	return New(p.Redis, cfg, opts...)
+	l, err := New(p.Redis, cfg, opts...)
+	if err != nil {
+		return nil, err
+	}
+	p.Lifecycle.Append(fx.StartHook(l.Start))
+	return l, nil
 }

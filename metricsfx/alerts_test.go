@@ -100,12 +100,13 @@ var (
 		"http_requests_total": "httpfx", "http_request_duration_seconds": "httpfx",
 		"lock_timeouts_total": "lockfx", "lock_attempts_total": "lockfx", "lock_wait_seconds": "lockfx",
 		"lock_acquisitions_total": "lockfx", "locks_active": "lockfx", "lock_wait_duration_seconds": "lockfx",
-	}
-	notYetBuilt = map[string]string{
 		"cache_hits_total": "cachefx", "cache_misses_total": "cachefx", "cache_stampede_prevented_total": "cachefx", "cache_size": "cachefx",
 		"ratelimit_rejected_total": "ratelimitfx", "ratelimit_allowed_total": "ratelimitfx", "ratelimit_requests_total": "ratelimitfx",
 		"stream_consumer_lag": "streamfx", "stream_length": "streamfx",
 	}
+	// notYetBuilt lists metrics that rules or the dashboard read but no
+	// module exports yet. Every plugin of the spec is built: it is empty.
+	notYetBuilt = map[string]string{}
 )
 
 func TestRulesAndDashboardReadOnlyKnownMetrics(t *testing.T) {

@@ -22,6 +22,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/redisfx/redisfx"
+	"github.com/redisfx/redisfx/internal/scripts"
 )
 
 // Rule is a limit: Limit requests per Window for each key. Zero fields take
@@ -108,6 +109,13 @@ func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Limiter, error
 		return nil, err
 	}
 	return &Limiter{cfg: cfg, proxies: proxies, rdb: rdb, obs: obs, log: o.log}, nil
+}
+
+// Start preloads the check scripts, so that the first check pays no
+// NOSCRIPT round trip. A failure is not fatal (scripts load on first use).
+func (l *Limiter) Start(ctx context.Context) error {
+	_ = scripts.Preload(ctx, l.rdb, fixedWindowScript, slidingLogScript)
+	return nil
 }
 
 // Config is the limiter's effective configuration, defaults filled in.

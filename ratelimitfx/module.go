@@ -19,6 +19,7 @@ var Module = fx.Module("redisfx.ratelimit", fx.Provide(NewFromParams))
 // Params are the inputs of the Limiter in an Fx app.
 type Params struct {
 	fx.In
+	Lifecycle  fx.Lifecycle
 	Config     *Config               `optional:"true"`
 	Redis      redis.UniversalClient `optional:"true"`
 	Log        *zap.Logger           `optional:"true"`
@@ -45,5 +46,10 @@ func NewFromParams(p Params) (*Limiter, error) {
 	if p.Log != nil {
 		opts = append(opts, WithLogger(p.Log.Named("ratelimit")))
 	}
-	return New(p.Redis, cfg, opts...)
+	l, err := New(p.Redis, cfg, opts...)
+	if err != nil {
+		return nil, err
+	}
+	p.Lifecycle.Append(fx.StartHook(l.Start))
+	return l, nil
 }

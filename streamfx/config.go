@@ -34,6 +34,10 @@ type Config struct {
 	// MaxLen trims each stream on publish to about this many entries
 	// (XADD MAXLEN ~). 0 keeps everything.
 	MaxLen int64
+	// Retention, when set, makes each stream (and its dead-letter stream)
+	// expire this long after its last publish, so no stream key lives
+	// forever. 0 keeps streams until deleted.
+	Retention time.Duration
 	// StartID is where a new group starts reading: "0" (default) for every
 	// message already in the stream, "$" for only new ones.
 	StartID string
@@ -80,7 +84,7 @@ func (c Config) normalize() (Config, error) {
 		v    *time.Duration
 		def  time.Duration
 	}{{"ClaimIdle", &c.ClaimIdle, 5 * time.Second}, {"Block", &c.Block, time.Second},
-		{"StopTimeout", &c.StopTimeout, 10 * time.Second}, {"StoreTimeout", &c.StoreTimeout, 2 * time.Second}} {
+		{"StopTimeout", &c.StopTimeout, 10 * time.Second}, {"Retention", &c.Retention, 0}, {"StoreTimeout", &c.StoreTimeout, 2 * time.Second}} {
 		if *d.v < 0 {
 			return c, &ConfigError{d.name, fmt.Sprintf("%v is negative", *d.v)}
 		}

@@ -26,6 +26,9 @@ func (c *consumer) ensureGroup(ctx context.Context) error {
 	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
 		return fmt.Errorf("streamfx: create group %q on %q: %w", c.s.cfg.Group, c.stream, err)
 	}
+	if err == nil && c.s.cfg.Retention > 0 { // MKSTREAM may have made the stream: it expires too
+		_ = c.s.rdb.PExpire(ctx, c.stream, c.s.cfg.Retention).Err()
+	}
 	return nil
 }
 
@@ -161,7 +164,7 @@ func (c *consumer) deadLetter(ctx context.Context, m redis.XMessage, attempts in
 		FieldAttempts, strconv.Itoa(attempts), FieldError, lastErr)
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.s.cfg.StoreTimeout)
 	defer cancel()
-	err := c.s.rdb.XAdd(sctx, &redis.XAddArgs{Stream: dlq, MaxLen: c.s.cfg.MaxLen, Approx: c.s.cfg.MaxLen > 0, Values: values}).Err()
+	_, err := c.s.append(sctx, dlq, values)
 	if err == nil {
 		err = c.s.rdb.XAck(sctx, c.stream, c.s.cfg.Group, m.ID).Err()
 	}

@@ -23,6 +23,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/propagation"
 	"go.uber.org/zap"
+
+	"github.com/redisfx/redisfx/internal/scripts"
 )
 
 // Message is one stream entry as a handler sees it.
@@ -134,12 +136,31 @@ func (s *Streams) Publish(ctx context.Context, stream string, data []byte) (stri
 	}
 	sctx, cancel := context.WithTimeout(ctx, s.cfg.StoreTimeout)
 	defer cancel()
-	id, err := s.rdb.XAdd(sctx, &redis.XAddArgs{Stream: stream, MaxLen: s.cfg.MaxLen, Approx: s.cfg.MaxLen > 0, Values: values}).Result()
+	id, err := s.append(sctx, stream, values)
 	if err != nil {
 		err = fmt.Errorf("streamfx: publish to %q: %w", stream, err)
 	}
 	s.obs.endPublish(span, id, err)
 	return id, err
+}
+
+// append adds an entry (XADD, trimmed to MaxLen) and renews the stream's
+// Retention, in one round trip.
+func (s *Streams) append(ctx context.Context, stream string, values []any) (string, error) {
+	args := &redis.XAddArgs{Stream: stream, MaxLen: s.cfg.MaxLen, Approx: s.cfg.MaxLen > 0, Values: values}
+	if s.cfg.Retention == 0 {
+		return s.rdb.XAdd(ctx, args).Result()
+	}
+	var add *redis.StringCmd
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		add = p.XAdd(ctx, args)
+		p.PExpire(ctx, stream, s.cfg.Retention)
+		return nil
+	})
+	if err != nil {
+		return "", err
+	}
+	return add.Val(), nil
 }
 
 // PublishJSON publishes v encoded as JSON.
@@ -163,6 +184,9 @@ func (s *Streams) Start(ctx context.Context) error {
 		if err := c.ensureGroup(ctx); err != nil {
 			return err
 		}
+	}
+	if len(s.consumers) > 0 {
+		_ = scripts.Preload(ctx, s.rdb, touchScript) // not fatal: loads on first use
 	}
 	loopCtx, stop := context.WithCancel(context.Background())
 	handlerCtx, abort := context.WithCancel(context.Background())

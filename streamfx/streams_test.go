@@ -455,3 +455,34 @@ func TestConfigNamesTheOption(t *testing.T) {
 		}
 	}
 }
+
+// With Retention, no stream key is left without an expiry: not the stream
+// a group creates, not the stream, not its dead-letter stream.
+func TestRetention_EveryStreamKeyExpires(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	stream := redistest.Prefix(t) + "kept"
+	s := newStreams(t, srv, Config{Retention: time.Hour, MaxAttempts: 1})
+	dead := make(chan struct{})
+	_ = s.Handle(stream, func(context.Context, Message) error { return errors.New("no") })
+	start(t, s)
+	ctx := context.Background()
+	if ttl := srv.Client().PTTL(ctx, stream).Val(); ttl <= 0 {
+		t.Fatalf("stream made by the group: PTTL %v", ttl)
+	}
+	if _, err := s.Publish(ctx, stream, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for srv.Client().XLen(ctx, stream+DLQSuffix).Val() == 0 {
+			time.Sleep(10 * time.Millisecond)
+		}
+		close(dead)
+	}()
+	wait(t, dead, 10*time.Second, "the dead letter")
+	for _, k := range []string{stream, stream + DLQSuffix} {
+		if ttl := srv.Client().PTTL(ctx, k).Val(); ttl <= 0 || ttl > time.Hour {
+			t.Errorf("%s PTTL %v", k, ttl)
+		}
+	}
+}

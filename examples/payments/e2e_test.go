@@ -342,9 +342,25 @@ func TestPayments_ConsoleSpansNestUnderServerSpan_AndMetrics(t *testing.T) {
 			children[s.Name]++
 		}
 	}
-	if children["redis.EVALSHA"] != 2 || children["payment.charge"] != 1 {
-		t.Fatalf("children of the SERVER span: %v, want 2 redis.EVALSHA (claim, complete) and payment.charge", children)
+	if children["redis.EVALSHA"] != 2 || children["payment.charge"] != 1 || children["lock.acquire"] != 1 || children["lock.release"] != 1 || children["stream.publish"] != 1 {
+		t.Fatalf("children of the SERVER span: %v, want 2 redis.EVALSHA (claim, complete), payment.charge, lock.acquire, lock.release, stream.publish", children)
 	}
+	// The receipt consumer's span joins the request's trace, under the publish.
+	var publish *tracingfx.ConsoleSpan
+	for i := range spans {
+		if spans[i].Name == "stream.publish" && spans[i].TraceID == server.TraceID {
+			publish = &spans[i]
+		}
+	}
+	waitUntil(t, func() bool {
+		for _, l := range strings.Split(p.stdout.String(), "\n") {
+			var s tracingfx.ConsoleSpan
+			if json.Unmarshal([]byte(l), &s) == nil && s.Name == "stream.consume" && s.Kind == "CONSUMER" && s.TraceID == server.TraceID && s.ParentSpanID == publish.SpanID {
+				return true
+			}
+		}
+		return false
+	})
 	metrics := p.do("GET", "/metrics", "", "").body
 	for _, want := range []string{
 		`shop_http_requests_total{code="201",method="POST",route="/payments"} 1`,

@@ -4,9 +4,11 @@ import (
 	"fmt"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redisfx/redisfx/idempotencyfx"
+	"github.com/redisfx/redisfx/ratelimitfx"
 	"github.com/redisfx/redisfx/storefx"
 	"github.com/redisfx/redisfx/tracingfx"
 )
@@ -26,6 +28,13 @@ type Env struct {
 	TracingExporter string
 	ServiceName     string
 	MetricsPrefix   string
+	// RateLimit > 0 limits POST /payments to RateLimit per RateLimitWindow
+	// per client IP (RATE_LIMIT="100/1m"); 0: no limit.
+	RateLimit       int64
+	RateLimitWindow time.Duration
+	TrustedProxies  []string
+	// LockWait bounds the wait for a card's lock (PAYMENTS_LOCK_WAIT).
+	LockWait time.Duration
 }
 
 // EnvError names the variable whose value is invalid.
@@ -68,6 +77,7 @@ func LoadEnv(getenv func(string) string) (Env, error) {
 		{"IDEMPOTENCY_LOCK_TIMEOUT", "30s", &e.LockTimeout},
 		{"IDEMPOTENCY_WAIT_TIMEOUT", "10s", &e.WaitTimeout},
 		{"PAYMENTS_DELAY", "0", &e.PaymentsDelay},
+		{"PAYMENTS_LOCK_WAIT", "10s", &e.LockWait},
 	}
 	for _, d := range durations {
 		v := get(d.name, d.def)
@@ -114,10 +124,38 @@ func LoadEnv(getenv func(string) string) (Env, error) {
 			return e, &EnvError{"OTEL_TRACES_SAMPLER_ARG", v, "not a number between 0 and 1"}
 		}
 	}
+	if v := getenv("RATE_LIMIT"); v != "" {
+		if e.RateLimit, e.RateLimitWindow, err = parseRate(v); err != nil {
+			return e, &EnvError{"RATE_LIMIT", v, err.Error()}
+		}
+	}
+	if v := getenv("RATE_LIMIT_TRUSTED_PROXIES"); v != "" {
+		e.TrustedProxies = strings.Split(v, ",")
+		if err := (ratelimitfx.Config{TrustedProxies: e.TrustedProxies}).Validate(); err != nil {
+			return e, &EnvError{"RATE_LIMIT_TRUSTED_PROXIES", v, "not a comma-separated list of addresses or CIDR ranges"}
+		}
+	}
+	if e.LockWait == 0 {
+		return e, &EnvError{"PAYMENTS_LOCK_WAIT", getenv("PAYMENTS_LOCK_WAIT"), "must be positive"}
+	}
 	if err := validPrefix(e.MetricsPrefix); err != nil {
 		return e, &EnvError{"METRICS_PREFIX", e.MetricsPrefix, err.Error()}
 	}
 	return e, nil
+}
+
+// parseRate reads "<requests>/<window>", e.g. "100/1m" or "5/10s".
+func parseRate(v string) (int64, time.Duration, error) {
+	n, w, ok := strings.Cut(v, "/")
+	limit, err := strconv.ParseInt(n, 10, 64)
+	if !ok || err != nil || limit <= 0 {
+		return 0, 0, fmt.Errorf("not <requests>/<window>, e.g. 100/1m")
+	}
+	window, err := time.ParseDuration(w)
+	if err != nil || window < time.Millisecond {
+		return 0, 0, fmt.Errorf("not <requests>/<window>, e.g. 100/1m")
+	}
+	return limit, window, nil
 }
 
 func validPrefix(p string) error {

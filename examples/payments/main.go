@@ -7,16 +7,21 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"time"
 
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxevent"
 	"go.uber.org/zap"
 
+	"github.com/redisfx/redisfx/cachefx"
 	"github.com/redisfx/redisfx/httpfx"
 	"github.com/redisfx/redisfx/idempotencyfx"
 	"github.com/redisfx/redisfx/internal/embedded"
+	"github.com/redisfx/redisfx/lockfx"
 	"github.com/redisfx/redisfx/metricsfx"
+	"github.com/redisfx/redisfx/ratelimitfx"
 	"github.com/redisfx/redisfx/storefx"
+	"github.com/redisfx/redisfx/streamfx"
 	"github.com/redisfx/redisfx/tracingfx"
 )
 
@@ -42,13 +47,19 @@ func App(env Env, log *zap.Logger) fx.Option {
 		fx.WithLogger(func(l *zap.Logger) fxevent.Logger {
 			return &fxevent.ZapLogger{Logger: l.Named("fx").WithOptions(zap.IncreaseLevel(zap.WarnLevel))}
 		}),
-		fx.Provide(redisConfig, idempotencyConfig, tracingConfig, httpConfig, metricsConfig),
+		fx.Provide(redisConfig, idempotencyConfig, tracingConfig, httpConfig, metricsConfig,
+			cacheConfig, lockConfig, rateLimitConfig, streamConfig),
 		storefx.Module,
 		tracingfx.Module,
 		metricsfx.Module,
 		idempotencyfx.Module,
+		cachefx.Module,
+		lockfx.Module,
+		ratelimitfx.Module,
+		streamfx.Module,
 		httpfx.Module,
 		fx.Provide(NewPaymentService, httpfx.AsRoutes((*PaymentService).Routes)),
+		fx.Provide(NewReceipts, streamfx.AsHandler((*Receipts).Handler)),
 		// The app's own problem types: decorate the built-in idempotency filter.
 		fx.Decorate(func(next idempotencyfx.ErrorFilter) idempotencyfx.ErrorFilter {
 			return func(err error, r *http.Request) (httpfx.Problem, bool) {
@@ -100,3 +111,25 @@ func tracingConfig(env Env) *tracingfx.Config {
 func httpConfig(env Env) *httpfx.Config { return &httpfx.Config{Addr: env.HTTPAddr} }
 
 func metricsConfig(env Env) *metricsfx.Config { return &metricsfx.Config{Prefix: env.MetricsPrefix} }
+
+// cacheConfig: payments never change once recorded, so a first layer in
+// each process serves repeated reads without a round trip.
+func cacheConfig() *cachefx.Config {
+	return &cachefx.Config{Local: cachefx.LocalConfig{MaxEntries: 10000, TTL: time.Minute}}
+}
+
+// lockConfig: a card's lock is held only for the charge itself, so a
+// short first backoff keeps concurrent payments with one card quick.
+func lockConfig(env Env) *lockfx.Config {
+	return &lockfx.Config{TTL: 10 * time.Second, Attempts: 1 << 20, Backoff: time.Millisecond, MaxBackoff: 20 * time.Millisecond, WaitTimeout: env.LockWait}
+}
+
+func rateLimitConfig(env Env) *ratelimitfx.Config {
+	return &ratelimitfx.Config{Limit: max(env.RateLimit, 1), Window: max(env.RateLimitWindow, time.Minute), TrustedProxies: env.TrustedProxies}
+}
+
+// streamConfig: payment.created keeps about the last 100,000 events, for
+// at most 7 days after the last one.
+func streamConfig() *streamfx.Config {
+	return &streamfx.Config{Group: "payments", MaxLen: 100000, Retention: 7 * 24 * time.Hour}
+}

@@ -12,9 +12,14 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"go.uber.org/fx"
+	"go.uber.org/zap"
 
+	"github.com/redisfx/redisfx/cachefx"
 	"github.com/redisfx/redisfx/httpfx"
 	"github.com/redisfx/redisfx/idempotencyfx"
+	"github.com/redisfx/redisfx/lockfx"
+	"github.com/redisfx/redisfx/ratelimitfx"
+	"github.com/redisfx/redisfx/streamfx"
 	"github.com/redisfx/redisfx/tracingfx"
 )
 
@@ -38,24 +43,41 @@ var errProcessor = errors.New("payment processor unavailable")
 
 // PaymentService charges cards and remembers every attempt it executed.
 type PaymentService struct {
-	tracer tracingfx.ITracingService
-	delay  time.Duration
+	tracer  tracingfx.ITracingService
+	delay   time.Duration
+	cache   *cachefx.Cache       // GET /payments/{id} reads through it
+	locks   *lockfx.Locker       // one charge per card at a time
+	events  *streamfx.Streams    // payment.created
+	limiter *ratelimitfx.Limiter // POST /payments, when RATE_LIMIT is set
+	limit   *ratelimitfx.Rule    // nil: no rate limit
+	log     *zap.Logger
 
 	mu       sync.Mutex
 	attempts []Payment
 	byID     map[string]int
 }
 
-// PaymentServiceParams injects the tracer by its name, TRACING_SERVICE.
+// PaymentServiceParams injects the tracer by its name, TRACING_SERVICE,
+// and the plugins the service uses.
 type PaymentServiceParams struct {
 	fx.In
-	Tracer tracingfx.ITracingService `name:"TRACING_SERVICE"`
-	Env    Env
+	Tracer  tracingfx.ITracingService `name:"TRACING_SERVICE"`
+	Env     Env
+	Cache   *cachefx.Cache
+	Locks   *lockfx.Locker
+	Events  *streamfx.Streams
+	Limiter *ratelimitfx.Limiter
+	Log     *zap.Logger
 }
 
 // NewPaymentService is the service's constructor.
 func NewPaymentService(p PaymentServiceParams) *PaymentService {
-	return &PaymentService{tracer: p.Tracer, delay: p.Env.PaymentsDelay, byID: map[string]int{}}
+	s := &PaymentService{tracer: p.Tracer, delay: p.Env.PaymentsDelay, cache: p.Cache.Namespace("payments"), locks: p.Locks,
+		events: p.Events, limiter: p.Limiter, log: p.Log, byID: map[string]int{}}
+	if p.Env.RateLimit > 0 {
+		s.limit = &ratelimitfx.Rule{Name: "payments", Limit: p.Env.RateLimit, Window: p.Env.RateLimitWindow}
+	}
+	return s
 }
 
 // record appends one executed attempt.
@@ -107,10 +129,28 @@ func (s *PaymentService) Create(w http.ResponseWriter, r *http.Request) error {
 		return &httpfx.ProblemError{Problem: httpfx.NewProblem(http.StatusBadRequest, "invalid_request", problem)}
 	}
 	p.Amount, p.Currency = amount, req.Currency
-	err := s.charge(r.Context(), &p, req.Card)
+	// One charge per card at a time, across processes: what a real service
+	// does around a balance check and debit. The simulated processor latency
+	// (PAYMENTS_DELAY) is spent before, so concurrent payments with one card
+	// wait for each other only for the charge itself.
+	err := s.locks.WithLock(r.Context(), "card:"+req.Card, func(ctx context.Context, _ int64) error {
+		return s.charge(ctx, &p, req.Card)
+	})
+	if err != nil && p.Status == "" {
+		p.Status = "failed" // the charge did not run
+	}
+	if errors.Is(err, lockfx.ErrNotAcquired) {
+		s.record(p)
+		busy := httpfx.NewProblem(http.StatusServiceUnavailable, "card_busy", "Another payment with this card is being processed; retry with a new idempotency key.")
+		busy.RetryAfter = time.Second
+		return &httpfx.ProblemError{Problem: busy}
+	}
 	s.record(p)
 	if err != nil {
 		return err
+	}
+	if p.Status == "succeeded" {
+		s.publishCreated(r.Context(), p)
 	}
 	status := http.StatusCreated
 	if p.Status == "declined" {
@@ -167,26 +207,48 @@ func (s *PaymentService) List(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-// Get is GET /payments/{id}.
+// errNotFound is GET /payments/{id}'s 404; it is never cached.
+var errNotFound = &httpfx.ProblemError{Problem: httpfx.NewProblem(http.StatusNotFound, "payment_not_found", "no payment with this id")}
+
+// Get is GET /payments/{id}, read through the cache: a payment never
+// changes once recorded, so a cached copy is never stale.
 func (s *PaymentService) Get(w http.ResponseWriter, r *http.Request) error {
-	s.mu.Lock()
-	i, ok := s.byID[chi.URLParam(r, "id")]
-	var p Payment
-	if ok {
-		p = s.attempts[i]
-	}
-	s.mu.Unlock()
-	if !ok {
-		return &httpfx.ProblemError{Problem: httpfx.NewProblem(http.StatusNotFound, "payment_not_found", "no payment with this id")}
+	id := chi.URLParam(r, "id")
+	p, err := cachefx.GetOrLoadJSON(r.Context(), s.cache, id, 10*time.Minute, func(context.Context) (Payment, error) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		i, ok := s.byID[id]
+		if !ok {
+			return Payment{}, errNotFound
+		}
+		return s.attempts[i], nil
+	})
+	if err != nil {
+		return err
 	}
 	writeJSON(w, http.StatusOK, p)
 	return nil
 }
 
+// paymentCreated is the stream the service announces succeeded payments on.
+const paymentCreated = "payment.created"
+
+// publishCreated announces a succeeded payment. The payment stands even if
+// the announcement fails (it is logged): the charge has happened.
+func (s *PaymentService) publishCreated(ctx context.Context, p Payment) {
+	if _, err := streamfx.PublishJSON(ctx, s.events, paymentCreated, p); err != nil {
+		s.log.Warn("payment.created not published", zap.String("payment", p.ID), zap.Error(err))
+	}
+}
+
 // Routes mounts the payments API; POST is idempotent.
 func (s *PaymentService) Routes() httpfx.Routes {
 	return func(r chi.Router) {
-		r.With(idempotencyfx.Idempotent()).Method(http.MethodPost, "/payments", httpfx.HandlerFunc(s.Create))
+		post := chi.Middlewares{idempotencyfx.Idempotent()}
+		if s.limit != nil { // counted before idempotency: replays count too
+			post = chi.Middlewares{s.limiter.Limit(*s.limit), idempotencyfx.Idempotent()}
+		}
+		r.With(post...).Method(http.MethodPost, "/payments", httpfx.HandlerFunc(s.Create))
 		r.Get("/payments", s.List)
 		r.Method(http.MethodGet, "/payments/{id}", httpfx.HandlerFunc(s.Get))
 	}

@@ -1,0 +1,22 @@
+// Package scripts preloads the plugins' Lua scripts, so that their first
+// use is an EVALSHA that succeeds rather than a NOSCRIPT error (counted in
+// errors_total) followed by an EVAL.
+package scripts
+
+import (
+	"context"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Preload loads each script (on every master of a Cluster). A failure is
+// not fatal: go-redis falls back to EVAL on first use, so the error is
+// only returned for the caller to log.
+func Preload(ctx context.Context, rdb redis.Scripter, all ...*redis.Script) error {
+	for _, s := range all {
+		if err := s.Load(ctx, rdb).Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
