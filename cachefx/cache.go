@@ -80,7 +80,7 @@ func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Cache, error) 
 // Start preloads the cache's script and, with the first layer on,
 // subscribes to invalidations from other processes.
 func (c *Cache) Start(ctx context.Context) error {
-	_ = scripts.Preload(ctx, c.rdb, releaseGuardScript) // not fatal: loads on first use
+	_ = scripts.Preload(ctx, c.rdb, releaseGuardScript, takeTagScript) // not fatal: loads on first use
 	if c.bcast == nil {
 		return nil
 	}

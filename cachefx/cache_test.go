@@ -421,3 +421,19 @@ func TestConfigNamesTheOption(t *testing.T) {
 		t.Errorf("bad namespace: %v", err)
 	}
 }
+
+// After Redis loses its script cache (a restart), invalidation loads the
+// script again instead of failing.
+func TestInvalidateByTags_AfterScriptCacheLoss(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartPrivate(t)
+	c := newCache(t, client(t, srv), Config{})
+	ctx := context.Background()
+	_ = c.Set(ctx, "a", []byte("1"), time.Minute, "t")
+	if err := srv.Client().ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := c.InvalidateByTags(ctx, "t"); err != nil || n != 1 {
+		t.Fatalf("= %d %v", n, err)
+	}
+}

@@ -10,9 +10,18 @@ import (
 	"github.com/redisfx/redisfx/tracingfx"
 )
 
+// takeTagScript reads and deletes one tag set atomically. One script per
+// tag, pipelined: each touches one key, so on a Cluster the pipeline is
+// split by node and no command crosses slots.
+var takeTagScript = redis.NewScript(`
+local m = redis.call('SMEMBERS', KEYS[1])
+redis.call('DEL', KEYS[1])
+return m
+`)
+
 // InvalidateByTags deletes every value stored with any of tags (in this
 // namespace) and the tag sets themselves; it reports how many values
-// existed. Each tag set is read and deleted in one MULTI, so a value tagged
+// existed. Each tag set is read and deleted atomically, so a value tagged
 // while the invalidation runs is either deleted or still in its set.
 func (c *Cache) InvalidateByTags(ctx context.Context, tags ...string) (int64, error) {
 	ctx, span := c.obs.start(ctx, "cache.invalidate_by_tags", "", attribute.String(AttrNamespace, c.ns), attribute.StringSlice(AttrTags, tags))
@@ -25,20 +34,25 @@ func (c *Cache) invalidateByTags(ctx context.Context, tags []string, span *traci
 	if len(tags) == 0 {
 		return 0, nil
 	}
-	members := make([]*redis.StringSliceCmd, len(tags))
+	members := make([]*redis.Cmd, len(tags))
 	sctx, cancel := c.storeCtx(ctx)
 	err := func() error {
 		defer cancel()
-		// MULTI/EXEC: on a Cluster go-redis runs one transaction per slot,
-		// and a tag set's read and delete share their key's slot.
-		_, err := c.rdb.TxPipelined(sctx, func(p redis.Pipeliner) error {
-			for i, tag := range tags {
-				tk := c.tagKey(tag)
-				members[i] = p.SMembers(sctx, tk)
-				p.Del(sctx, tk)
+		run := func() error {
+			_, err := c.rdb.Pipelined(sctx, func(p redis.Pipeliner) error {
+				for i, tag := range tags {
+					members[i] = takeTagScript.EvalSha(sctx, p, []string{c.tagKey(tag)})
+				}
+				return nil
+			})
+			return err
+		}
+		err := run()
+		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") { // Redis lost its script cache (restart)
+			if err = takeTagScript.Load(sctx, c.rdb).Err(); err == nil {
+				err = run()
 			}
-			return nil
-		})
+		}
 		return err
 	}()
 	event(span, "tag.lookup", attribute.Int("count", len(tags)))
@@ -48,7 +62,8 @@ func (c *Cache) invalidateByTags(ctx context.Context, tags []string, span *traci
 	seen := map[string]bool{}
 	var keys []string
 	for _, m := range members {
-		for _, k := range m.Val() {
+		members, _ := m.StringSlice()
+		for _, k := range members {
 			if !seen[k] {
 				seen[k] = true
 				keys = append(keys, k)
