@@ -198,3 +198,35 @@ func grepLines(s, substr string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// The plugins work on the embedded Redis too (its scripts, streams and
+// pub/sub are miniredis's): cached reads, the card lock, the receipt
+// consumer and the rate limit.
+func TestPayments_PluginsOnEmbeddedRedis(t *testing.T) {
+	t.Parallel()
+	p := start(t, "RATE_LIMIT=3/1m")
+	created := p.pay("emb-1", card)
+	if created.status != 201 || created.header.Get("RateLimit-Remaining") != "2" {
+		t.Fatalf("POST: %d %v", created.status, created.header)
+	}
+	var pay Payment
+	_ = json.Unmarshal([]byte(created.body), &pay)
+	for range 2 {
+		if r := p.do("GET", "/payments/"+pay.ID, "", ""); r.status != 200 || r.body != created.body {
+			t.Fatalf("GET: %d %s", r.status, r.body)
+		}
+	}
+	waitUntil(t, func() bool { return strings.Contains(p.stderr.String(), `"msg":"receipt sent","payment":"`+pay.ID+`"`) })
+	p.pay("emb-2", card)
+	p.pay("emb-3", card)
+	problem(t, p.pay("emb-4", card), 429, "rate_limit_exceeded")
+	scrape := p.do("GET", "/metrics", "", "").body
+	for series, want := range map[string]float64{
+		`payments_cache_hits_total{layer="local"}`: 1, `payments_cache_misses_total`: 1,
+		`payments_lock_acquisitions_total`: 3, `payments_ratelimit_rejected_total`: 1, `payments_errors_total`: 0,
+	} {
+		if got := metric(scrape, series); got != want {
+			t.Errorf("%s = %v, want %v", series, got, want)
+		}
+	}
+}
