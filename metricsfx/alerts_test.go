@@ -2,6 +2,8 @@ package metricsfx
 
 import (
 	"bytes"
+	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -137,5 +139,59 @@ func TestRulesAndDashboardReadOnlyKnownMetrics(t *testing.T) {
 	}
 	if found == 0 {
 		t.Fatal("no metric found in the dashboard")
+	}
+}
+
+// Every alert's runbook annotation points at an anchor that exists.
+func TestRunbookAnchorsExist(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "docs", "monitoring.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range Alerts {
+		anchor := `<a id="` + strings.ToLower(a.Name) + `"></a>`
+		if !strings.Contains(string(doc), anchor) {
+			t.Errorf("docs/monitoring.md has no runbook anchor for %s", a.Name)
+		}
+	}
+}
+
+// Every dashboard query parses: promtool checks them as recording rules.
+func TestDashboardQueriesParse(t *testing.T) {
+	promtool := tool(t, "promtool")
+	raw, err := os.ReadFile(filepath.Join("..", "docs", "monitoring", "dashboard.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(raw, &dash); err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	b.WriteString("groups:\n  - name: dashboard\n    rules:\n")
+	n := 0
+	for _, p := range dash.Panels {
+		for _, tg := range p.Targets {
+			n++
+			expr := strings.ReplaceAll(tg.Expr, "${prefix}", "payments")
+			fmt.Fprintf(&b, "      - record: dashboard:q%d\n        expr: %s\n", n, quoteYAML(expr))
+		}
+	}
+	file := filepath.Join(t.TempDir(), "dashboard_rules.yml")
+	if err := os.WriteFile(file, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(promtool, "check", "rules", file).CombinedOutput(); err != nil {
+		t.Fatalf("a dashboard query does not parse: %v\n%s", err, out)
+	}
+	if n < 14 {
+		t.Fatalf("only %d queries in the dashboard", n)
 	}
 }
