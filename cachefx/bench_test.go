@@ -45,3 +45,18 @@ func BenchmarkSet(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkBaseline_RawGET is the floor the cache's Redis hit is compared
+// with: a bare go-redis GET of the same value.
+func BenchmarkBaseline_RawGET(b *testing.B) {
+	c := client(b, redistest.Start(b))
+	ctx := context.Background()
+	key := redistest.Prefix(b) + "raw"
+	c.Set(ctx, key, make([]byte, 512), time.Hour)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := c.Get(ctx, key).Bytes(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -267,3 +267,20 @@ func BenchmarkAcquireRelease(b *testing.B) {
 		_ = k.Release(ctx)
 	}
 }
+
+// BenchmarkBaseline_RawSetNXDel is the floor of a lock round trip: a bare
+// SET NX PX and DEL, without ownership or fencing.
+func BenchmarkBaseline_RawSetNXDel(b *testing.B) {
+	srv := redistest.Start(b)
+	c, _ := storefx.New("default", storefx.Config{URL: srv.URL()})
+	defer c.Close()
+	ctx := context.Background()
+	key := redistest.Prefix(b) + "raw"
+	b.ReportAllocs()
+	for b.Loop() {
+		if ok, err := c.SetNX(ctx, key, "owner", 10*time.Second).Result(); !ok || err != nil {
+			b.Fatal(ok, err)
+		}
+		c.Del(ctx, key)
+	}
+}

@@ -36,3 +36,16 @@ func BenchmarkMiddleware(b *testing.B) {
 		h.ServeHTTP(httptest.NewRecorder(), req)
 	}
 }
+
+// BenchmarkBaseline_RawINCR is the floor of a check: one bare INCR.
+func BenchmarkBaseline_RawINCR(b *testing.B) {
+	l := newLimiter(b, redistest.Start(b), Config{})
+	ctx := context.Background()
+	key := redistest.Prefix(b) + "raw"
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := l.rdb.Incr(ctx, key).Err(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

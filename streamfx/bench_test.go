@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/redisfx/redisfx/internal/redistest"
 )
 
@@ -58,5 +60,20 @@ func BenchmarkConsume(b *testing.B) {
 			b.StopTimer()
 			_ = s.Stop(ctx)
 		})
+	}
+}
+
+// BenchmarkBaseline_RawXADD is the floor of a publish: a bare XADD of the
+// same payload, without trace fields.
+func BenchmarkBaseline_RawXADD(b *testing.B) {
+	c := client(b, redistest.Start(b))
+	stream := redistest.Prefix(b) + "raw"
+	ctx := context.Background()
+	data := make([]byte, 256)
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := c.XAdd(ctx, &redis.XAddArgs{Stream: stream, MaxLen: 10000, Approx: true, Values: []any{FieldData, data}}).Err(); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

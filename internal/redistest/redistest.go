@@ -66,7 +66,9 @@ func WithArgs(args ...string) Option {
 func Start(t testing.TB, opts ...Option) *Server {
 	t.Helper()
 	if addr := os.Getenv("REDIS_ADDR"); addr != "" && len(opts) == 0 {
-		return &Server{t: t, addr: addr}
+		s := &Server{t: t, addr: addr}
+		t.Cleanup(s.forgetKeys)
+		return s
 	}
 	return StartPrivate(t, opts...)
 }
@@ -203,6 +205,31 @@ func (s *Server) Client() *redis.Client {
 	})
 	s.t.Cleanup(func() { _ = c.Close() })
 	return c
+}
+
+// forgetKeys deletes, from a shared server, the keys under the prefixes
+// Prefix gave this test (never anything else: a shared server is never
+// flushed).
+func (s *Server) forgetKeys() {
+	rdb := redis.NewClient(&redis.Options{Addr: s.addr})
+	defer rdb.Close()
+	ctx := context.Background()
+	pattern := fmt.Sprintf("rt%d-*-%s:*", os.Getpid(), globEscape(sanitize(s.t.Name())))
+	iter := rdb.Scan(ctx, 0, pattern, 1000).Iterator()
+	for iter.Next(ctx) {
+		rdb.Del(ctx, iter.Val())
+	}
+}
+
+func globEscape(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if strings.ContainsRune(`*?[]\`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 var prefixSeq atomic.Int64

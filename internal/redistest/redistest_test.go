@@ -42,3 +42,24 @@ func TestPrefixesAreUnique(t *testing.T) {
 		t.Fatal("two prefixes collide")
 	}
 }
+
+// On a shared server (REDIS_ADDR) a test's prefixed keys are deleted when
+// it ends, and nothing else is.
+func TestSharedServer_ForgetsOnlyTheTestsKeys(t *testing.T) {
+	private := StartPrivate(t)
+	ctx := context.Background()
+	private.Client().Set(ctx, "someone-elses-key", "v", 0)
+	var key string
+	t.Run("user [x]*", func(t *testing.T) {
+		t.Setenv("REDIS_ADDR", private.Addr())
+		shared := Start(t)
+		key = Prefix(t) + "k"
+		shared.Client().Set(ctx, key, "v", 0)
+	})
+	if private.Client().Exists(ctx, key).Val() != 0 {
+		t.Fatalf("%s left on the shared server", key)
+	}
+	if private.Client().Exists(ctx, "someone-elses-key").Val() != 1 {
+		t.Fatal("a key of someone else was deleted")
+	}
+}
