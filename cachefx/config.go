@@ -46,6 +46,7 @@ type LocalConfig struct {
 // ConfigError names the invalid option.
 type ConfigError struct{ Option, Reason string }
 
+// Error implements error.
 func (e *ConfigError) Error() string { return "cachefx: invalid Config." + e.Option + ": " + e.Reason }
 
 // Validate reports the first invalid option.

@@ -99,6 +99,7 @@ type ProblemError struct {
 	Problem Problem
 }
 
+// Error implements error.
 func (e *ProblemError) Error() string {
 	if e.Problem.Detail != "" {
 		return e.Problem.Detail

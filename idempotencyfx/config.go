@@ -114,6 +114,7 @@ type ConfigError struct {
 	Reason string
 }
 
+// Error implements error.
 func (e *ConfigError) Error() string {
 	return "idempotencyfx: invalid " + e.Option + ": " + e.Reason
 }

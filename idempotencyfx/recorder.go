@@ -25,8 +25,10 @@ func newRecorder(w http.ResponseWriter, limit int) *recorder {
 	return &recorder{w: w, limit: limit, header: w.Header()}
 }
 
+// Header implements http.ResponseWriter.
 func (rec *recorder) Header() http.Header { return rec.header }
 
+// WriteHeader implements http.ResponseWriter.
 func (rec *recorder) WriteHeader(code int) {
 	if rec.status != 0 || code < 100 || code > 999 {
 		if rec.passing && rec.status == 0 {
@@ -43,6 +45,7 @@ func (rec *recorder) WriteHeader(code int) {
 	rec.status = code
 }
 
+// Write implements http.ResponseWriter.
 func (rec *recorder) Write(p []byte) (int, error) {
 	if rec.status == 0 {
 		rec.WriteHeader(http.StatusOK)

@@ -26,6 +26,7 @@ const (
 	StateNotReplayable State = "u"
 )
 
+// String implements fmt.Stringer.
 func (s State) String() string {
 	switch s {
 	case StateNone:

@@ -50,6 +50,7 @@ var ErrNotOwner = &redisfx.BaseError{Code: "lock_not_owner", Message: "the lock 
 // ConfigError names the invalid option.
 type ConfigError struct{ Option, Reason string }
 
+// Error implements error.
 func (e *ConfigError) Error() string { return "lockfx: invalid " + e.Option + ": " + e.Reason }
 
 func (c Config) normalize() (Config, error) {

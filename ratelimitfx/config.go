@@ -59,6 +59,7 @@ type Config struct {
 // ConfigError names the invalid option.
 type ConfigError struct{ Option, Reason string }
 
+// Error implements error.
 func (e *ConfigError) Error() string {
 	return "ratelimitfx: invalid Config." + e.Option + ": " + e.Reason
 }

@@ -27,8 +27,10 @@ func NewAvailabilityCollector(reg *Registry, timeout time.Duration) prometheus.C
 		"1 when the named Redis client's server answers PING at scrape time, else 0.", []string{"client"}, nil)}
 }
 
+// Describe implements prometheus.Collector.
 func (a *availability) Describe(ch chan<- *prometheus.Desc) { ch <- a.desc }
 
+// Collect implements prometheus.Collector.
 func (a *availability) Collect(ch chan<- prometheus.Metric) {
 	for _, name := range a.reg.Names() {
 		c := a.reg.Client(name)

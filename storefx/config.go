@@ -98,6 +98,7 @@ type ConfigError struct {
 	Reason string
 }
 
+// Error implements error.
 func (e *ConfigError) Error() string {
 	return "storefx: invalid " + e.Field + ": " + e.Reason
 }

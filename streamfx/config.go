@@ -51,6 +51,7 @@ type Config struct {
 // ConfigError names the invalid option.
 type ConfigError struct{ Option, Reason string }
 
+// Error implements error.
 func (e *ConfigError) Error() string { return "streamfx: invalid Config." + e.Option + ": " + e.Reason }
 
 // Validate reports the first invalid option.

@@ -199,8 +199,10 @@ var (
 	lagDesc    = prometheus.NewDesc("stream_consumer_lag", "Entries of a stream the consumer group has not acknowledged yet: not yet delivered (XINFO GROUPS lag) plus delivered and pending.", []string{"stream", "group"}, nil)
 )
 
+// Describe implements prometheus.Collector.
 func (b *backlogCollector) Describe(ch chan<- *prometheus.Desc) { ch <- lengthDesc; ch <- lagDesc }
 
+// Collect implements prometheus.Collector.
 func (b *backlogCollector) Collect(ch chan<- prometheus.Metric) {
 	streams := b.o.known()
 	if len(streams) == 0 {

@@ -107,8 +107,10 @@ func Instrumentation(tp trace.TracerProvider, spans SpanConfig, metrics *Command
 	}
 }
 
+// DialHook implements redis.Hook.
 func (h *commandHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 
+// ProcessHook implements redis.Hook.
 func (h *commandHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		name := cmd.Name()
@@ -145,6 +147,7 @@ func (h *commandHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 
+// ProcessPipelineHook implements redis.Hook.
 func (h *commandHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		if len(cmds) == 0 || handshake[cmds[0].Name()] {

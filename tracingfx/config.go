@@ -121,6 +121,7 @@ type ConfigError struct {
 	Reason string
 }
 
+// Error implements error.
 func (e *ConfigError) Error() string { return "tracingfx: invalid " + e.Option + ": " + e.Reason }
 
 func bad(opt, format string, args ...any) error {

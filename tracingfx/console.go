@@ -50,6 +50,7 @@ type consoleExporter struct {
 // NewConsoleExporter returns the console exporter writing to w.
 func NewConsoleExporter(w io.Writer) sdktrace.SpanExporter { return &consoleExporter{w: w} }
 
+// ExportSpans implements sdktrace.SpanExporter.
 func (e *consoleExporter) ExportSpans(_ context.Context, spans []sdktrace.ReadOnlySpan) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -62,6 +63,7 @@ func (e *consoleExporter) ExportSpans(_ context.Context, spans []sdktrace.ReadOn
 	return nil
 }
 
+// Shutdown implements sdktrace.SpanExporter.
 func (e *consoleExporter) Shutdown(context.Context) error { return nil }
 
 func toConsole(s sdktrace.ReadOnlySpan) ConsoleSpan {

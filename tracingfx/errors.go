@@ -26,6 +26,7 @@ var (
 	installHandler sync.Once
 )
 
+// Handle implements otel.ErrorHandler.
 func (e *errorLog) Handle(err error) {
 	if f := e.onError.Load(); f != nil {
 		(*f)()

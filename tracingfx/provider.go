@@ -183,6 +183,7 @@ func keeps(s SamplingConfig) bool { return s.KeepErrors || s.KeepSlowerThan > 0 
 // them, so that keeper can still export the errors and slow ones at their end.
 type recordAll struct{ inner sdktrace.Sampler }
 
+// ShouldSample implements sdktrace.Sampler.
 func (r recordAll) ShouldSample(p sdktrace.SamplingParameters) sdktrace.SamplingResult {
 	res := r.inner.ShouldSample(p)
 	if res.Decision == sdktrace.Drop {
@@ -191,6 +192,7 @@ func (r recordAll) ShouldSample(p sdktrace.SamplingParameters) sdktrace.Sampling
 	return res
 }
 
+// Description implements sdktrace.Sampler.
 func (r recordAll) Description() string { return "RecordAll{" + r.inner.Description() + "}" }
 
 // keeper passes sampled spans on, and unsampled ones only if they ended in
@@ -201,6 +203,7 @@ type keeper struct {
 	slower time.Duration
 }
 
+// OnEnd implements sdktrace.SpanProcessor.
 func (k *keeper) OnEnd(s sdktrace.ReadOnlySpan) {
 	if s.SpanContext().IsSampled() {
 		k.SpanProcessor.OnEnd(s)
@@ -214,6 +217,7 @@ func (k *keeper) OnEnd(s sdktrace.ReadOnlySpan) {
 // kept presents an unsampled span as sampled, so the processor exports it.
 type kept struct{ sdktrace.ReadOnlySpan }
 
+// SpanContext implements sdktrace.ReadOnlySpan: the span as exported.
 func (k kept) SpanContext() trace.SpanContext {
 	sc := k.ReadOnlySpan.SpanContext()
 	return sc.WithTraceFlags(sc.TraceFlags().WithSampled(true))

@@ -159,11 +159,18 @@ func (s *TracingService) RecordException(ctx context.Context, err error) {
 // span adapts an OpenTelemetry span to ISpan.
 type span struct{ s trace.Span }
 
+// SetAttribute implements ISpan.
 func (sp span) SetAttribute(key string, value any) { sp.s.SetAttributes(attr(key, value)) }
-func (sp span) SetAttributes(a map[string]any)     { sp.s.SetAttributes(attrs(a)...) }
+
+// SetAttributes implements ISpan.
+func (sp span) SetAttributes(a map[string]any) { sp.s.SetAttributes(attrs(a)...) }
+
+// AddEvent implements ISpan.
 func (sp span) AddEvent(name string, a map[string]any) {
 	sp.s.AddEvent(name, trace.WithAttributes(attrs(a)...))
 }
+
+// SetStatus implements ISpan.
 func (sp span) SetStatus(st SpanStatus, msg string) {
 	if st == StatusError {
 		sp.s.SetStatus(codes.Error, msg)
@@ -172,12 +179,18 @@ func (sp span) SetStatus(st SpanStatus, msg string) {
 	}
 	sp.s.SetStatus(codes.Ok, "")
 }
+
+// RecordException implements ISpan.
 func (sp span) RecordException(err error) {
 	if err != nil {
 		sp.s.RecordError(err, trace.WithStackTrace(true))
 	}
 }
-func (sp span) End()                           { sp.s.End() }
+
+// End implements ISpan.
+func (sp span) End() { sp.s.End() }
+
+// SpanContext implements ISpan.
 func (sp span) SpanContext() trace.SpanContext { return sp.s.SpanContext() }
 
 func otelKind(k SpanKind) trace.SpanKind {
