@@ -1,10 +1,8 @@
 package lockfx
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"sync"
 	"sync/atomic"
@@ -14,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 
+	"github.com/redisfx/redisfx/internal/obstest"
 	"github.com/redisfx/redisfx/internal/redistest"
 	"github.com/redisfx/redisfx/storefx"
 	"github.com/redisfx/redisfx/tracingfx"
@@ -136,16 +135,9 @@ func TestAutoRenewKeepsLockPastTTL_CrashedHolderExpires(t *testing.T) {
 // exporter's output and the registry.
 func TestSpansAndMetrics(t *testing.T) {
 	t.Parallel()
-	var out bytes.Buffer
-	var mu sync.Mutex
-	w := writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return out.Write(p) })
-	p, err := tracingfx.NewProvider(context.Background(), tracingfx.Config{Exporter: tracingfx.ExporterConfig{Type: tracingfx.ExporterConsole, Writer: w}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Shutdown(context.Background())
+	spans := obstest.NewSpans(t)
 	reg := prometheus.NewRegistry()
-	l := newLocker(t, Config{TTL: time.Second, Attempts: 3, Backoff: time.Millisecond}, WithRegisterer(reg), WithTracerProvider(p.Tracer))
+	l := newLocker(t, Config{TTL: time.Second, Attempts: 3, Backoff: time.Millisecond}, WithRegisterer(reg), WithTracerProvider(spans.Tracer()))
 	ctx := context.Background()
 	held, err := l.Acquire(ctx, "card-4242")
 	if err != nil {
@@ -157,24 +149,10 @@ func TestSpansAndMetrics(t *testing.T) {
 	if err := held.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	mu.Lock()
-	var spans []tracingfx.ConsoleSpan
-	sc := bufio.NewScanner(bytes.NewReader(out.Bytes()))
-	for sc.Scan() {
-		var s tracingfx.ConsoleSpan
-		_ = json.Unmarshal(sc.Bytes(), &s)
-		spans = append(spans, s)
-	}
-	mu.Unlock()
-	events := func(s tracingfx.ConsoleSpan) (names []string) {
-		for _, e := range s.Events {
-			names = append(names, e.Name)
-		}
-		return
-	}
 	var ok, failed, released *tracingfx.ConsoleSpan
-	for i := range spans {
-		s := &spans[i]
+	all := spans.All(t)
+	for i := range all {
+		s := &all[i]
 		switch {
 		case s.Name == "lock.acquire" && s.Attributes[AttrAcquired] == true:
 			ok = s
@@ -185,59 +163,35 @@ func TestSpansAndMetrics(t *testing.T) {
 		}
 	}
 	if ok == nil || failed == nil || released == nil {
-		t.Fatalf("spans: %+v", spans)
+		t.Fatalf("spans: %+v", all)
 	}
 	for _, s := range []*tracingfx.ConsoleSpan{ok, failed, released} {
 		if s.Attributes["redisfx.plugin"] != "locks" || s.Attributes[AttrKey] != "card-4242" || s.Attributes["db.system"] != "redis" || s.Attributes["redisfx.duration_ms"] == nil {
 			t.Fatalf("%s attributes %v", s.Name, s.Attributes)
 		}
 	}
-	if ok.Attributes["db.operation"] != "SET" || ok.Attributes[AttrTTL] != float64(1000) || ok.Attributes[AttrRetryCount] != float64(0) || events(*ok)[0] != "lock.acquired" {
+	if ok.Attributes["db.operation"] != "SET" || ok.Attributes[AttrTTL] != float64(1000) || ok.Attributes[AttrRetryCount] != float64(0) || obstest.EventNames(*ok)[0] != "lock.acquired" {
 		t.Fatalf("acquired span %+v", ok)
 	}
 	if failed.Status.Code != "ERROR" || failed.Status.Message != "Failed to acquire lock" || failed.Attributes[AttrRetryCount] != float64(2) {
 		t.Fatalf("failed span %+v", failed)
 	}
-	ev := events(*failed)
+	ev := obstest.EventNames(*failed)
 	if ev[0] != "lock.retry" || ev[1] != "lock.retry" || ev[2] != "lock.timeout" {
 		t.Fatalf("failed span events %v", ev)
 	}
-	if e := events(*released); len(e) == 0 || e[0] != "lock.released" {
+	if e := obstest.EventNames(*released); len(e) == 0 || e[0] != "lock.released" {
 		t.Fatalf("release events %v", e)
 	}
 	for name, want := range map[string]float64{"lock_acquisitions_total": 1, "lock_attempts_total": 4, "lock_timeouts_total": 1, "locks_active": 0} {
-		if got := gather(t, reg, name); got != want {
+		if got := obstest.Value(t, reg, name); got != want {
 			t.Errorf("%s = %v, want %v", name, got, want)
 		}
 	}
-	if gather(t, reg, "lock_wait_seconds") != 2 || gather(t, reg, "lock_wait_duration_seconds") != 2 {
+	if obstest.Value(t, reg, "lock_wait_seconds") != 2 || obstest.Value(t, reg, "lock_wait_duration_seconds") != 2 {
 		t.Error("wait histograms did not observe both acquires")
 	}
 }
-
-func gather(t *testing.T, reg *prometheus.Registry, name string) float64 {
-	t.Helper()
-	mfs, _ := reg.Gather()
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			m := mf.Metric[0]
-			switch {
-			case m.Counter != nil:
-				return m.Counter.GetValue()
-			case m.Gauge != nil:
-				return m.Gauge.GetValue()
-			case m.Histogram != nil:
-				return float64(m.Histogram.GetSampleCount())
-			}
-		}
-	}
-	t.Fatalf("%s not exported", name)
-	return 0
-}
-
-type writerFunc func([]byte) (int, error)
-
-func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
 func TestConfigNamesTheOption(t *testing.T) {
 	for opt, c := range map[string]Config{"TTL": {TTL: -1}, "Attempts": {Attempts: -1}, "WaitTimeout": {WaitTimeout: -1}} {
