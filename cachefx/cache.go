@@ -150,10 +150,14 @@ func (c *Cache) get(ctx context.Context, key string, span *tracingfx.PluginSpan)
 	ctx, cancel := c.storeCtx(ctx)
 	defer cancel()
 	var (
-		v   []byte
-		ttl time.Duration
-		err error
+		v     []byte
+		ttl   time.Duration
+		err   error
+		epoch uint64
 	)
+	if c.local != nil {
+		epoch = c.local.currentEpoch()
+	}
 	if c.local == nil {
 		v, err = c.rdb.Get(ctx, full).Bytes()
 	} else {
@@ -179,7 +183,7 @@ func (c *Cache) get(ctx context.Context, key string, span *tracingfx.PluginSpan)
 	}
 	c.obs.hit(span, LayerRedis)
 	if c.local != nil {
-		c.local.set(full, v, ttl, c.timeNow())
+		c.local.fill(full, v, ttl, c.timeNow(), epoch)
 	}
 	return v, true, nil
 }

@@ -16,6 +16,10 @@ type localLayer struct {
 	mu    sync.Mutex
 	order *list.List // front = most recently used
 	items map[string]*list.Element
+	// epoch counts writes and invalidations. A value read from Redis is
+	// kept only if no write or invalidation happened while it was being
+	// read, or an older value could outlive a newer one's invalidation.
+	epoch uint64
 }
 
 type localEntry struct {
@@ -45,15 +49,38 @@ func (l *localLayer) get(key string, now time.Time) ([]byte, bool) {
 	return e.value, true
 }
 
-// set stores value for at most the layer's TTL and at most ttl (the value's
-// remaining life in Redis).
+// currentEpoch is read before a Redis read whose value may fill the layer.
+func (l *localLayer) currentEpoch() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.epoch
+}
+
+// fill keeps a value read from Redis, unless a write or an invalidation
+// happened since seen (then the value may already be stale).
+func (l *localLayer) fill(key string, value []byte, ttl time.Duration, now time.Time, seen uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.epoch == seen {
+		l.store(key, value, ttl, now)
+	}
+}
+
+// set stores a value this process just wrote.
 func (l *localLayer) set(key string, value []byte, ttl time.Duration, now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.epoch++
+	l.store(key, value, ttl, now)
+}
+
+// store keeps value for at most the layer's TTL and at most ttl (the
+// value's remaining life in Redis). l.mu is held.
+func (l *localLayer) store(key string, value []byte, ttl time.Duration, now time.Time) {
 	ttl = min(ttl, l.ttl)
 	if ttl <= 0 {
 		return
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	if el, ok := l.items[key]; ok {
 		e := el.Value.(*localEntry)
 		e.value, e.expires = value, now.Add(ttl)
@@ -71,6 +98,7 @@ func (l *localLayer) set(key string, value []byte, ttl time.Duration, now time.T
 func (l *localLayer) delete(keys ...string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.epoch++
 	for _, k := range keys {
 		if el, ok := l.items[k]; ok {
 			l.order.Remove(el)
@@ -82,6 +110,7 @@ func (l *localLayer) delete(keys ...string) {
 func (l *localLayer) clear() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.epoch++
 	l.order.Init()
 	clear(l.items)
 }

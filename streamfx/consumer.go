@@ -43,7 +43,13 @@ func (c *consumer) run(loopCtx, handlerCtx context.Context) {
 	for loopCtx.Err() == nil {
 		if time.Since(lastClaim) >= cfg.ClaimIdle/2 {
 			lastClaim = time.Now()
-			c.reclaim(handlerCtx)
+			// A full batch means more may wait: drain a few batches, then
+			// read new messages too.
+			for range 10 {
+				if c.reclaim(handlerCtx) < cfg.BatchSize || loopCtx.Err() != nil {
+					break
+				}
+			}
 		}
 		rctx, cancel := context.WithTimeout(context.Background(), cfg.Block+cfg.StoreTimeout)
 		res, err := c.s.rdb.XReadGroup(rctx, &redis.XReadGroupArgs{
@@ -179,7 +185,7 @@ func (c *consumer) deadLetter(ctx context.Context, m redis.XMessage, attempts in
 // than ClaimIdle (their handler failed, or their consumer died): those
 // delivered MaxAttempts times already go to the dead-letter stream, the
 // others are handled again.
-func (c *consumer) reclaim(ctx context.Context) {
+func (c *consumer) reclaim(ctx context.Context) (claimed int) {
 	cfg := c.s.cfg
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.StoreTimeout)
 	defer cancel()
@@ -187,7 +193,7 @@ func (c *consumer) reclaim(ctx context.Context) {
 		Stream: c.stream, Group: cfg.Group, Idle: cfg.ClaimIdle, Start: "-", End: "+", Count: int64(cfg.BatchSize),
 	}).Result()
 	if err != nil || len(pending) == 0 {
-		return
+		return 0
 	}
 	ids := make([]string, len(pending))
 	attempts := make(map[string]int, len(pending))
@@ -201,7 +207,7 @@ func (c *consumer) reclaim(ctx context.Context) {
 		Stream: c.stream, Group: cfg.Group, Consumer: cfg.Consumer, MinIdle: cfg.ClaimIdle, Messages: ids,
 	}).Result()
 	if err != nil {
-		return
+		return 0
 	}
 	var retry []redis.XMessage
 	for _, m := range msgs {
@@ -212,6 +218,20 @@ func (c *consumer) reclaim(ctx context.Context) {
 		retry = append(retry, m)
 	}
 	c.handleBatch(ctx, retry, attempts)
+	return len(msgs)
+}
+
+// leave removes this consumer from the group if it holds no pending
+// message, so that the group's consumer list does not grow with every
+// process start. A consumer that still holds messages stays: deleting it
+// would drop them from the pending list, and they would never be retried.
+func (c *consumer) leave(ctx context.Context) {
+	cfg := c.s.cfg
+	mine, err := c.s.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: c.stream, Group: cfg.Group, Start: "-", End: "+", Count: 1, Consumer: cfg.Consumer}).Result()
+	if err != nil || len(mine) > 0 {
+		return
+	}
+	_ = c.s.rdb.XGroupDelConsumer(ctx, c.stream, cfg.Group, cfg.Consumer).Err()
 }
 
 // touchScript resets a pending message's idle time if this consumer still

@@ -222,6 +222,11 @@ func (s *Streams) Stop(ctx context.Context) error {
 	select {
 	case <-done:
 		abort()
+		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StoreTimeout)
+		defer cancel()
+		for _, c := range s.consumers {
+			c.leave(lctx)
+		}
 		return nil
 	case <-timer.C:
 	case <-ctx.Done():

@@ -486,3 +486,38 @@ func TestRetention_EveryStreamKeyExpires(t *testing.T) {
 		}
 	}
 }
+
+// A consumer leaves its group at stop unless it still holds messages.
+func TestStop_LeavesTheGroupUnlessHoldingMessages(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	stream := redistest.Prefix(t) + "leave"
+	ctx := context.Background()
+	consumers := func() map[string]bool {
+		out := map[string]bool{}
+		for _, c := range srv.Client().XInfoConsumers(ctx, stream, "redisfx").Val() {
+			out[c.Name] = true
+		}
+		return out
+	}
+	clean := newStreams(t, srv, Config{Consumer: "clean"})
+	done := make(chan struct{})
+	_ = clean.Handle(stream, func(context.Context, Message) error { close(done); return nil })
+	start(t, clean)
+	_, _ = clean.Publish(ctx, stream, []byte("a"))
+	wait(t, done, 10*time.Second, "the message")
+	_ = clean.Stop(ctx)
+	if consumers()["clean"] {
+		t.Fatal("a consumer with nothing pending stayed in the group")
+	}
+	holder := newStreams(t, srv, Config{Consumer: "holder", ClaimIdle: time.Hour})
+	failed := make(chan struct{})
+	_ = holder.Handle(stream, func(context.Context, Message) error { close(failed); return errors.New("later") })
+	start(t, holder)
+	_, _ = holder.Publish(ctx, stream, []byte("b"))
+	wait(t, failed, 10*time.Second, "the failure")
+	_ = holder.Stop(ctx)
+	if !consumers()["holder"] || pendingCount(t, srv, stream, "redisfx") != 1 {
+		t.Fatal("a consumer holding a pending message left the group: the message would be lost")
+	}
+}
