@@ -178,10 +178,14 @@ func (l *Locker) Acquire(ctx context.Context, name string) (*Lock, error) {
 	ctx, span := l.obs.startAcquire(ctx, name, l.cfg.TTL)
 	began := time.Now()
 	deadline := began.Add(l.cfg.WaitTimeout)
+	// WaitTimeout bounds the Redis calls too, not only the waits between
+	// them: a Redis that hangs cannot hold Acquire longer.
+	callCtx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
 	backoff := l.cfg.Backoff
 	for attempt := 1; ; attempt++ {
 		l.obs.attempt()
-		token, err := acquireScript.Run(ctx, l.rdb, keys, owner, l.cfg.TTL.Milliseconds()).Int64()
+		token, err := acquireScript.Run(callCtx, l.rdb, keys, owner, l.cfg.TTL.Milliseconds()).Int64()
 		if err != nil {
 			l.obs.endAcquire(span, false, attempt-1, time.Since(began), err)
 			return nil, fmt.Errorf("lockfx: acquire %q: %w", name, err)

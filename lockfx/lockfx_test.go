@@ -238,3 +238,26 @@ func BenchmarkBaseline_RawSetNXDel(b *testing.B) {
 		c.Del(ctx, key)
 	}
 }
+
+// WaitTimeout bounds an Acquire against a Redis that does not answer.
+func TestWaitTimeoutBoundsAHangingRedis(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartPrivate(t)
+	c, err := storefx.New("default", storefx.Config{URL: srv.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	hung, err := New(c, Config{KeyPrefix: redistest.Prefix(t), WaitTimeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Pause(context.Background(), 3*time.Second)
+	began := time.Now()
+	if _, err := hung.Acquire(context.Background(), "x"); err == nil {
+		t.Fatal("acquired from a paused Redis")
+	}
+	if d := time.Since(began); d > time.Second {
+		t.Fatalf("Acquire took %v with WaitTimeout 200ms", d)
+	}
+}

@@ -51,6 +51,9 @@ type PaymentService struct {
 	limiter *ratelimitfx.Limiter // POST /payments, when RATE_LIMIT is set
 	limit   *ratelimitfx.Rule    // nil: no rate limit
 	log     *zap.Logger
+	// failOpen: charge without the card lock when Redis cannot give it
+	// (IDEMPOTENCY_ERROR_POLICY=fail-open).
+	failOpen bool
 
 	mu       sync.Mutex
 	attempts []Payment
@@ -73,7 +76,8 @@ type PaymentServiceParams struct {
 // NewPaymentService is the service's constructor.
 func NewPaymentService(p PaymentServiceParams) *PaymentService {
 	s := &PaymentService{tracer: p.Tracer, delay: p.Env.PaymentsDelay, cache: p.Cache.Namespace("payments"), locks: p.Locks,
-		events: p.Events, limiter: p.Limiter, log: p.Log, byID: map[string]int{}}
+		events: p.Events, limiter: p.Limiter, log: p.Log, byID: map[string]int{},
+		failOpen: p.Env.ErrorPolicy == idempotencyfx.FailOpen}
 	if p.Env.RateLimit > 0 {
 		s.limit = &ratelimitfx.Rule{Name: "payments", Limit: p.Env.RateLimit, Window: p.Env.RateLimitWindow}
 	}
@@ -129,21 +133,9 @@ func (s *PaymentService) Create(w http.ResponseWriter, r *http.Request) error {
 		return &httpfx.ProblemError{Problem: httpfx.NewProblem(http.StatusBadRequest, "invalid_request", problem)}
 	}
 	p.Amount, p.Currency = amount, req.Currency
-	// One charge per card at a time, across processes: what a real service
-	// does around a balance check and debit. The simulated processor latency
-	// (PAYMENTS_DELAY) is spent before, so concurrent payments with one card
-	// wait for each other only for the charge itself.
-	err := s.locks.WithLock(r.Context(), "card:"+req.Card, func(ctx context.Context, _ int64) error {
-		return s.charge(ctx, &p, req.Card)
-	})
+	err := s.chargeUnderCardLock(r.Context(), &p, req.Card)
 	if err != nil && p.Status == "" {
 		p.Status = "failed" // the charge did not run
-	}
-	if errors.Is(err, lockfx.ErrNotAcquired) {
-		s.record(p)
-		busy := httpfx.NewProblem(http.StatusServiceUnavailable, "card_busy", "Another payment with this card is being processed; retry with a new idempotency key.")
-		busy.RetryAfter = time.Second
-		return &httpfx.ProblemError{Problem: busy}
 	}
 	s.record(p)
 	if err != nil {
@@ -205,6 +197,35 @@ func (s *PaymentService) List(w http.ResponseWriter, _ *http.Request) {
 	out := append([]Payment{}, s.attempts...)
 	s.mu.Unlock()
 	writeJSON(w, http.StatusOK, out)
+}
+
+// errCardBusy: the card's lock stayed held (another process is charging
+// it) for PAYMENTS_LOCK_WAIT.
+var errCardBusy = &httpfx.ProblemError{Problem: httpfx.Problem{
+	Type: "about:blank", Title: http.StatusText(http.StatusServiceUnavailable), Status: http.StatusServiceUnavailable,
+	Code: "card_busy", Detail: "Another payment with this card is being processed; retry with a new idempotency key.", RetryAfter: time.Second,
+}}
+
+// chargeUnderCardLock charges with the card's lock held: one charge per
+// card at a time, across processes, as a real service does around a
+// balance check and debit. The simulated processor latency (PAYMENTS_DELAY)
+// is spent before, so concurrent payments with one card wait for each
+// other only for the charge itself. When Redis cannot give the lock, the
+// app's error policy decides, as it does for idempotency: fail-open
+// charges without the lock (and says so in the log), fail-closed refuses.
+func (s *PaymentService) chargeUnderCardLock(ctx context.Context, p *Payment, card string) error {
+	lock, err := s.locks.Acquire(ctx, "card:"+card)
+	switch {
+	case errors.Is(err, lockfx.ErrNotAcquired):
+		return errCardBusy
+	case err != nil && s.failOpen:
+		s.log.Warn("card lock unavailable: charging without it (fail-open)", zap.String("payment", p.ID), zap.Error(err))
+		return s.charge(ctx, p, card)
+	case err != nil:
+		return err
+	}
+	defer func() { _ = lock.Release(context.WithoutCancel(ctx)) }()
+	return s.charge(ctx, p, card)
 }
 
 // errNotFound is GET /payments/{id}'s 404; it is never cached.

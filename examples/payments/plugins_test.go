@@ -230,3 +230,28 @@ func TestPayments_PluginsOnEmbeddedRedis(t *testing.T) {
 		}
 	}
 }
+
+// With fail-open and Redis down, payments still go through (the app chose
+// availability): the card lock is skipped, like the idempotency claim, and
+// a created payment is still readable by id.
+func TestPayments_StoreDown_FailOpen_ChargesWithoutTheLock(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartPrivate(t)
+	p := start(t, "REDIS_URL="+srv.URL(), "IDEMPOTENCY_ERROR_POLICY=fail-open")
+	srv.Kill()
+	r := p.pay("open", card)
+	if r.status != 201 {
+		t.Fatalf("fail-open POST with Redis down: %d %s", r.status, r.body)
+	}
+	var pay Payment
+	_ = json.Unmarshal([]byte(r.body), &pay)
+	if g := p.do("GET", "/payments/"+pay.ID, "", ""); g.status != 200 || g.body != r.body {
+		t.Fatalf("GET with Redis down: %d %s", g.status, g.body)
+	}
+	if n := len(p.executions()); n != 1 {
+		t.Fatalf("%d executions", n)
+	}
+	if !strings.Contains(p.stderr.String(), "charging without it (fail-open)") {
+		t.Error("no log line about charging without the lock")
+	}
+}
