@@ -21,9 +21,9 @@ test-cluster:
 demo:
 	$(GO) run ./examples/payments
 
-## bench: the micro-benchmarks, then the load table (plain vs limit vs redisfx).
+## bench: the micro-benchmarks (each against its bare-command baseline), then the load table.
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem -count 3 ./idempotencyfx ./tracingfx
+	$(GO) test -p 1 -run '^$$' -bench . -benchmem -count 3 ./idempotencyfx ./tracingfx ./cachefx ./lockfx ./ratelimitfx ./streamfx
 	$(GO) run ./bench/run -c 32 -d 5s -repeat 3
 
 ## bench-smoke: every benchmark once, and the load table briefly (CI).
@@ -33,25 +33,13 @@ bench-smoke:
 
 ## lint: gofmt, go vet, staticcheck.
 lint:
-	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "go## fuzz: each fuzz target for FUZZTIME (default 10m), one core each, one after another.
-FUZZTIME ?= 10m
-fuzz:
-	$(GO) test -run '^$$' -fuzz '^FuzzParseKey$$' -fuzztime $(FUZZTIME) -parallel 1 ./idempotencyfx
-	$(GO) test -run '^$$' -fuzz '^FuzzCanonicalJSON$$' -fuzztime $(FUZZTIME) -parallel 1 ./idempotencyfx
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeResponse$$' -fuzztime $(FUZZTIME) -parallel 1 ./idempotencyfx
-	$(GO) test -run '^$$' -fuzz '^FuzzParseURL$$' -fuzztime $(FUZZTIME) -parallel 1 ./storefx
-
-## soak: 10 minutes of mixed load on the payments example; goroutines and memory sampled.
-soak:
-	$(GO) run ./bench/soak -d 10m -c 8
-
-## chaos: the fault, scale-out, takeover and cluster suites, three times over.
-chaos:
-	$(GO) test -race -count=3 -run 'Faults|ScaleOut|KilledProcess|Cluster|Hostile|Secrets' ./idempotencyfx ./examples/payments ./storefx
-
-fmt: files above are not formatted"; exit 1; }
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "the files above are not gofmt-ed"; exit 1; }
 	$(GO) vet $(PKGS)
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) $(PKGS)
+
+## fmt: gofmt every Go file.
+fmt:
+	gofmt -w $$(git ls-files '*.go')
 
 ## fuzz: each fuzz target for FUZZTIME (default 10m), one core each, one after another.
 FUZZTIME ?= 10m
@@ -60,6 +48,12 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzCanonicalJSON$$' -fuzztime $(FUZZTIME) -parallel 1 ./idempotencyfx
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeResponse$$' -fuzztime $(FUZZTIME) -parallel 1 ./idempotencyfx
 	$(GO) test -run '^$$' -fuzz '^FuzzParseURL$$' -fuzztime $(FUZZTIME) -parallel 1 ./storefx
+	$(GO) test -run '^$$' -fuzz '^FuzzClientIP$$' -fuzztime $(FUZZTIME) -parallel 1 ./ratelimitfx
 
-fmt:
-	gofmt -w $$(git ls-files '*.go')
+## soak: 10 minutes of mixed load on the payments example; goroutines and memory sampled.
+soak:
+	$(GO) run ./bench/soak -d 10m -c 8
+
+## chaos: the fault, scale-out, takeover and cluster suites, three times over.
+chaos:
+	$(GO) test -race -count=3 -run 'Faults|ScaleOut|KilledProcess|Cluster|Hostile|Secrets|StoreDown' ./idempotencyfx ./examples/payments ./storefx ./cachefx ./ratelimitfx ./streamfx

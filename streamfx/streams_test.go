@@ -236,13 +236,13 @@ func TestSlowHandlerIsNotDoubled(t *testing.T) {
 	done := make(chan struct{})
 	handler := func(context.Context, Message) error {
 		if calls.Add(1) == 1 {
-			time.Sleep(600 * time.Millisecond) // the slow work under test
+			time.Sleep(1200 * time.Millisecond) // the slow work under test
 			close(done)
 		}
 		return nil
 	}
 	for i := range 2 {
-		s := newStreams(t, srv, Config{Consumer: fmt.Sprint("c", i), ClaimIdle: 150 * time.Millisecond})
+		s := newStreams(t, srv, Config{Consumer: fmt.Sprint("c", i), ClaimIdle: 300 * time.Millisecond})
 		_ = s.Handle(stream, handler)
 		start(t, s)
 		if i == 0 {
@@ -252,7 +252,7 @@ func TestSlowHandlerIsNotDoubled(t *testing.T) {
 		}
 	}
 	wait(t, done, 10*time.Second, "the slow handler")
-	time.Sleep(300 * time.Millisecond) // two more ClaimIdle periods for a wrongful claim to show
+	time.Sleep(600 * time.Millisecond) // two more ClaimIdle periods for a wrongful claim to show
 	if n := calls.Load(); n != 1 {
 		t.Fatalf("handler ran %d times", n)
 	}
