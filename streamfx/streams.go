@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -72,6 +73,8 @@ type Streams struct {
 	obs        *observer
 	log        *zap.Logger
 	propagator propagation.TextMapPropagator
+
+	renewed sync.Map // stream → *atomic.Int64: unix nanos of the last Retention renewal
 
 	mu        sync.Mutex
 	consumers []*consumer
@@ -144,11 +147,13 @@ func (s *Streams) Publish(ctx context.Context, stream string, data []byte) (stri
 	return id, err
 }
 
-// append adds an entry (XADD, trimmed to MaxLen) and renews the stream's
-// Retention, in one round trip.
+// append adds an entry (XADD, trimmed to MaxLen) and, at most once a
+// second per stream and process, renews the stream's Retention in the same
+// round trip: a stream then expires between Retention-1s and Retention
+// after its last publish, without an extra command on every publish.
 func (s *Streams) append(ctx context.Context, stream string, values []any) (string, error) {
 	args := &redis.XAddArgs{Stream: stream, MaxLen: s.cfg.MaxLen, Approx: s.cfg.MaxLen > 0, Values: values}
-	if s.cfg.Retention == 0 {
+	if s.cfg.Retention == 0 || !s.renewDue(stream) {
 		return s.rdb.XAdd(ctx, args).Result()
 	}
 	var add *redis.StringCmd
@@ -158,9 +163,20 @@ func (s *Streams) append(ctx context.Context, stream string, values []any) (stri
 		return nil
 	})
 	if err != nil {
+		s.renewed.Delete(stream) // renew with the next publish
 		return "", err
 	}
 	return add.Val(), nil
+}
+
+// renewDue reports whether stream's expiry was last renewed by this process
+// more than a second ago (or never), and claims the renewal.
+func (s *Streams) renewDue(stream string) bool {
+	now := time.Now().UnixNano()
+	v, _ := s.renewed.LoadOrStore(stream, new(atomic.Int64))
+	last := v.(*atomic.Int64)
+	prev := last.Load()
+	return now-prev >= int64(time.Second) && last.CompareAndSwap(prev, now)
 }
 
 // PublishJSON publishes v encoded as JSON.

@@ -308,7 +308,7 @@ func TestPayments_FiftyDuplicates_OneExecution(t *testing.T) {
 func TestPayments_ConsoleSpansNestUnderServerSpan_AndMetrics(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	p := start(t, "REDIS_URL="+srv.URL(), "IDEMPOTENCY_KEY_PREFIX="+redistest.Prefix(t), "TRACING_EXPORTER=console", "METRICS_PREFIX=shop")
+	p := start(t, "REDIS_URL="+srv.URL(), "IDEMPOTENCY_KEY_PREFIX="+redistest.Prefix(t), "TRACING_EXPORTER=console", "METRICS_PREFIX=shop", "PAYMENTS_CARD_LOCK=on")
 	r := p.pay("traced", card)
 	var spans []tracingfx.ConsoleSpan
 	deadline := time.Now().Add(5 * time.Second)

@@ -33,7 +33,10 @@ type Env struct {
 	RateLimit       int64
 	RateLimitWindow time.Duration
 	TrustedProxies  []string
-	// LockWait bounds the wait for a card's lock (PAYMENTS_LOCK_WAIT).
+	// CardLock charges each card under its distributed lock
+	// (PAYMENTS_CARD_LOCK=on); LockWait bounds the wait for it
+	// (PAYMENTS_LOCK_WAIT).
+	CardLock bool
 	LockWait time.Duration
 }
 
@@ -134,6 +137,12 @@ func LoadEnv(getenv func(string) string) (Env, error) {
 		if err := (ratelimitfx.Config{TrustedProxies: e.TrustedProxies}).Validate(); err != nil {
 			return e, &EnvError{"RATE_LIMIT_TRUSTED_PROXIES", v, "not a comma-separated list of addresses or CIDR ranges"}
 		}
+	}
+	switch v := get("PAYMENTS_CARD_LOCK", "off"); v {
+	case "on", "off":
+		e.CardLock = v == "on"
+	default:
+		return e, &EnvError{"PAYMENTS_CARD_LOCK", v, "not on or off"}
 	}
 	if e.LockWait == 0 {
 		return e, &EnvError{"PAYMENTS_LOCK_WAIT", getenv("PAYMENTS_LOCK_WAIT"), "must be positive"}

@@ -33,7 +33,7 @@ func metric(scrape, series string) float64 {
 func TestPayments_CacheLockAndStream_MetricsSeeRealSeries(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	p := start(t, "REDIS_URL="+srv.URL(), "IDEMPOTENCY_KEY_PREFIX="+redistest.Prefix(t), "PAYMENTS_LOCK_WAIT=150ms")
+	p := start(t, "REDIS_URL="+srv.URL(), "IDEMPOTENCY_KEY_PREFIX="+redistest.Prefix(t), "PAYMENTS_CARD_LOCK=on", "PAYMENTS_LOCK_WAIT=150ms")
 	created := p.pay("plug-1", card)
 	if created.status != 201 {
 		t.Fatalf("POST: %d %s", created.status, created.body)
@@ -113,7 +113,7 @@ func TestPayments_CacheLockAndStream_MetricsSeeRealSeries(t *testing.T) {
 func TestPayments_ConcurrentPaymentsWithOneCard_AllSucceed(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	p := start(t, "REDIS_URL="+srv.URL(), "IDEMPOTENCY_KEY_PREFIX="+redistest.Prefix(t), "PAYMENTS_DELAY=100ms")
+	p := start(t, "REDIS_URL="+srv.URL(), "IDEMPOTENCY_KEY_PREFIX="+redistest.Prefix(t), "PAYMENTS_DELAY=100ms", "PAYMENTS_CARD_LOCK=on")
 	var wg sync.WaitGroup
 	statuses := make([]int, 30)
 	began := time.Now()
@@ -134,7 +134,7 @@ func TestPayments_ConcurrentPaymentsWithOneCard_AllSucceed(t *testing.T) {
 	t.Logf("30 concurrent payments with one card, 100ms processor latency each: %v", took)
 }
 
-// Rate limiting is off by default and, with RATE_LIMIT, limits POST
+// Rate limiting (and the card lock) are off by default; with RATE_LIMIT, limits POST
 // /payments per client: 429 problem+json with Retry-After and RateLimit
 // headers, the handler not run.
 func TestPayments_RateLimit_OffByDefault_OnWhenConfigured(t *testing.T) {
@@ -143,6 +143,9 @@ func TestPayments_RateLimit_OffByDefault_OnWhenConfigured(t *testing.T) {
 	off := start(t, "REDIS_URL="+srv.URL(), "IDEMPOTENCY_KEY_PREFIX="+redistest.Prefix(t))
 	if r := off.pay("rl-0", card); r.status != 201 || r.header.Get("RateLimit-Limit") != "" {
 		t.Fatalf("default: %d, RateLimit-Limit %q", r.status, r.header.Get("RateLimit-Limit"))
+	}
+	if n := metric(off.do("GET", "/metrics", "", "").body, "payments_lock_acquisitions_total"); n != 0 {
+		t.Fatalf("the card lock is off by default, yet %v acquisitions", n)
 	}
 	on := start(t, "REDIS_URL="+srv.URL(), "IDEMPOTENCY_KEY_PREFIX="+redistest.Prefix(t), "RATE_LIMIT=2/1m", "METRICS_PREFIX=rl")
 	for i, want := range []int{201, 201, 429} {
@@ -175,6 +178,7 @@ func TestPayments_InvalidPluginEnv(t *testing.T) {
 	for _, tc := range []struct{ env, variable string }{
 		{"RATE_LIMIT=lots", "RATE_LIMIT"}, {"RATE_LIMIT=0/1m", "RATE_LIMIT"}, {"RATE_LIMIT=5/soon", "RATE_LIMIT"},
 		{"RATE_LIMIT_TRUSTED_PROXIES=10.0.0.0/99", "RATE_LIMIT_TRUSTED_PROXIES"}, {"PAYMENTS_LOCK_WAIT=-1s", "PAYMENTS_LOCK_WAIT"},
+		{"PAYMENTS_CARD_LOCK=maybe", "PAYMENTS_CARD_LOCK"},
 	} {
 		_, err := LoadEnv(func(k string) string {
 			name, v, _ := strings.Cut(tc.env, "=")
@@ -204,7 +208,7 @@ func grepLines(s, substr string) string {
 // consumer and the rate limit.
 func TestPayments_PluginsOnEmbeddedRedis(t *testing.T) {
 	t.Parallel()
-	p := start(t, "RATE_LIMIT=3/1m")
+	p := start(t, "RATE_LIMIT=3/1m", "PAYMENTS_CARD_LOCK=on")
 	created := p.pay("emb-1", card)
 	if created.status != 201 || created.header.Get("RateLimit-Remaining") != "2" {
 		t.Fatalf("POST: %d %v", created.status, created.header)
@@ -237,7 +241,7 @@ func TestPayments_PluginsOnEmbeddedRedis(t *testing.T) {
 func TestPayments_StoreDown_FailOpen_ChargesWithoutTheLock(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartPrivate(t)
-	p := start(t, "REDIS_URL="+srv.URL(), "IDEMPOTENCY_ERROR_POLICY=fail-open")
+	p := start(t, "REDIS_URL="+srv.URL(), "IDEMPOTENCY_ERROR_POLICY=fail-open", "PAYMENTS_CARD_LOCK=on")
 	srv.Kill()
 	r := p.pay("open", card)
 	if r.status != 201 {
