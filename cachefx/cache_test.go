@@ -455,3 +455,38 @@ func TestLocalLayer_ReadRacingAnInvalidationIsNotKept(t *testing.T) {
 		t.Fatal("an undisturbed read was not kept")
 	}
 }
+
+// After Redis restarts, the invalidation subscription is back: a write in
+// one process still drops the other's first-layer copy.
+func TestLocalLayer_InvalidationSurvivesARedisRestart(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartPrivate(t)
+	prefix := redistest.Prefix(t)
+	local := LocalConfig{MaxEntries: 100, TTL: time.Hour}
+	a := newCache(t, client(t, srv), Config{KeyPrefix: prefix, Local: local})
+	b := newCache(t, client(t, srv), Config{KeyPrefix: prefix, Local: local})
+	ctx := context.Background()
+	srv.Restart()
+	deadline := time.Now().Add(15 * time.Second)
+	for attempt := 0; ; attempt++ {
+		// Each round: b caches a value, a overwrites it; once b's
+		// subscription is back, b sees the new value.
+		v := fmt.Sprint("v", attempt)
+		_ = a.Set(ctx, "k", []byte("old"+v), time.Hour)
+		_, _, _ = b.Get(ctx, "k")
+		_ = a.Set(ctx, "k", []byte(v), time.Hour)
+		seen := false
+		for end := time.Now().Add(200 * time.Millisecond); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+			if got, _, _ := b.Get(ctx, "k"); string(got) == v {
+				seen = true
+				break
+			}
+		}
+		if seen {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("invalidations never reached the other process after the restart")
+		}
+	}
+}

@@ -62,8 +62,13 @@ func (c *consumer) run(loopCtx, handlerCtx context.Context) {
 		case errors.Is(err, redis.Nil):
 			continue
 		case err != nil:
-			if strings.HasPrefix(err.Error(), "NOGROUP") { // the stream or group was deleted
-				_ = c.ensureGroup(rctx)
+			if strings.HasPrefix(err.Error(), "NOGROUP") { // the stream or group was deleted (or Redis restarted empty)
+				gctx, cancel := context.WithTimeout(context.Background(), cfg.StoreTimeout)
+				if c.ensureGroup(gctx) == nil {
+					cancel()
+					continue // at once: nothing to wait for
+				}
+				cancel()
 			}
 			c.s.log.Warn("stream read failed", zap.String("stream", c.stream), zap.Error(err))
 			sleep(loopCtx, backoff)
