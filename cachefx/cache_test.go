@@ -490,3 +490,20 @@ func TestLocalLayer_InvalidationSurvivesARedisRestart(t *testing.T) {
 		}
 	}
 }
+
+// A Redis that hangs (CLIENT PAUSE) costs GetOrLoad at most StoreTimeout
+// before it serves from the loader.
+func TestStoreHangs_GetOrLoadBoundedByStoreTimeout(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartPrivate(t)
+	c := newCache(t, client(t, srv), Config{StoreTimeout: 200 * time.Millisecond})
+	srv.Pause(context.Background(), 3*time.Second)
+	began := time.Now()
+	v, err := c.GetOrLoad(context.Background(), "k", 0, func(context.Context) ([]byte, error) { return []byte("fresh"), nil })
+	if err != nil || string(v) != "fresh" {
+		t.Fatalf("= %q %v", v, err)
+	}
+	if d := time.Since(began); d > 1500*time.Millisecond {
+		t.Fatalf("GetOrLoad took %v against a hanging Redis with StoreTimeout 200ms", d)
+	}
+}

@@ -35,8 +35,10 @@ func (e *ExceededError) Unwrap() error {
 // and RateLimit-Policy (draft-ietf-httpapi-ratelimit-headers-07). A request
 // over the limit gets 429 application/problem+json with Retry-After and
 // never reaches the handler. Without a Name, the rule's counters are named
-// after the route ("POST /payments"), so one Rule value may guard several
-// routes separately.
+// after the route ("POST /payments") when the middleware runs after routing
+// (r.With, or r.Use inside a r.Route group), so one Rule value may guard
+// several routes separately; mounted before routing (r.Use on the root
+// router) it has one counter per key for every route ("default").
 func (l *Limiter) Limit(rule Rule) func(http.Handler) http.Handler {
 	named := rule.Name != ""
 	rule = l.withDefaults(rule)
@@ -49,8 +51,8 @@ func (l *Limiter) Limit(rule Rule) func(http.Handler) http.Handler {
 				return
 			}
 			rr := rule
-			if !named {
-				rr.Name = r.Method + " " + routeOf(r)
+			if route := routeOf(r); !named && route != "" {
+				rr.Name = r.Method + " " + route
 			}
 			d, err := l.Check(r.Context(), rr, key)
 			if err != nil {
@@ -88,13 +90,14 @@ func setHeaders(h http.Header, d Decision, policy string) {
 	h.Set("RateLimit-Policy", policy)
 }
 
+// routeOf is the chi route pattern, or "" before routing (middleware
+// mounted with r.Use). The raw path is never used: a client could vary it
+// to get a fresh counter on every request.
 func routeOf(r *http.Request) string {
 	if rc := chi.RouteContext(r.Context()); rc != nil {
-		if p := rc.RoutePattern(); p != "" {
-			return p
-		}
+		return rc.RoutePattern()
 	}
-	return r.URL.Path
+	return ""
 }
 
 // IsExceeded reports whether err is a request over its limit.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -290,5 +291,28 @@ func TestConfigNamesTheOption(t *testing.T) {
 		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "Config."+opt+":") {
 			t.Errorf("%s: %v", opt, err)
 		}
+	}
+}
+
+// Mounted before routing, the limiter counts every path together: a client
+// cannot get a fresh counter by varying the path.
+func TestMiddleware_BeforeRouting_OneCounterForAllPaths(t *testing.T) {
+	t.Parallel()
+	l := newLimiter(t, redistest.Start(t), Config{Limit: 2, Window: time.Minute})
+	r := chi.NewRouter()
+	r.Use(l.Handler)
+	r.Get("/items/{id}", func(http.ResponseWriter, *http.Request) {})
+	for i, want := range []int{200, 200, 429} {
+		w := httptest.NewRecorder()
+		r.ServeHTTP(w, httptest.NewRequest(http.MethodGet, fmt.Sprint("/items/", i), nil))
+		if w.Code != want {
+			t.Fatalf("request %d: %d, want %d", i+1, w.Code, want)
+		}
+	}
+	// A path that matches no route is counted too.
+	w := httptest.NewRecorder()
+	r.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/no/such/path", nil))
+	if w.Code != 429 {
+		t.Fatalf("unmatched path: %d, want 429", w.Code)
 	}
 }
