@@ -9,6 +9,7 @@
 package cachefx
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -238,7 +239,8 @@ func (c *Cache) set(ctx context.Context, key string, value []byte, ttl time.Dura
 		return fmt.Errorf("cachefx: set %q: %w", key, err)
 	}
 	if c.local != nil {
-		c.local.set(full, value, ttl, c.timeNow())
+		// A copy: the caller may reuse its buffer once Set returns.
+		c.local.set(full, bytes.Clone(value), ttl, c.timeNow())
 		c.bcast.publish(ctx, full)
 	}
 	return nil

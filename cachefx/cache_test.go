@@ -507,3 +507,16 @@ func TestStoreHangs_GetOrLoadBoundedByStoreTimeout(t *testing.T) {
 		t.Fatalf("GetOrLoad took %v against a hanging Redis with StoreTimeout 200ms", d)
 	}
 }
+
+// Set keeps its own copy in the first layer: the caller may reuse its buffer.
+func TestLocalLayer_SetCopiesTheValue(t *testing.T) {
+	t.Parallel()
+	c := newCache(t, client(t, redistest.Start(t)), Config{Local: LocalConfig{MaxEntries: 10}})
+	ctx := context.Background()
+	buf := []byte("first")
+	_ = c.Set(ctx, "k", buf, time.Minute)
+	copy(buf, "XXXXX")
+	if v, _, _ := c.Get(ctx, "k"); string(v) != "first" {
+		t.Fatalf("first layer holds %q after the caller reused its buffer", v)
+	}
+}
