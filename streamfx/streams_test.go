@@ -521,3 +521,15 @@ func TestStop_LeavesTheGroupUnlessHoldingMessages(t *testing.T) {
 		t.Fatal("a consumer holding a pending message left the group: the message would be lost")
 	}
 }
+
+// An invalid Config fails fx.New with the field's name.
+func TestModule_InvalidConfigFailsStartNamingTheField(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	app := fx.New(fx.NopLogger,
+		fx.Supply(&storefx.Config{URL: srv.URL()}, &Config{MaxAttempts: -1}),
+		storefx.Module, Module, fx.Invoke(func(*Streams) {}))
+	if err := app.Err(); err == nil || !strings.Contains(err.Error(), "Config.MaxAttempts") {
+		t.Fatalf("fx.New = %v", err)
+	}
+}
