@@ -51,7 +51,7 @@ var ErrNotOwner = &redisfx.BaseError{Code: "lock_not_owner", Message: "the lock 
 type ConfigError struct{ Option, Reason string }
 
 // Error implements error.
-func (e *ConfigError) Error() string { return "lockfx: invalid " + e.Option + ": " + e.Reason }
+func (e *ConfigError) Error() string { return "lockfx: invalid Config." + e.Option + ": " + e.Reason }
 
 func (c Config) normalize() (Config, error) {
 	if c.KeyPrefix == "" {

@@ -18,7 +18,7 @@ func TestModule_InvalidConfigAndMissingStore(t *testing.T) {
 	app := fx.New(fx.NopLogger,
 		fx.Supply(&storefx.Config{URL: srv.URL()}, &Config{Attempts: -3}),
 		storefx.Module, Module, fx.Invoke(func(*Locker) {}))
-	if err := app.Err(); err == nil || !strings.Contains(err.Error(), "Attempts") {
+	if err := app.Err(); err == nil || !strings.Contains(err.Error(), "Config.Attempts") {
 		t.Fatalf("fx.New = %v", err)
 	}
 	app = fx.New(fx.NopLogger, Module, fx.Invoke(func(*Locker) {}))
