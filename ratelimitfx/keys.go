@@ -1,7 +1,6 @@
 package ratelimitfx
 
 import (
-	"net"
 	"net/http"
 	"net/netip"
 	"strings"
@@ -40,13 +39,13 @@ func ByUser(userID func(r *http.Request) string) KeyFunc {
 }
 
 func clientIP(r *http.Request, trusted []netip.Prefix) string {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		host = r.RemoteAddr
-	}
-	addr, err := netip.ParseAddr(host)
-	if err != nil {
-		return host
+	var addr netip.Addr
+	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
+		addr = ap.Addr()
+	} else if a, err := netip.ParseAddr(r.RemoteAddr); err == nil { // no port (tests, custom servers)
+		addr = a
+	} else {
+		return r.RemoteAddr
 	}
 	addr = addr.Unmap()
 	if !isTrusted(addr, trusted) {
