@@ -186,6 +186,17 @@ func (l *Locker) Acquire(ctx context.Context, name string) (*Lock, error) {
 	for attempt := 1; ; attempt++ {
 		l.obs.attempt()
 		token, err := acquireScript.Run(callCtx, l.rdb, keys, owner, l.cfg.TTL.Milliseconds()).Int64()
+		if err != nil && ctx.Err() == nil && callCtx.Err() != nil {
+			// WaitTimeout ran out during the call. It may still have taken
+			// the lock on Redis: give it back (best effort) rather than
+			// leave it held for a whole TTL by an owner who gave up.
+			rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.WaitTimeout)
+			_ = releaseScript.Run(rctx, l.rdb, keys[:1], owner).Err()
+			rcancel()
+			l.obs.timeout(span)
+			l.obs.endAcquire(span, false, attempt-1, time.Since(began), ErrNotAcquired)
+			return nil, ErrNotAcquired
+		}
 		if err != nil {
 			l.obs.endAcquire(span, false, attempt-1, time.Since(began), err)
 			return nil, fmt.Errorf("lockfx: acquire %q: %w", name, err)
