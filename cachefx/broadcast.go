@@ -7,6 +7,8 @@ import (
 	"sync"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redisfx/redisfx/internal/randid"
 )
 
 // broadcaster keeps the first layers of every process coherent: a write or
@@ -26,7 +28,7 @@ type broadcaster struct {
 }
 
 func newBroadcaster(rdb redis.UniversalClient, channel string, local *localLayer) *broadcaster {
-	return &broadcaster{rdb: rdb, channel: channel, local: local, self: newToken()}
+	return &broadcaster{rdb: rdb, channel: channel, local: local, self: randid.Hex(16)}
 }
 
 func (b *broadcaster) start(ctx context.Context) error {

@@ -2,13 +2,13 @@ package cachefx
 
 import (
 	"context"
-	crand "crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redisfx/redisfx/internal/randid"
 )
 
 // Loader produces the value of a key that is not cached.
@@ -70,7 +70,7 @@ func (c *Cache) load(ctx context.Context, key string, ttl time.Duration, load Lo
 	if storeDown {
 		return load(ctx)
 	}
-	guard, token := c.guardKey(key), newToken()
+	guard, token := c.guardKey(key), randid.Hex(16)
 	deadline := time.Now().Add(c.cfg.LoadWait)
 	backoff := 2 * time.Millisecond
 	for first := true; ; first = false {
@@ -129,10 +129,4 @@ func (c *Cache) peek(ctx context.Context, key string) ([]byte, bool) {
 	defer cancel()
 	v, err := c.rdb.Get(sctx, c.valueKey(key)).Bytes()
 	return v, err == nil
-}
-
-func newToken() string {
-	var b [16]byte
-	_, _ = crand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }

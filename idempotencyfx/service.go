@@ -16,6 +16,8 @@ import (
 
 	"github.com/redisfx/redisfx/httpfx"
 	"github.com/redisfx/redisfx/internal/idemscript"
+	"github.com/redisfx/redisfx/internal/scripts"
+	"github.com/redisfx/redisfx/internal/throttle"
 )
 
 // Service is the idempotency engine. The HTTP middleware (Idempotent) uses
@@ -34,7 +36,7 @@ type Service struct {
 
 	ownerPrefix string
 	ownerSeq    atomic.Uint64
-	lastWarn    atomic.Int64 // unix nanos of the last fail-open warning
+	failOpenLog throttle.Every // the fail-open warning, at most every 10s
 }
 
 // New builds a Service on a Redis client, without Fx. Options add a logger,
@@ -54,6 +56,7 @@ func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Service, error
 	var id [8]byte
 	_, _ = rand.Read(id[:])
 	s := &Service{
+		failOpenLog: throttle.Every{Interval: 10 * time.Second},
 		cfg:         st,
 		store:       store{rdb: rdb, acks: st.ReplicaAcks, ackTimeout: st.ReplicaAckTimeout},
 		notify:      newNotifier(rdb, o.log),
@@ -77,11 +80,8 @@ func (s *Service) Start(ctx context.Context) error {
 	if s.cfg.DefaultTTL == 0 {
 		s.log.Warn("idempotency: DefaultTTL is 0, so completed records never expire and accumulate in Redis; set a TTL (payments: 24-48h)")
 	}
-	for _, sc := range idemscript.All {
-		if err := sc.Load(ctx, s.store.rdb).Err(); err != nil {
-			s.log.Warn("idempotency: could not preload a script; it will be loaded on first use", zap.Error(err))
-			break
-		}
+	if err := scripts.Preload(ctx, s.store.rdb, idemscript.All...); err != nil {
+		s.log.Warn("idempotency: could not preload a script; it will be loaded on first use", zap.Error(err))
 	}
 	return nil
 }
@@ -259,9 +259,7 @@ func (s *Service) finish(ctx context.Context, l *lease, state State, resp []byte
 
 // warnFailOpen logs that a request runs unprotected, at most every 10s.
 func (s *Service) warnFailOpen(err error) {
-	now := time.Now().UnixNano()
-	last := s.lastWarn.Load()
-	if now-last < int64(10*time.Second) || !s.lastWarn.CompareAndSwap(last, now) {
+	if !s.failOpenLog.Allow() {
 		return
 	}
 	s.log.Warn("idempotency: store unavailable, running the handler WITHOUT idempotency protection (fail-open)", zap.Error(err))

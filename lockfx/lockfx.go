@@ -7,8 +7,6 @@ package lockfx
 
 import (
 	"context"
-	crand "crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -18,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redisfx/redisfx"
+	"github.com/redisfx/redisfx/internal/randid"
 	"github.com/redisfx/redisfx/internal/scripts"
 )
 
@@ -163,18 +162,12 @@ func (l *Locker) keys(name string) []string {
 	return []string{k, k + ":fence"}
 }
 
-func newOwner() string {
-	var b [16]byte
-	_, _ = crand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
-
 // Acquire takes the lock called name, retrying with backoff within
 // Attempts and WaitTimeout. It returns ErrNotAcquired when the lock stayed
 // held, or a store error.
 func (l *Locker) Acquire(ctx context.Context, name string) (*Lock, error) {
 	keys := l.keys(name)
-	owner := newOwner()
+	owner := randid.Hex(16)
 	ctx, span := l.obs.startAcquire(ctx, name, l.cfg.TTL)
 	began := time.Now()
 	deadline := began.Add(l.cfg.WaitTimeout)

@@ -10,19 +10,18 @@ package ratelimitfx
 
 import (
 	"context"
-	crand "crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/netip"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
 	"github.com/redisfx/redisfx"
+	"github.com/redisfx/redisfx/internal/randid"
 	"github.com/redisfx/redisfx/internal/scripts"
+	"github.com/redisfx/redisfx/internal/throttle"
 )
 
 // Rule is a limit: Limit requests per Window for each key. Zero fields take
@@ -54,12 +53,12 @@ var ErrStoreUnavailable = &redisfx.BaseError{Code: "rate_limit_unavailable", Mes
 
 // Limiter checks requests against rules.
 type Limiter struct {
-	cfg      Config
-	proxies  []netip.Prefix
-	rdb      redis.UniversalClient
-	obs      *observer
-	log      *zap.Logger
-	lastWarn atomic.Int64
+	cfg     Config
+	proxies []netip.Prefix
+	rdb     redis.UniversalClient
+	obs     *observer
+	log     *zap.Logger
+	warnLog throttle.Every // store failures, at most every 10s
 }
 
 // fixedWindowScript: KEYS[1] counter; ARGV[1] window ms. Returns
@@ -108,7 +107,8 @@ func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Limiter, error
 	if err != nil {
 		return nil, err
 	}
-	return &Limiter{cfg: cfg, proxies: proxies, rdb: rdb, obs: obs, log: o.log}, nil
+	return &Limiter{cfg: cfg, proxies: proxies, rdb: rdb, obs: obs, log: o.log,
+		warnLog: throttle.Every{Interval: 10 * time.Second}}, nil
 }
 
 // Start preloads the check scripts, so that the first check pays no
@@ -164,7 +164,7 @@ func (l *Limiter) check(ctx context.Context, rule Rule, key string) (Decision, e
 		err error
 	)
 	if l.cfg.Algorithm == SlidingLog {
-		res, err = slidingLogScript.Run(ctx, l.rdb, []string{key}, window, rule.Limit, newMember()).Int64Slice()
+		res, err = slidingLogScript.Run(ctx, l.rdb, []string{key}, window, rule.Limit, randid.Hex(8)).Int64Slice()
 	} else {
 		res, err = fixedWindowScript.Run(ctx, l.rdb, []string{key}, window).Int64Slice()
 	}
@@ -185,16 +185,8 @@ func (l *Limiter) check(ctx context.Context, rule Rule, key string) (Decision, e
 
 // warn logs a store failure at most every 10s.
 func (l *Limiter) warn(err error) {
-	now := time.Now().UnixNano()
-	last := l.lastWarn.Load()
-	if now-last < int64(10*time.Second) || !l.lastWarn.CompareAndSwap(last, now) {
+	if !l.warnLog.Allow() {
 		return
 	}
 	l.log.Warn("rate limiter: store unavailable", zap.String("policy", string(l.cfg.ErrorPolicy)), zap.Error(err))
-}
-
-func newMember() string {
-	var b [8]byte
-	_, _ = crand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }

@@ -17,6 +17,8 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
+	"go.uber.org/zap"
+	zapobserver "go.uber.org/zap/zaptest/observer"
 
 	"github.com/redisfx/redisfx/internal/obstest"
 	"github.com/redisfx/redisfx/internal/redistest"
@@ -193,7 +195,8 @@ func TestOutage_FailOpenAndFailClosed(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartPrivate(t)
 	reg := prometheus.NewRegistry()
-	open := newLimiter(t, srv, Config{StoreTimeout: 200 * time.Millisecond}, WithRegisterer(reg))
+	core, logs := zapobserver.New(zap.WarnLevel)
+	open := newLimiter(t, srv, Config{StoreTimeout: 200 * time.Millisecond}, WithRegisterer(reg), WithLogger(zap.New(core)))
 	closed := newLimiter(t, srv, Config{StoreTimeout: 200 * time.Millisecond, ErrorPolicy: FailClosed})
 	srv.Kill()
 	for _, tc := range []struct {
@@ -218,6 +221,12 @@ func TestOutage_FailOpenAndFailClosed(t *testing.T) {
 	}
 	if obstest.Value(t, reg, "ratelimit_requests_total", "status", "error") != 1 || obstest.Value(t, reg, "ratelimit_allowed_total") != 0 {
 		t.Fatal("a store failure must count as status=error only")
+	}
+	for range 3 {
+		_, _ = open.Check(context.Background(), Rule{}, "k")
+	}
+	if n := logs.Len(); n != 1 {
+		t.Fatalf("%d store-failure warnings for 4 failed checks, want 1 (at most one per 10s)", n)
 	}
 }
 

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 	"time"
+
+	"github.com/redisfx/redisfx/internal/randid"
 )
 
 // Config holds the stream options. Zero fields take the defaults.
@@ -63,7 +65,7 @@ func (c Config) normalize() (Config, error) {
 	}
 	if c.Consumer == "" {
 		host, _ := os.Hostname()
-		c.Consumer = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), newToken()[:6])
+		c.Consumer = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), randid.Hex(3))
 	}
 	for _, n := range []struct {
 		name string

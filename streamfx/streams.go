@@ -12,8 +12,6 @@ package streamfx
 
 import (
 	"context"
-	crand "crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -254,10 +252,4 @@ func (s *Streams) Stop(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("streamfx: stop: handlers did not return: %w", ctx.Err())
 	}
-}
-
-func newToken() string {
-	var b [12]byte
-	_, _ = crand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }

@@ -7,6 +7,8 @@ import (
 
 	"go.opentelemetry.io/otel"
 	"go.uber.org/zap"
+
+	"github.com/redisfx/redisfx/internal/throttle"
 )
 
 // OpenTelemetry reports its internal errors (a failed export, rejected
@@ -15,14 +17,13 @@ import (
 // interval with a count of the suppressed ones, never panicking or blocking.
 type errorLog struct {
 	log        atomic.Pointer[zap.Logger]
-	last       atomic.Int64
+	every      throttle.Every
 	suppressed atomic.Int64
-	every      time.Duration
 	onError    atomic.Pointer[func()]
 }
 
 var (
-	otelErrors     = &errorLog{every: 10 * time.Second}
+	otelErrors     = &errorLog{every: throttle.Every{Interval: 10 * time.Second}}
 	installHandler sync.Once
 )
 
@@ -35,9 +36,7 @@ func (e *errorLog) Handle(err error) {
 	if log == nil {
 		return
 	}
-	now := time.Now().UnixNano()
-	last := e.last.Load()
-	if now-last < int64(e.every) || !e.last.CompareAndSwap(last, now) {
+	if !e.every.Allow() {
 		e.suppressed.Add(1)
 		return
 	}

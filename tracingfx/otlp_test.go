@@ -170,7 +170,7 @@ func TestOTLP_RejectedCredentials_AreLogged(t *testing.T) {
 	rc.status = 401
 	core, logs := observerCore()
 	useErrorLogger(zap.New(core), nil)
-	otelErrors.last.Store(0)
+	otelErrors.every.Reset()
 	p, err := NewProvider(context.Background(), Config{Exporter: ExporterConfig{Type: ExporterOTLP, Endpoint: rc.URL,
 		Headers: map[string]string{"authorization": "Bearer ACCESS_TOKEN"}}, Batch: BatchConfig{ScheduleDelay: 5 * time.Millisecond}})
 	if err != nil {
