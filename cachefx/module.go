@@ -35,14 +35,7 @@ func NewFromParams(p Params) (*Cache, error) {
 	if p.Config != nil {
 		cfg = *p.Config
 	}
-	var opts []Option
-	if p.Registerer != nil {
-		opts = append(opts, WithRegisterer(p.Registerer))
-	}
-	if p.Tracer != nil {
-		opts = append(opts, WithTracerProvider(p.Tracer))
-	}
-	c, err := New(p.Redis, cfg, opts...)
+	c, err := New(p.Redis, cfg, WithRegisterer(p.Registerer), WithTracerProvider(p.Tracer))
 	if err != nil {
 		return nil, err
 	}

@@ -18,7 +18,7 @@ type options struct {
 	tracer     trace.TracerProvider
 }
 
-// WithRegisterer registers the cache metrics with reg.
+// WithRegisterer registers the cache metrics with reg. A nil reg registers nothing.
 func WithRegisterer(reg prometheus.Registerer) Option { return func(o *options) { o.registerer = reg } }
 
 // WithTracerProvider opens the cache spans with tp (tracingfx's plugin

@@ -33,14 +33,7 @@ func NewFromParams(p Params) (*Locker, error) {
 	if p.Config != nil {
 		cfg = *p.Config
 	}
-	var opts []Option
-	if p.Registerer != nil {
-		opts = append(opts, WithRegisterer(p.Registerer))
-	}
-	if p.Tracer != nil {
-		opts = append(opts, WithTracerProvider(p.Tracer))
-	}
-	l, err := New(p.Redis, cfg, opts...)
+	l, err := New(p.Redis, cfg, WithRegisterer(p.Registerer), WithTracerProvider(p.Tracer))
 	if err != nil {
 		return nil, err
 	}

@@ -19,7 +19,7 @@ type options struct {
 	tracer     trace.TracerProvider
 }
 
-// WithRegisterer registers the lock metrics with reg.
+// WithRegisterer registers the lock metrics with reg. A nil reg registers nothing.
 func WithRegisterer(reg prometheus.Registerer) Option { return func(o *options) { o.registerer = reg } }
 
 // WithTracerProvider opens the lock.acquire and lock.release spans with tp

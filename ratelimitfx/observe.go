@@ -21,7 +21,7 @@ type options struct {
 	log        *zap.Logger
 }
 
-// WithRegisterer registers the rate-limit metrics with reg.
+// WithRegisterer registers the rate-limit metrics with reg. A nil reg registers nothing.
 func WithRegisterer(reg prometheus.Registerer) Option { return func(o *options) { o.registerer = reg } }
 
 // WithTracerProvider opens the rate_limit.check spans with tp (tracingfx's
@@ -29,7 +29,14 @@ func WithRegisterer(reg prometheus.Registerer) Option { return func(o *options) 
 func WithTracerProvider(tp trace.TracerProvider) Option { return func(o *options) { o.tracer = tp } }
 
 // WithLogger logs store failures (at most one line every 10s).
-func WithLogger(log *zap.Logger) Option { return func(o *options) { o.log = log } }
+// A nil log is ignored. The logger is named "ratelimit".
+func WithLogger(log *zap.Logger) Option {
+	return func(o *options) {
+		if log != nil {
+			o.log = log.Named("ratelimit")
+		}
+	}
+}
 
 // Attribute names of the rate_limit.check span.
 const (

@@ -58,17 +58,7 @@ func NewFromParams(p Params) (*Streams, error) {
 	if p.Config != nil {
 		cfg = *p.Config
 	}
-	var opts []Option
-	if p.Registerer != nil {
-		opts = append(opts, WithRegisterer(p.Registerer))
-	}
-	if p.Tracer != nil {
-		opts = append(opts, WithTracerProvider(p.Tracer))
-	}
-	if p.Log != nil {
-		opts = append(opts, WithLogger(p.Log.Named("streams")))
-	}
-	s, err := New(p.Redis, cfg, opts...)
+	s, err := New(p.Redis, cfg, WithRegisterer(p.Registerer), WithTracerProvider(p.Tracer), WithLogger(p.Log))
 	if err != nil {
 		return nil, err
 	}

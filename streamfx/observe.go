@@ -24,7 +24,7 @@ type options struct {
 	log        *zap.Logger
 }
 
-// WithRegisterer registers the stream metrics with reg.
+// WithRegisterer registers the stream metrics with reg. A nil reg registers nothing.
 func WithRegisterer(reg prometheus.Registerer) Option { return func(o *options) { o.registerer = reg } }
 
 // WithTracerProvider opens the stream spans with tp (tracingfx's plugin
@@ -32,7 +32,14 @@ func WithRegisterer(reg prometheus.Registerer) Option { return func(o *options) 
 func WithTracerProvider(tp trace.TracerProvider) Option { return func(o *options) { o.tracer = tp } }
 
 // WithLogger logs handler panics and store failures.
-func WithLogger(log *zap.Logger) Option { return func(o *options) { o.log = log } }
+// A nil log is ignored. The logger is named "streams".
+func WithLogger(log *zap.Logger) Option {
+	return func(o *options) {
+		if log != nil {
+			o.log = log.Named("streams")
+		}
+	}
+}
 
 // Attribute names of the stream spans: without a prefix, as the tracing
 // spec gives them.
