@@ -1,13 +1,19 @@
 # redisfx developer targets. `make test` is the command CI runs.
 GO        ?= go
 PKGS      ?= ./...
-STATICCHECK_VERSION ?= v0.8.2
+# golangci-lint is pinned here and only here; .golangci.yml says what it checks.
+GOLANGCI_LINT_VERSION ?= v2.15.0
+GOLANGCI_LINT ?= $(GO) run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 
-.PHONY: test test-cluster test-short demo bench bench-smoke fuzz soak chaos lint fmt
+.PHONY: test test-deps test-cluster test-short demo bench bench-smoke fuzz soak chaos lint tidy-lint tree-lint fmt e2e-observability
 
-## test: the full suite with the race detector (needs redis-server on PATH).
-test:
+## test: the full suite with the race detector. Installs redis-server (and the Prometheus tools) with apt-get when missing and allowed, else says what to install.
+test: test-deps
 	$(GO) test -race -count=1 -timeout 12m $(PKGS)
+
+## test-deps: the programs the tests need (.ci/test-deps).
+test-deps:
+	@.ci/test-deps
 
 ## test-short: skips the slow cluster and end-to-end tests.
 test-short:
@@ -31,15 +37,24 @@ bench-smoke:
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./...
 	$(GO) run ./bench/run -c 4 -d 300ms -repeat 1
 
-## lint: gofmt, go vet, staticcheck.
-lint:
-	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "the files above are not gofmt-ed"; exit 1; }
-	$(GO) vet $(PKGS)
-	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) $(PKGS)
+## lint: golangci-lint (vet, staticcheck, revive, godot, errorlint, … and gofmt/goimports), go.mod tidiness, no build output in git.
+lint: tidy-lint tree-lint
+	$(GOLANGCI_LINT) run ./...
 
-## fmt: gofmt every Go file.
+## tidy-lint: go.mod and go.sum are tidy.
+tidy-lint:
+	$(GO) mod tidy -diff
+
+## tree-lint: no tracked file is a binary or larger than 1 MB (every consumer of the module downloads them).
+tree-lint:
+	@bad=$$(git ls-files -z | xargs -0 -r sh -c 'for f; do [ -f "$$f" ] || continue; \
+	  size=$$(wc -c <"$$f"); if [ "$$size" -gt 1048576 ]; then echo "$$f: $$size bytes"; continue; fi; \
+	  case "$$(head -c 4 "$$f" | od -An -tx1 | tr -d " \n")" in 7f454c46|4d5a*|cffaedfe|cefaedfe|feedface|feedfacf) echo "$$f: an executable";; esac; \
+	done' sh); if [ -n "$$bad" ]; then echo "$$bad"; echo "build output belongs in .gitignore"; exit 1; fi
+
+## fmt: format every Go file as lint wants it (gofmt and goimports with our import groups).
 fmt:
-	gofmt -w $$(git ls-files '*.go')
+	$(GOLANGCI_LINT) fmt ./...
 
 ## fuzz: each fuzz target for FUZZTIME (default 10m), one core each, one after another.
 FUZZTIME ?= 10m
@@ -54,6 +69,18 @@ fuzz:
 soak:
 	$(GO) run ./bench/soak -d 10m -c 8
 
-## chaos: the fault, scale-out, takeover and cluster suites, three times over.
+## chaos: the fault, scale-out, takeover and cluster suites, three times over; then the
+## randomized checkers, each seed for CHECK_DURATION (default 10m; make test runs them briefly).
+CHECK_DURATION ?= 10m
 chaos:
 	$(GO) test -race -count=3 -run 'Faults|ScaleOut|KilledProcess|Cluster|Hostile|Secrets|StoreDown' ./idempotencyfx ./examples/payments ./storefx ./cachefx ./ratelimitfx ./streamfx
+	REDISFX_CHECK_DURATION=$(CHECK_DURATION) $(GO) test -race -count=1 -timeout 0 -run '^TestCacheChecker$$' -v ./cachefx
+	REDISFX_CHECK_DURATION=$(CHECK_DURATION) $(GO) test -race -count=1 -timeout 0 -run '^TestLockChecker$$' -v ./lockfx
+	REDISFX_CHECK_DURATION=$(CHECK_DURATION) $(GO) test -race -count=1 -timeout 0 -run '^TestIdempotencyChecker$$' -v ./idempotencyfx
+
+	REDISFX_CHECK_DURATION=$(CHECK_DURATION) $(GO) test -race -count=1 -timeout 0 -run '^TestRateLimitChecker$$' -v ./ratelimitfx
+	REDISFX_CHECK_DURATION=$(CHECK_DURATION) $(GO) test -race -count=1 -timeout 0 -run '^TestStreamsChecker$$' -v ./streamfx
+
+## e2e-observability: the payments example as an operator runs it: a real Prometheus (generated rules, sped up 60 times) and Alertmanager routing to local webhooks, spans to a backend the test queries; each alert fires, reaches its receivers and resolves in time (about 5 minutes).
+e2e-observability: test-deps
+	REDISFX_E2E_OBSERVABILITY=1 $(GO) test -race -count=1 -v -timeout 20m ./e2e/observability
