@@ -40,3 +40,35 @@ func (e *BaseError) As(target any) bool {
 	}
 	return false
 }
+
+// CodeConfigInvalid is the Code of every *ConfigError.
+const CodeConfigInvalid = "config_invalid"
+
+// ConfigError reports an invalid configuration value. Every module returns
+// it from its Config's Validate and fails start-up with it, so an app can
+// match any of them with errors.As:
+//
+//	var cfgErr *redisfx.ConfigError
+//	if errors.As(err, &cfgErr) {
+//		log.Printf("fix %s in package %s", cfgErr.Field, cfgErr.Package)
+//	}
+type ConfigError struct {
+	BaseError
+	// Package is the module's package: "idempotencyfx", "storefx" …
+	Package string
+	// Field names the setting as the user wrote it: a Config field
+	// ("Config.LockTimeout", "Config.Exporter.Endpoint", "Config.Addrs[1]")
+	// or an environment variable ("REDIS_URL").
+	Field string
+	// Reason says what is wrong with the value; it never repeats a secret.
+	Reason string
+}
+
+// NewConfigError returns the error for an invalid field of package pkg.
+func NewConfigError(pkg, field, reason string) *ConfigError {
+	msg := pkg + ": invalid " + field + ": " + reason
+	return &ConfigError{BaseError: BaseError{Code: CodeConfigInvalid, Message: msg}, Package: pkg, Field: field, Reason: reason}
+}
+
+// Error reads "<package>: invalid <field>: <reason>".
+func (e *ConfigError) Error() string { return e.Message }

@@ -1,5 +1,6 @@
 // Package doccheck compiles every Go code block of README.md and docs/*.md,
-// so that the documentation cannot drift from the code.
+// and checks the span catalogue of docs/tracing.md against the spans every
+// module makes, so that the documentation cannot drift from the code.
 package doccheck
 
 import (

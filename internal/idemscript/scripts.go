@@ -12,8 +12,10 @@ import "github.com/redis/go-redis/v9"
 //	   u (completed but not replayable)
 //	f  request fingerprint
 //	r  encoded response (state c only)
-//	n  fencing token: 1 for the first owner, +1 at each takeover
-//	o  owner token of the current in-progress attempt
+//	n  fencing token: Redis TIME in microseconds at the claim, or the
+//	   previous owner's token + 1 if that is higher, so it strictly
+//	   increases at every new owner, also after the record expired
+//	o  owner token of the current attempt (kept after completion)
 //	l  lease deadline, Redis TIME in milliseconds
 //	w  present when a duplicate is waiting: completion then PUBLISHes
 //
@@ -22,22 +24,23 @@ import "github.com/redis/go-redis/v9"
 // is still there to be taken over (and counted as a takeover) for one more
 // lease, and is gone after that.
 
-// Claim: KEYS[1] record; ARGV fingerprint, owner, lease ms, wait (0|1).
+// Claim is the claim script. KEYS[1] record; ARGV fingerprint, owner, lease ms, wait (0|1).
 // Replies: {"n", token} new owner; {"t", token} takeover of an expired
 // lease; {"c", response} completed; {"p", lease ms left} in progress;
 // {"f", ttl ms} failed; {"u", ttl ms} not replayable; {"m"} fingerprint
 // mismatch.
 var Claim = redis.NewScript(`
 local k = KEYS[1]
-local rec = redis.call('HMGET', k, 's', 'f', 'l', 'r')
+local rec = redis.call('HMGET', k, 's', 'f', 'l', 'r', 'n')
 local s = rec[1]
 local lease = tonumber(ARGV[3])
 if not s then
   local t = redis.call('TIME')
   local now = t[1] * 1000 + math.floor(t[2] / 1000)
-  redis.call('HSET', k, 's', 'p', 'f', ARGV[1], 'o', ARGV[2], 'l', now + lease, 'n', 1)
+  local n = string.format('%d', t[1] * 1000000 + t[2])
+  redis.call('HSET', k, 's', 'p', 'f', ARGV[1], 'o', ARGV[2], 'l', now + lease, 'n', n)
   redis.call('PEXPIRE', k, 2 * lease)
-  return {'n', 1}
+  return {'n', tonumber(n)}
 end
 if rec[2] ~= ARGV[1] then
   return {'m'}
@@ -50,10 +53,10 @@ if s == 'p' then
   local now = t[1] * 1000 + math.floor(t[2] / 1000)
   local left = tonumber(rec[3]) - now
   if left <= 0 then
-    local n = redis.call('HINCRBY', k, 'n', 1)
-    redis.call('HSET', k, 'o', ARGV[2], 'l', now + lease)
+    local n = string.format('%d', math.max((tonumber(rec[5]) or 0) + 1, t[1] * 1000000 + t[2]))
+    redis.call('HSET', k, 'n', n, 'o', ARGV[2], 'l', now + lease)
     redis.call('PEXPIRE', k, 2 * lease)
-    return {'t', n}
+    return {'t', tonumber(n)}
   end
   if ARGV[4] == '1' then
     redis.call('HSET', k, 'w', 1)
@@ -63,7 +66,7 @@ end
 return {s, redis.call('PTTL', k)}
 `)
 
-// Renew: KEYS[1] record; ARGV owner, lease ms. Extends the lease of a
+// Renew is the lease renewal script. KEYS[1] record; ARGV owner, lease ms. Extends the lease of a
 // living owner. Replies 1, or 0 when the caller is no longer the owner.
 var Renew = redis.NewScript(`
 local k = KEYS[1]
@@ -78,20 +81,29 @@ redis.call('PEXPIRE', k, 2 * tonumber(ARGV[2]))
 return 1
 `)
 
-// Complete: KEYS[1] record; ARGV owner, state (c|f|u), response,
+// Complete is the outcome script. KEYS[1] record; ARGV owner, state (c|f|u), response,
 // ttl ms (0: no expiry). Writes the outcome only if the caller still owns
 // the record: a stale owner whose lease was taken over gets 0 and changes
-// nothing. Publishes state..response on the record key's channel when a
-// duplicate is waiting, so waiters wake without polling and without another
-// round trip.
+// nothing. The owner stays in the record, so a completion retried after its
+// reply was lost is recognised (1) instead of being taken for a stale one.
+//
+// When a duplicate is waiting, it PUBLISHes the outcome on the record key's
+// channel, so waiters wake without polling and without another round trip:
+// state, the fingerprint's length in decimal, ':', the fingerprint, then the
+// response (a waiter replays only an outcome of its own fingerprint). The
+// PUBLISH cannot undo the write: when it fails (no channel permission, say)
+// the reply is 2, and waiters find the outcome by polling.
 var Complete = redis.NewScript(`
 local k = KEYS[1]
-local rec = redis.call('HMGET', k, 'o', 'w')
+local rec = redis.call('HMGET', k, 'o', 'w', 's', 'f')
 if rec[1] ~= ARGV[1] then
   return 0
 end
+if rec[3] ~= 'p' then
+  return 1
+end
 redis.call('HSET', k, 's', ARGV[2], 'r', ARGV[3])
-redis.call('HDEL', k, 'o', 'l', 'w')
+redis.call('HDEL', k, 'l', 'w')
 local ttl = tonumber(ARGV[4])
 if ttl > 0 then
   redis.call('PEXPIRE', k, ttl)
@@ -99,7 +111,10 @@ else
   redis.call('PERSIST', k)
 end
 if rec[2] then
-  redis.call('PUBLISH', k, ARGV[2] .. ARGV[3])
+  local ok = redis.pcall('PUBLISH', k, ARGV[2] .. #rec[4] .. ':' .. rec[4] .. ARGV[3])
+  if type(ok) == 'table' and ok.err then
+    return 2
+  end
 end
 return 1
 `)

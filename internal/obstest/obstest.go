@@ -1,66 +1,58 @@
 // Package obstest captures what the plugins emit, for their tests: spans
-// from a real console exporter (tracingfx's JSON lines, decoded) and
-// values gathered from a real Prometheus registry.
+// from an OpenTelemetry SDK provider with a tracetest.SpanRecorder, in the
+// shape of tracingfx's console format (attribute values as JSON decodes
+// them: numbers are float64, lists []any), and values gathered from a real
+// Prometheus registry.
 package obstest
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
-	"sync"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/redisfx/redisfx/tracingfx"
 )
 
-// Spans is a tracingfx console exporter writing into memory.
+// Spans records every span of its provider (all sampled) as it ends.
 type Spans struct {
-	provider *tracingfx.Provider
-	mu       sync.Mutex
-	out      bytes.Buffer
+	provider *sdktrace.TracerProvider
+	rec      *tracetest.SpanRecorder
 }
 
-// NewSpans starts a provider with the console exporter (every span
-// sampled); it is shut down when t ends.
+// NewSpans starts a provider recording every span; it is shut down when t
+// ends.
 func NewSpans(t testing.TB) *Spans {
 	t.Helper()
-	s := &Spans{}
-	p, err := tracingfx.NewProvider(context.Background(), tracingfx.Config{Exporter: tracingfx.ExporterConfig{Type: tracingfx.ExporterConsole, Writer: s}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.provider = p
+	rec := tracetest.NewSpanRecorder()
+	p := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()), sdktrace.WithSpanProcessor(rec))
 	t.Cleanup(func() { _ = p.Shutdown(context.Background()) })
-	return s
-}
-
-// Write receives the exporter's lines.
-func (s *Spans) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.out.Write(p)
+	return &Spans{provider: p, rec: rec}
 }
 
 // Tracer is the provider to hand to the module under test.
-func (s *Spans) Tracer() trace.TracerProvider { return s.provider.Tracer }
+func (s *Spans) Tracer() trace.TracerProvider { return s.provider }
 
-// All decodes every span ended so far, in order of ending.
+// All returns every span ended so far, in order of ending, as tracingfx's
+// console exporter writes them (so that the tests read what an operator
+// reads, and no second copy of the conversion exists).
 func (s *Spans) All(t testing.TB) []tracingfx.ConsoleSpan {
 	t.Helper()
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	var buf bytes.Buffer
+	if err := tracingfx.NewConsoleExporter(&buf).ExportSpans(context.Background(), s.rec.Ended()); err != nil {
+		t.Fatal(err)
+	}
 	var spans []tracingfx.ConsoleSpan
-	sc := bufio.NewScanner(bytes.NewReader(s.out.Bytes()))
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
+	for dec := json.NewDecoder(&buf); dec.More(); {
 		var sp tracingfx.ConsoleSpan
-		if err := json.Unmarshal(sc.Bytes(), &sp); err != nil {
-			t.Fatalf("console line %q: %v", sc.Text(), err)
+		if err := dec.Decode(&sp); err != nil {
+			t.Fatal(err)
 		}
 		spans = append(spans, sp)
 	}

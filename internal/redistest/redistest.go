@@ -119,7 +119,7 @@ func (s *Server) spawn() error {
 		select {
 		case <-p.done:
 			log, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
-			return fmt.Errorf("redis-server exited (%v): %s", p.err, lastLines(string(log), 5))
+			return fmt.Errorf("redis-server exited (%w): %s", p.err, lastLines(string(log), 5))
 		default:
 		}
 		if ping(s.addr, extra) == nil {
@@ -176,7 +176,11 @@ func freePort(t testing.TB) int {
 		t.Fatalf("redistest: no free port: %v", err)
 	}
 	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	addr, ok := l.Addr().(*net.TCPAddr)
+	if !ok {
+		t.Fatalf("redistest: %v is not a TCP address", l.Addr())
+	}
+	return addr.Port
 }
 
 func lastLines(s string, n int) string {
@@ -201,6 +205,7 @@ func (s *Server) Private() bool { return s.private }
 func (s *Server) Client() *redis.Client {
 	c := redis.NewClient(&redis.Options{
 		Addr: s.addr, DisableIdentity: true,
+		ContextTimeoutEnabled:    true, // as storefx's clients: the modules refuse others
 		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
 	})
 	s.t.Cleanup(func() { _ = c.Close() })

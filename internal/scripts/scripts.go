@@ -7,12 +7,16 @@ import (
 	"context"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redisfx/redisfx/plugintrace"
 )
 
 // Preload loads each script (on every master of a Cluster). A failure is
 // not fatal: go-redis falls back to EVAL on first use, so the error is
-// only returned for the caller to log.
+// only returned for the caller to log. The SCRIPT LOAD commands make no
+// span (they are counted in the command metrics): a start is not a trace.
 func Preload(ctx context.Context, rdb redis.Scripter, all ...*redis.Script) error {
+	ctx = plugintrace.WithoutCommandSpans(ctx)
 	for _, s := range all {
 		if err := s.Load(ctx, rdb).Err(); err != nil {
 			return err

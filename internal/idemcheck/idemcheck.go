@@ -1,0 +1,674 @@
+// Package idemcheck is the model and history checker of the idempotency
+// checker (idempotencyfx's TestIdempotencyChecker): the driver records what
+// every request, every handler execution and every injected fault did, with
+// wall-clock intervals, and Check compares that history with the promise of
+// docs/idempotency.md.
+//
+// It is a seeded history checker of our own rather than a linearizability
+// checker such as Porcupine: the promise is not a register's. Its parts are
+// "at most one execution per record generation", "a response is one's own,
+// a byte-identical replay of the same fingerprint's outcome, or a documented
+// error", time bounds and expiries, and under faults some of them are
+// deliberately relaxed (a restart loses records). Those rules are plain
+// interval arithmetic over the history, stated in Check.
+//
+// The package does not import idempotencyfx, so that a test inside it can
+// import this one.
+package idemcheck
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Execution kinds: what a handler (or a Do function) did.
+const (
+	ExecOK     = "ok"     // answered below 400 (or Do returned a result)
+	Exec4xx    = "4xx"    // answered 4xx: a completed outcome, replayed
+	Exec5xx    = "5xx"    // answered 5xx: a failed outcome
+	ExecError  = "error"  // returned an error
+	ExecPanic  = "panic"  // panicked
+	ExecGoexit = "goexit" // left through runtime.Goexit
+	ExecCrash  = "crash"  // its app instance crashed while it ran
+)
+
+// Fault kinds.
+const (
+	FaultCrash        = "crash"         // an app instance's Redis client closed mid-handler, instance replaced
+	FaultPubSubKill   = "pubsub_kill"   // CLIENT KILL TYPE pubsub
+	FaultFreeze       = "freeze"        // every connection of one instance frozen (faultproxy)
+	FaultFreezePubSub = "freeze_pubsub" // the subscription connection of one instance frozen
+	FaultPause        = "pause"         // CLIENT PAUSE ALL
+	FaultScriptFlush  = "script_flush"  // SCRIPT FLUSH
+	FaultRestart      = "restart"       // redis-server killed and restarted empty
+	FaultEviction     = "eviction"      // a small maxmemory with allkeys-random, filler written
+	FaultDelete       = "delete"        // the operator's Service.Delete of one record
+)
+
+// FaultKinds lists every fault kind, for reports.
+var FaultKinds = []string{FaultCrash, FaultPubSubKill, FaultFreeze, FaultFreezePubSub, FaultPause,
+	FaultScriptFlush, FaultRestart, FaultEviction, FaultDelete}
+
+// Bounds are the configuration the checked services run with, and the
+// margin a request may exceed its documented bound by.
+type Bounds struct {
+	LockTimeout  time.Duration
+	WaitTimeout  time.Duration
+	StoreTimeout time.Duration
+	DefaultTTL   time.Duration
+	// Breaker is how long after a store error that ran out of
+	// StoreTimeout an instance whose client has a circuit breaker may
+	// answer store errors at once (the breaker open until a probe reaches
+	// Redis); 0 for clients without one.
+	Breaker time.Duration
+	// Margin is added to every time bound: scheduling on a loaded machine
+	// under -race.
+	Margin time.Duration
+}
+
+// Exec is one run of a handler or of a Do function.
+type Exec struct {
+	ID       string
+	Req      int64 // the request that ran it
+	Scope    string
+	Key      string
+	FP       string
+	Token    int64 // its fencing token
+	Instance int
+	Start    time.Time
+	End      time.Time
+	Kind     string
+	Status   int    // for HTTP outcomes
+	Body     []byte // what it answered (or Do returned)
+}
+
+// Request is one request (HTTP or Do) and what its client saw.
+type Request struct {
+	ID       int64
+	Via      string // "http" or "do"
+	Instance int
+	Scope    string
+	Key      string
+	FP       string
+	Start    time.Time
+	End      time.Time
+
+	Cancelled bool // the client went away (its context was cancelled)
+	Crashed   bool // its instance crashed while it ran: the client saw nothing
+	NoAnswer  bool // a panic or Goexit went through: no response
+
+	Status   int
+	Body     []byte
+	Replayed bool   // Idempotent-Replayed: true, or Do's replayed result
+	ExecID   string // the execution whose body it carries (X-Exec header or Do result), if any
+	Code     string // the problem code of an error response, or of Do's error
+	Err      string // Do's error text
+}
+
+// Fault is one injected fault. Instance is -1 for a fault of the server.
+type Fault struct {
+	Kind     string
+	Instance int
+	Scope    string // FaultDelete
+	Key      string // FaultDelete
+	Start    time.Time
+	End      time.Time
+}
+
+// History is what the driver recorded. Its methods are safe for concurrent
+// use.
+type History struct {
+	mu     sync.Mutex
+	execs  map[string]*Exec
+	order  []*Exec
+	reqs   []*Request
+	faults []Fault
+	notes  []string // violations found while running (expiry scans)
+}
+
+// NewHistory returns an empty history.
+func NewHistory() *History { return &History{execs: map[string]*Exec{}} }
+
+// AddExec records the start of an execution; the driver fills in the rest
+// with EndExec.
+func (h *History) AddExec(e *Exec) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.execs[e.ID] = e
+	h.order = append(h.order, e)
+}
+
+// EndExec records how an execution ended.
+func (h *History) EndExec(id, kind string, status int, body []byte, end time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	e := h.execs[id]
+	switch {
+	case e == nil:
+	case e.Kind == ExecCrash && e.Body == nil:
+		// Its instance crashed as it finished: what it answered may have
+		// been recorded before the crash closed its client.
+		e.Status, e.Body = status, body
+	case e.End.IsZero():
+		e.Kind, e.Status, e.Body, e.End = kind, status, body, end
+	}
+}
+
+// CrashExec marks a running execution as crashed at t (its instance died).
+func (h *History) CrashExec(id string, t time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if e := h.execs[id]; e != nil && e.End.IsZero() {
+		e.Kind, e.End = ExecCrash, t
+	}
+}
+
+// AddRequest records a finished request.
+func (h *History) AddRequest(r *Request) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.reqs = append(h.reqs, r)
+}
+
+// AddFault records a fault.
+func (h *History) AddFault(f Fault) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.faults = append(h.faults, f)
+}
+
+// Violation records a violation found while running.
+func (h *History) Violation(format string, args ...any) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.notes = append(h.notes, fmt.Sprintf(format, args...))
+}
+
+// Stats are the figures of a run.
+type Stats struct {
+	Requests   int
+	Executions int
+	Replays    int
+	Faults     map[string]int
+	Outcomes   map[string]int // of executions, by kind
+	Answers    map[string]int // of requests: "own", "replay", or the error code
+}
+
+// Stats counts the history.
+func (h *History) Stats() Stats {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s := Stats{Requests: len(h.reqs), Executions: len(h.order), Faults: map[string]int{},
+		Outcomes: map[string]int{}, Answers: map[string]int{}}
+	for _, f := range h.faults {
+		s.Faults[f.Kind]++
+	}
+	for _, e := range h.order {
+		s.Outcomes[e.Kind]++
+	}
+	for _, r := range h.reqs {
+		switch {
+		case r.Crashed:
+			s.Answers["crashed"]++
+		case r.Cancelled:
+			s.Answers["cancelled"]++
+		case r.Replayed:
+			s.Replays++
+			s.Answers["replay"]++
+		case r.ExecID != "" || r.NoAnswer:
+			s.Answers["own"]++
+		default:
+			s.Answers[r.Code]++
+		}
+	}
+	return s
+}
+
+// String is the figures on one line.
+func (s Stats) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d requests, %d executions, %d replays; faults:", s.Requests, s.Executions, s.Replays)
+	for _, k := range FaultKinds {
+		fmt.Fprintf(&b, " %s=%d", k, s.Faults[k])
+	}
+	b.WriteString("; executions:")
+	for _, k := range sortedKeys(s.Outcomes) {
+		fmt.Fprintf(&b, " %s=%d", k, s.Outcomes[k])
+	}
+	b.WriteString("; answers:")
+	for _, k := range sortedKeys(s.Answers) {
+		fmt.Fprintf(&b, " %s=%d", k, s.Answers[k])
+	}
+	return b.String()
+}
+
+func sortedKeys(m map[string]int) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// failed reports an execution whose outcome is recorded as failed.
+func failed(kind string) bool {
+	return kind == Exec5xx || kind == ExecError || kind == ExecPanic || kind == ExecGoexit
+}
+
+// Documented error codes and their HTTP statuses.
+var documented = map[string]int{
+	"idempotency_key_reused":              422,
+	"idempotency_request_in_progress":     409,
+	"idempotency_previous_failed":         409,
+	"idempotency_response_not_replayable": 409,
+	"idempotency_store_unavailable":       500,
+}
+
+// Check compares the history with the model and returns the violations.
+//
+// The rules, per record (scope, key), with executions ordered by start:
+//
+//  1. Overlap: an execution B that starts while an earlier A still runs
+//     needs a fault that could have stopped A's lease renewals (a pause, a
+//     restart, an eviction, a freeze or crash of A's instance, the
+//     operator's Delete of the record) between A's start and B's start; and
+//     B's fencing token is higher than A's.
+//  2. Re-execution: a B after A ended needs A's record to have expired (B
+//     starts LockTimeout after a failed A ended, DefaultTTL after a
+//     completed one), A to have crashed, or a fault as in 1 (which may have
+//     lost A's outcome).
+//  3. Tokens: B's token is above A's for every two consecutive executions,
+//     also after the record expired, was deleted or was lost (tokens are
+//     Redis TIME in microseconds, or the previous one + 1).
+//  4. Answers: a request carries its own execution's response; or a replay
+//     byte-identical (status and body) to a completed (below 500) execution
+//     of the same scope, key and fingerprint; or a documented error with
+//     its documented status (store_unavailable only around a fault, after
+//     a call may have run out of StoreTimeout (a slow Redis), or within
+//     Bounds.Breaker after such a slow error of the same instance (its
+//     circuit breaker open),
+//     key_reused only if the key was sent with another fingerprint,
+//     previous_failed only if an execution of the record failed).
+//     An in_progress answer needs a lease holder: an execution of the
+//     record running within a lease of the request, a request that may
+//     have left a claim (its client went away, a store error), or a fault.
+//  5. Bounds: a request ends within WaitTimeout + 2×StoreTimeout before its
+//     execution (or its answer), and within 3×StoreTimeout after its
+//     execution, plus Margin.
+func (h *History) Check(b Bounds) []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := slices.Clone(h.notes)
+	perRecord := map[[2]string][]*Exec{}
+	for _, e := range h.order {
+		if e.End.IsZero() {
+			out = append(out, fmt.Sprintf("execution %s (scope %q key %q) never ended", e.ID, e.Scope, e.Key))
+			continue
+		}
+		k := [2]string{e.Scope, e.Key}
+		perRecord[k] = append(perRecord[k], e)
+	}
+	for k, execs := range perRecord {
+		slices.SortFunc(execs, func(x, y *Exec) int { return x.Start.Compare(y.Start) })
+		for j := 1; j < len(execs); j++ {
+			bx := execs[j]
+			for i := 0; i < j; i++ {
+				a := execs[i]
+				if bx.Start.Before(a.End) { // overlap
+					if !h.disturbed(a, bx.Start, b) {
+						out = append(out, fmt.Sprintf("record %q/%q: execution %s (token %d, instance %d, %s) started at %s while %s (token %d, instance %d) ran [%s, %s], with no fault that could end its lease",
+							k[0], k[1], bx.ID, bx.Token, bx.Instance, bx.Kind, ts(bx.Start), a.ID, a.Token, a.Instance, ts(a.Start), ts(a.End)))
+					} else if bx.Token <= a.Token {
+						out = append(out, fmt.Sprintf("record %q/%q: execution %s took over from %s with token %d, not above %d",
+							k[0], k[1], bx.ID, a.ID, bx.Token, a.Token))
+					}
+				}
+			}
+			a := execs[j-1]
+			if !bx.Start.Before(a.End) {
+				expired := failed(a.Kind) && !bx.Start.Before(a.End.Add(b.LockTimeout)) ||
+					(a.Kind == ExecOK || a.Kind == Exec4xx) && !bx.Start.Before(a.End.Add(b.DefaultTTL))
+				if !expired && a.Kind != ExecCrash && !h.disturbed(a, bx.Start, b) {
+					out = append(out, fmt.Sprintf("record %q/%q: execution %s (%s, fp %s) ran at %s after %s (%s, fp %s) ended at %s: a second execution with no failure expired, crash or fault",
+						k[0], k[1], bx.ID, bx.Kind, bx.FP, ts(bx.Start), a.ID, a.Kind, a.FP, ts(a.End)))
+				}
+				if bx.Token <= a.Token {
+					out = append(out, fmt.Sprintf("record %q/%q: execution %s has token %d, not above %d of the earlier %s",
+						k[0], k[1], bx.ID, bx.Token, a.Token, a.ID))
+				}
+			}
+		}
+	}
+	idx := index{byReq: map[int64]*Exec{}, fps: map[[2]string]map[string]time.Time{}, failedAt: map[[2]string]time.Time{},
+		execs: perRecord, abnormal: map[[2]string][]time.Time{}}
+	for _, e := range h.order {
+		idx.byReq[e.Req] = e
+		k := [2]string{e.Scope, e.Key}
+		if failed(e.Kind) && (idx.failedAt[k].IsZero() || e.Start.Before(idx.failedAt[k])) {
+			idx.failedAt[k] = e.Start
+		}
+	}
+	idx.slowErrors = map[int][]time.Time{}
+	for _, r := range h.reqs {
+		if r.Code == "idempotency_store_unavailable" && r.End.Sub(r.Start) >= b.StoreTimeout {
+			idx.slowErrors[r.Instance] = append(idx.slowErrors[r.Instance], r.End)
+		}
+	}
+	for _, r := range h.reqs {
+		k := [2]string{r.Scope, r.Key}
+		if idx.fps[k] == nil {
+			idx.fps[k] = map[string]time.Time{}
+		}
+		if t, ok := idx.fps[k][r.FP]; !ok || r.Start.Before(t) {
+			idx.fps[k][r.FP] = r.Start
+		}
+		if r.Cancelled || r.Crashed || r.Code == "idempotency_store_unavailable" || strings.HasPrefix(r.Code, "error") {
+			idx.abnormal[k] = append(idx.abnormal[k], r.End) // may have left a claim behind
+		}
+	}
+	for _, r := range h.reqs {
+		out = append(out, h.checkAnswer(r, b, idx)...)
+	}
+	return out
+}
+
+// index is what checkAnswer looks up.
+type index struct {
+	byReq    map[int64]*Exec
+	fps      map[[2]string]map[string]time.Time // first request of each fingerprint of a record
+	failedAt map[[2]string]time.Time            // first failed execution of a record
+	execs    map[[2]string][]*Exec              // of a record
+	abnormal map[[2]string][]time.Time          // ends of requests of a record that may have left a claim
+	// slowErrors are the ends of store errors that ran out of
+	// StoreTimeout, per instance.
+	slowErrors map[int][]time.Time
+}
+
+// breakerOpen reports whether r's instance may have had its circuit breaker
+// open: a store error of the instance that ran out of StoreTimeout ended
+// at most b.Breaker before r began.
+func (idx index) breakerOpen(r *Request, b Bounds) bool {
+	if b.Breaker == 0 {
+		return false
+	}
+	for _, t := range idx.slowErrors[r.Instance] {
+		if !t.After(r.End) && !t.Add(b.Breaker).Before(r.Start) {
+			return true
+		}
+	}
+	return false
+}
+
+// holder reports whether someone may have held the lease of r's record
+// while r asked: an execution running then (or ended less than LockTimeout
+// before, its lease not yet lapsed), a request that may have left a claim
+// behind (a client gone, a store error: its lease lapses LockTimeout after
+// it), or a fault.
+func (h *History) holder(r *Request, b Bounds, idx index) bool {
+	const slack = 200 * time.Millisecond
+	k := [2]string{r.Scope, r.Key}
+	for _, e := range idx.execs[k] {
+		if !e.Start.After(r.End.Add(b.Margin)) && !e.End.Add(b.LockTimeout+slack).Before(r.Start) {
+			return true
+		}
+	}
+	for _, t := range idx.abnormal[k] {
+		if !t.After(r.End) && !t.Add(b.LockTimeout+slack).Before(r.Start) {
+			return true
+		}
+	}
+	from := r.Start.Add(-2 * b.LockTimeout)
+	for _, f := range h.faults {
+		if f.End.Before(from) || f.Start.After(r.End) {
+			continue
+		}
+		switch f.Kind {
+		case FaultPause, FaultRestart, FaultEviction, FaultFreeze, FaultCrash:
+			return true
+		}
+	}
+	return false
+}
+
+func ts(t time.Time) string { return t.Format("15:04:05.000") }
+
+// disturbed reports a fault between a's start and t that could have ended
+// a's lease or lost its outcome.
+func (h *History) disturbed(a *Exec, t time.Time, b Bounds) bool {
+	from := a.Start.Add(-b.StoreTimeout)
+	for _, f := range h.faults {
+		if f.End.Before(from) || f.Start.After(t) {
+			continue
+		}
+		switch f.Kind {
+		case FaultPause, FaultRestart, FaultEviction:
+			return true
+		case FaultFreeze, FaultCrash:
+			if f.Instance == a.Instance {
+				return true
+			}
+		case FaultDelete:
+			if f.Scope == a.Scope && f.Key == a.Key {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// faultNear reports a fault that could make a request of instance inst
+// fail with a store error in [from, to].
+func (h *History) faultNear(inst int, from, to time.Time, b Bounds) bool {
+	from = from.Add(-b.Margin)
+	to = to.Add(b.Margin)
+	for _, f := range h.faults {
+		if f.End.Before(from) || f.Start.After(to) {
+			continue
+		}
+		switch f.Kind {
+		case FaultPause, FaultRestart, FaultEviction:
+			return true
+		case FaultFreeze, FaultCrash:
+			if f.Instance == inst {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func (h *History) checkAnswer(r *Request, b Bounds, idx index) []string {
+	var out []string
+	bad := func(format string, args ...any) {
+		out = append(out, fmt.Sprintf("request %d (%s, instance %d, scope %q key %q fp %s, [%s, %s]): ", r.ID, r.Via, r.Instance,
+			r.Scope, r.Key, r.FP, ts(r.Start), ts(r.End))+fmt.Sprintf(format, args...))
+	}
+	own := idx.byReq[r.ID]
+	// Bounds.
+	if !r.Crashed {
+		before := b.WaitTimeout + 2*b.StoreTimeout + b.Margin
+		switch {
+		case own != nil:
+			if d := own.Start.Sub(r.Start); d > before {
+				bad("its execution started %v after the request (bound %v)", d, before)
+			}
+			after := 3*b.StoreTimeout + b.Margin
+			if d := r.End.Sub(own.End); d > after {
+				bad("answered %v after its execution ended (bound %v)", d, after)
+			}
+		default:
+			if d := r.End.Sub(r.Start); d > before {
+				bad("took %v without running (bound WaitTimeout + 2×StoreTimeout + margin = %v)", d, before)
+			}
+		}
+	}
+	if r.Crashed || r.Cancelled {
+		return out
+	}
+	if r.NoAnswer {
+		if own == nil || (own.Kind != ExecPanic && own.Kind != ExecGoexit) {
+			bad("no answer without a panic or Goexit of its own execution")
+		}
+		return out
+	}
+	if r.ExecID != "" {
+		e := h.execs[r.ExecID]
+		switch {
+		case e == nil:
+			bad("carries execution %s, which never ran", r.ExecID)
+		case e.Scope != r.Scope || e.Key != r.Key:
+			bad("carries the response of execution %s of ANOTHER RECORD (scope %q key %q)", e.ID, e.Scope, e.Key)
+		case e.FP != r.FP:
+			bad("carries the response of execution %s of another fingerprint %s", e.ID, e.FP)
+		case r.Replayed && e.Kind != ExecOK && e.Kind != Exec4xx && e.Kind != ExecCrash:
+			bad("replays execution %s, whose outcome (%s) is not a completed one", e.ID, e.Kind)
+		case r.Replayed && (e.Status != r.Status || !bytes.Equal(e.Body, r.Body)):
+			bad("replay differs from execution %s: status %d body %q, recorded %d %q", e.ID, r.Status, r.Body, e.Status, e.Body)
+		case !r.Replayed && e.Req != r.ID:
+			bad("carries execution %s of request %d without being a replay", e.ID, e.Req)
+		case !r.Replayed && (e.Status != r.Status || !bytes.Equal(e.Body, r.Body)):
+			bad("its own answer differs from what its execution wrote: %d %q, wrote %d %q", r.Status, r.Body, e.Status, e.Body)
+		}
+		return out
+	}
+	if own != nil && own.Kind == ExecError && r.Code == "internal_error" {
+		return out // the handler's error through the error filter
+	}
+	if own != nil && own.Kind == ExecPanic && r.Code == "internal_error" {
+		return out // a panic through the recovery middleware
+	}
+	want, ok := documented[r.Code]
+	switch {
+	case !ok:
+		bad("answer %d %q (code %q, error %q) is none of the documented ones", r.Status, r.Body, r.Code, r.Err)
+	case r.Via == "http" && r.Status != want:
+		bad("code %s with status %d, documented %d", r.Code, r.Status, want)
+	case r.Code == "idempotency_store_unavailable" && r.End.Sub(r.Start) < b.StoreTimeout &&
+		!h.faultNear(r.Instance, r.Start, r.End, b) && !idx.breakerOpen(r, b):
+		bad("store_unavailable within %v, before any call could run out of StoreTimeout, with no fault near and no slow store error of its instance within %v before it (a circuit breaker open too long?) (%s)",
+			r.End.Sub(r.Start), b.Breaker, r.Err)
+	case r.Code == "idempotency_key_reused" && !idx.otherFingerprint(r):
+		bad("key_reused, but the key was never sent with another fingerprint")
+	case r.Code == "idempotency_previous_failed" && !idx.someFailed(r):
+		bad("previous_failed, but no execution of the record failed")
+	case r.Code == "idempotency_request_in_progress" && !h.holder(r, b, idx):
+		bad("in_progress, but no execution ran, no claim was left and no fault hit within a lease of it (a lease that outlived its handler)")
+	}
+	return out
+}
+
+func (idx index) otherFingerprint(r *Request) bool {
+	for fp, t := range idx.fps[[2]string{r.Scope, r.Key}] {
+		if fp != r.FP && t.Before(r.End) {
+			return true
+		}
+	}
+	return false
+}
+
+func (idx index) someFailed(r *Request) bool {
+	t := idx.failedAt[[2]string{r.Scope, r.Key}]
+	return !t.IsZero() && t.Before(r.End)
+}
+
+// CheckExpiries scans the keys under prefix and reports every one without
+// an expiry (PTTL -1).
+func CheckExpiries(ctx context.Context, rdb redis.UniversalClient, prefix string) ([]string, int, error) {
+	var out []string
+	n := 0
+	iter := rdb.Scan(ctx, 0, escapeGlob(prefix)+"*", 200).Iterator()
+	for iter.Next(ctx) {
+		n++
+		ttl, err := rdb.PTTL(ctx, iter.Val()).Result()
+		if err != nil {
+			return out, n, err
+		}
+		if ttl == -1 {
+			typ, _ := rdb.HGet(ctx, iter.Val(), "s").Result()
+			out = append(out, fmt.Sprintf("key %q (state %q) has no expiry", iter.Val(), typ))
+		}
+	}
+	return out, n, iter.Err()
+}
+
+func escapeGlob(s string) string {
+	var b strings.Builder
+	for _, c := range s {
+		if strings.ContainsRune(`*?[]\`, c) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
+
+// Duration is REDISFX_CHECK_DURATION, or def.
+func Duration(t testing.TB, def time.Duration) time.Duration {
+	v := os.Getenv("REDISFX_CHECK_DURATION")
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		t.Fatalf("REDISFX_CHECK_DURATION=%q: want a positive Go duration such as 10m", v)
+	}
+	return d
+}
+
+// Seed is REDISFX_CHECK_SEED when set (ok true), else a fresh seed.
+func Seed(t testing.TB) (seed uint64, fromEnv bool) {
+	if v := os.Getenv("REDISFX_CHECK_SEED"); v != "" {
+		s, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("REDISFX_CHECK_SEED=%q: want an unsigned integer", v)
+		}
+		return s, true
+	}
+	return uint64(time.Now().UnixNano()), false
+}
+
+// Seeds is REDISFX_CHECK_SEED alone when set, else the kept seeds (earlier
+// failures, kept as regression runs) and a fresh one. Every randomized
+// checker of the repository runs its seeds from here.
+func Seeds(t testing.TB, kept []uint64) []uint64 {
+	seed, fromEnv := Seed(t)
+	if fromEnv {
+		return []uint64{seed}
+	}
+	return append(slices.Clone(kept), seed)
+}
+
+// violationKinds are the kinds of violation Check reports, by a phrase of
+// its message.
+var violationKinds = []string{"ANOTHER RECORD", "another fingerprint", "not a completed one", "replay differs",
+	"without being a replay", "own answer differs", "which never ran", "none of the documented", "store_unavailable",
+	"key_reused", "previous_failed", "in_progress", "without running", "its execution started", "after its execution ended",
+	"no fault that could end its lease", "not above", "a second execution", "still in progress",
+	"no expiry", "never ended", "no answer"}
+
+// Group sorts violations by kind, so that a report can show a few of each.
+func Group(violations []string) map[string][]string {
+	out := map[string][]string{}
+	for _, v := range violations {
+		kind := "other"
+		for _, k := range violationKinds {
+			if strings.Contains(v, k) {
+				kind = k
+				break
+			}
+		}
+		out[kind] = append(out[kind], v)
+	}
+	return out
+}
