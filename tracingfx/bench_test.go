@@ -46,7 +46,7 @@ func benchGET(b *testing.B, tp *sdktrace.TracerProvider) {
 }
 
 func provider(s sdktrace.Sampler, keep bool) *sdktrace.TracerProvider {
-	var proc sdktrace.SpanProcessor = sdktrace.NewBatchSpanProcessor(discard{})
+	proc := sdktrace.NewBatchSpanProcessor(discard{})
 	if keep {
 		proc = &keeper{SpanProcessor: proc, errors: true}
 		s = recordAll{s}
@@ -70,7 +70,7 @@ func BenchmarkGET_HookRatio10Keep(b *testing.B) {
 func benchHook(b *testing.B, tp *sdktrace.TracerProvider) {
 	var next redis.ProcessHook = func(context.Context, redis.Cmder) error { return nil }
 	if tp != nil {
-		h := Instrumentation(tp, SpanConfig{}, nil)(storefx.ClientInfo{Name: "default", Addrs: []string{"127.0.0.1:6379"}})
+		h := Instrumentation(tp, SpanConfig{}, nil)(storefx.ClientInfo{Name: "default", Addrs: []string{"127.0.0.1:6379"}, Node: "127.0.0.1:6379", Network: "tcp"})
 		next = h.ProcessHook(next)
 		b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 	}

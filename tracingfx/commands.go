@@ -6,23 +6,30 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/redisfx/redisfx/plugintrace"
 	"github.com/redisfx/redisfx/storefx"
 )
 
-// Attribute names of command and plugin spans.
+// Attribute keys of the command spans that OpenTelemetry's semconv package
+// does not define: db.operation and db.statement, which the current
+// conventions renamed (db.operation.name, db.query.text) but dashboards
+// built on the earlier ones still read, and redisfx's opt-in
+// db.statement.args and db.statement.result.
 const (
-	AttrClient     = "redisfx.client"
-	AttrDurationMS = "redisfx.duration_ms"
-	AttrError      = "redisfx.error"
-	AttrPlugin     = "redisfx.plugin"
+	dbOperationKey       = attribute.Key("db.operation")
+	dbStatementKey       = attribute.Key("db.statement")
+	dbStatementArgsKey   = attribute.Key("db.statement.args")
+	dbStatementResultKey = attribute.Key("db.statement.result")
 )
 
 // handshake commands are sent by go-redis when it opens a connection. They
@@ -30,49 +37,36 @@ const (
 // credentials.
 var handshake = map[string]bool{"hello": true, "auth": true, "select": true, "readonly": true, "client": true}
 
-// CommandMetrics are the Redis command metrics, measured in the same hook
-// as the command spans (one clock reading for both).
-type CommandMetrics struct {
-	commands *prometheus.CounterVec
-	duration *prometheus.HistogramVec
-	errors   prometheus.Counter
-}
+// bookkeeping commands are what a Cluster client sends on its own to learn
+// the slot map and the command table. Without a parent span they are the
+// client's, not the app's, and make no span (they are counted).
+var bookkeeping = map[string]bool{"cluster": true, "command": true}
 
-// NewCommandMetrics registers commands_total{command},
-// command_duration_seconds{command} and errors_total with reg (nil: none).
-func NewCommandMetrics(reg prometheus.Registerer) (*CommandMetrics, error) {
-	if reg == nil {
-		return nil, nil
-	}
-	m := &CommandMetrics{
-		commands: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "commands_total",
-			Help: "Redis commands executed, by command name."}, []string{"command"}),
-		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "command_duration_seconds",
-			Help:    "Redis command latency, by command name.",
-			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1}}, []string{"command"}),
-		errors: prometheus.NewCounter(prometheus.CounterOpts{Name: "errors_total",
-			Help: "Redis commands that failed (redis.Nil is not a failure)."}),
-	}
-	for _, c := range []prometheus.Collector{m.commands, m.duration, m.errors} {
-		if err := reg.Register(c); err != nil {
-			return nil, err
-		}
-	}
-	return m, nil
-}
-
-// commandHook traces and measures every command of one client.
+// commandHook traces and measures the commands of one server: a standalone
+// or Sentinel-managed client, or one node of a Cluster client.
 type commandHook struct {
 	tracer  trace.Tracer // nil: no spans
 	metrics *CommandMetrics
 	spans   SpanConfig
 	exclude map[string]bool
-	base    []attribute.KeyValue // constant attributes of this client
+	// base are the constant attributes of every span of this hook.
+	base []attribute.KeyValue
+	// server is server.address and server.port of the master a Sentinel
+	// client last connected to (nil otherwise: they are in base).
+	server atomic.Pointer[[]attribute.KeyValue]
+	// clusterNode: the hook sees a Cluster client's bookkeeping.
+	clusterNode bool
+	// followMaster: the hook learns the server from each new connection.
+	followMaster bool
 }
 
+var _ redis.Hook = (*commandHook)(nil)
+
 // Instrumentation returns the storefx instrumentation that adds command
-// spans (tracer non-nil) and command metrics (metrics non-nil) to every
-// client.
+// spans (tp non-nil) and command metrics (metrics non-nil) to every
+// client. storefx calls it per server: once for a standalone or Sentinel
+// client, once per node of a Cluster client, so that every span names the
+// node that served it.
 func Instrumentation(tp trace.TracerProvider, spans SpanConfig, metrics *CommandMetrics) storefx.Instrumentation {
 	exclude := map[string]bool{}
 	for _, c := range spans.ExcludeCommands {
@@ -87,28 +81,60 @@ func Instrumentation(tp trace.TracerProvider, spans SpanConfig, metrics *Command
 		}
 		h := &commandHook{metrics: metrics, spans: spans, exclude: exclude}
 		if tp != nil {
-			h.tracer = tp.Tracer("github.com/redisfx/redisfx/tracingfx")
+			h.tracer = tp.Tracer(plugintrace.ScopeName)
 		}
-		h.base = []attribute.KeyValue{
-			attribute.String("db.system", "redis"), attribute.String("db.system.name", "redis"),
-			attribute.String(AttrClient, ci.Name),
-		}
-		if len(ci.Addrs) > 0 {
-			if host, port, err := net.SplitHostPort(ci.Addrs[0]); err == nil {
-				h.base = append(h.base, attribute.String("server.address", host))
-				if p, err := strconv.Atoi(port); err == nil {
-					h.base = append(h.base, attribute.Int("server.port", p))
-				}
-			} else {
-				h.base = append(h.base, attribute.String("server.address", ci.Addrs[0]))
-			}
+		h.base = append(h.base, plugintrace.DBSystem...)
+		h.base = append(h.base, plugintrace.Client.String(ci.Name), semconv.DBNamespace(strconv.Itoa(ci.DB)))
+		h.clusterNode = ci.Cluster
+		if ci.Node == "" {
+			h.followMaster = true
+		} else {
+			h.base = append(h.base, serverAttributes(ci.Network, ci.Node)...)
 		}
 		return h
 	}
 }
 
-// DialHook implements redis.Hook.
-func (h *commandHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+// serverAttributes are server.address and server.port of addr (a socket
+// path over unix, which has no port).
+func serverAttributes(network, addr string) []attribute.KeyValue {
+	if network == "unix" {
+		return []attribute.KeyValue{semconv.ServerAddress(addr)}
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return []attribute.KeyValue{semconv.ServerAddress(addr)}
+	}
+	kv := []attribute.KeyValue{semconv.ServerAddress(host)}
+	if p, err := strconv.Atoi(port); err == nil {
+		kv = append(kv, semconv.ServerPort(p))
+	}
+	return kv
+}
+
+// DialHook implements redis.Hook: a Sentinel client's hook learns the
+// address of the master from each new connection.
+func (h *commandHook) DialHook(next redis.DialHook) redis.DialHook {
+	if !h.followMaster || h.tracer == nil {
+		return next
+	}
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := next(ctx, network, addr)
+		if err == nil && conn.RemoteAddr() != nil {
+			kv := serverAttributes(conn.RemoteAddr().Network(), conn.RemoteAddr().String())
+			h.server.Store(&kv)
+		}
+		return conn, err
+	}
+}
+
+// traced reports whether a command called name, sent with ctx, gets a span.
+func (h *commandHook) traced(ctx context.Context, name string) bool {
+	if h.tracer == nil || plugintrace.CommandSpansSuppressed(ctx) {
+		return false
+	}
+	return !h.clusterNode || !bookkeeping[name] || trace.SpanContextFromContext(ctx).IsValid()
+}
 
 // ProcessHook implements redis.Hook.
 func (h *commandHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
@@ -117,32 +143,37 @@ func (h *commandHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		if handshake[name] || h.exclude[name] {
 			return next(ctx, cmd)
 		}
-		upper, spanName := commandNames(name)
 		var span trace.Span
-		if h.tracer != nil {
-			ctx, span = h.tracer.Start(ctx, spanName, clientKind)
+		var names commandName
+		if h.traced(ctx, name) {
+			names = commandNames(name, cmd.Args())
+			ctx, span = h.tracer.Start(ctx, names.span, clientKind)
 		}
 		began := time.Now()
 		err := next(ctx, cmd)
 		took := time.Since(began)
-		failed := err != nil && !errors.Is(err, redis.Nil)
-		h.measure(name, took, failed)
-		if span != nil && span.IsRecording() {
-			attrs := append(h.base[:len(h.base):len(h.base)],
-				attribute.String("db.operation", upper), attribute.String("db.operation.name", upper),
-				attribute.String("db.statement", h.statement(upper, cmd.Args())),
-				attribute.Float64(AttrDurationMS, float64(took.Microseconds())/1000))
+		out := outcomeOf(err)
+		h.measure(name, took, out.failed)
+		if span == nil {
+			return err
+		}
+		if span.IsRecording() {
+			buf := getAttrs()
+			attrs := append(h.common(*buf),
+				dbOperationKey.String(names.operation), semconv.DBOperationName(names.operation),
+				dbStatementKey.String(h.statement(names.operation, cmd.Args())),
+				plugintrace.DurationMS.Float64(float64(took.Microseconds())/1000))
 			if h.spans.IncludeArgs {
-				attrs = append(attrs, attribute.String("db.statement.args", h.cut(joinArgs(cmd.Args()[1:]))))
+				attrs = append(attrs, dbStatementArgsKey.String(h.cut(joinArgs(cmd.Args()[1:]))))
 			}
 			if h.spans.IncludeResult && err == nil {
-				attrs = append(attrs, attribute.String("db.statement.result", h.cut(resultString(cmd))))
+				attrs = append(attrs, dbStatementResultKey.String(h.cut(resultString(cmd))))
 			}
 			span.SetAttributes(attrs...)
-			endSpan(span, err, failed)
-		} else if span != nil {
-			span.End()
+			putAttrs(buf, attrs)
+			out.record(span, err)
 		}
+		span.End()
 		return err
 	}
 }
@@ -154,146 +185,170 @@ func (h *commandHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 			return next(ctx, cmds)
 		}
 		op := "PIPELINE"
-		if cmds[0].Name() == "multi" {
+		if isTransaction(cmds) {
 			op = "MULTI"
 		}
 		var span trace.Span
-		if h.tracer != nil {
-			ctx, span = h.tracer.Start(ctx, "redis."+op, trace.WithSpanKind(trace.SpanKindClient))
+		if h.traced(ctx, "") {
+			ctx, span = h.tracer.Start(ctx, "redis."+op, clientKind)
 		}
 		began := time.Now()
 		err := next(ctx, cmds)
 		took := time.Since(began)
-		failed := false
+		// The span fails with the pipeline's error, else the first command's.
+		out, cause := outcomeOf(err), err
 		for _, c := range cmds {
-			cerr := c.Err()
-			bad := cerr != nil && !errors.Is(cerr, redis.Nil)
-			failed = failed || bad
-			h.measure(c.Name(), took, bad)
+			cout := outcomeOf(c.Err())
+			h.measure(c.Name(), took, cout.failed)
+			if cout.failed && !out.failed {
+				out, cause = cout, c.Err()
+			}
 		}
-		if span != nil && span.IsRecording() {
+		if span == nil {
+			return err
+		}
+		if span.IsRecording() {
 			stmts := make([]string, 0, len(cmds))
+			batch := 0
 			for _, c := range cmds {
-				stmts = append(stmts, h.statement(strings.ToUpper(c.Name()), c.Args()))
+				n := commandNames(c.Name(), c.Args())
+				stmts = append(stmts, h.statement(n.operation, c.Args()))
+				if !wrapper[c.Name()] {
+					batch++
+				}
 			}
-			attrs := append(h.base[:len(h.base):len(h.base)],
-				attribute.String("db.operation", op), attribute.String("db.operation.name", op),
-				attribute.Int("db.operation.batch.size", len(cmds)),
-				attribute.String("db.statement", strings.Join(stmts, "\n")),
-				attribute.Float64(AttrDurationMS, float64(took.Microseconds())/1000))
+			buf := getAttrs()
+			attrs := append(h.common(*buf),
+				dbOperationKey.String(op), semconv.DBOperationName(op), semconv.DBOperationBatchSize(batch),
+				dbStatementKey.String(strings.Join(stmts, "\n")),
+				plugintrace.DurationMS.Float64(float64(took.Microseconds())/1000))
 			span.SetAttributes(attrs...)
-			if err == nil && failed {
-				err = errors.New("a command of the pipeline failed")
-			}
-			endSpan(span, err, failed || (err != nil && !errors.Is(err, redis.Nil)))
-		} else if span != nil {
-			span.End()
+			putAttrs(buf, attrs)
+			out.record(span, cause)
 		}
+		span.End()
 		return err
 	}
 }
 
-var clientKind = trace.WithSpanKind(trace.SpanKindClient)
-
-// commandNames returns the upper-case name and the span name of a command,
-// precomputed for known commands so the hot path allocates neither.
-func commandNames(name string) (upper, span string) {
-	if n, ok := spanNames[name]; ok {
-		return n.upper, n.span
+// common appends to buf the attributes every span of the hook carries.
+func (h *commandHook) common(buf []attribute.KeyValue) []attribute.KeyValue {
+	buf = append(buf, h.base...)
+	if server := h.server.Load(); server != nil {
+		buf = append(buf, *server...)
 	}
-	upper = strings.ToUpper(name)
-	return upper, "redis." + upper
+	return buf
 }
 
-var spanNames = func() map[string]struct{ upper, span string } {
-	m := make(map[string]struct{ upper, span string }, len(commandLabels))
-	for c, up := range commandLabels {
-		m[c] = struct{ upper, span string }{up, "redis." + up}
-	}
-	return m
-}()
+// attrBuffers recycles the attribute slices of command spans: the SDK
+// copies the attributes it is given, so a span's slice is free again as
+// soon as SetAttributes returns, and a sampled command allocates only the
+// span's own copy.
+var attrBuffers = sync.Pool{New: func() any {
+	b := make([]attribute.KeyValue, 0, 16)
+	return &b
+}}
 
-func (h *commandHook) measure(name string, took time.Duration, failed bool) {
-	if h.metrics == nil {
-		return
+func getAttrs() *[]attribute.KeyValue {
+	if b, ok := attrBuffers.Get().(*[]attribute.KeyValue); ok {
+		return b
 	}
-	label := commandLabel(name)
-	h.metrics.commands.WithLabelValues(label).Inc()
-	h.metrics.duration.WithLabelValues(label).Observe(took.Seconds())
-	if failed {
-		h.metrics.errors.Inc()
-	}
+	b := make([]attribute.KeyValue, 0, 16)
+	return &b
 }
 
-func endSpan(span trace.Span, err error, failed bool) {
-	if failed {
-		span.RecordError(err)
-		span.SetStatus(codes.Error, err.Error())
-		span.SetAttributes(attribute.Bool(AttrError, true))
-	}
-	span.End()
+// putAttrs returns buf, grown to used, to the pool, without the references
+// it held.
+func putAttrs(buf *[]attribute.KeyValue, used []attribute.KeyValue) {
+	clear(used)
+	*buf = used[:0]
+	attrBuffers.Put(buf)
 }
 
-// statement is the command with every argument replaced by "?", or with
-// the arguments (cut) when IncludeArgs is on.
-func (h *commandHook) statement(name string, args []any) string {
-	if len(args) <= 1 {
-		return name
-	}
-	if h.spans.IncludeArgs {
-		return h.cut(name + " " + joinArgs(args[1:]))
-	}
-	var b strings.Builder
-	b.Grow(len(name) + 2*len(args))
-	b.WriteString(name)
-	for range args[1:] {
-		b.WriteString(" ?")
-	}
-	return b.String()
-}
+// wrapper commands frame a batch; they are not counted in its size.
+var wrapper = map[string]bool{"multi": true, "exec": true, "asking": true}
 
-func (h *commandHook) cut(s string) string {
-	if len(s) > h.spans.MaxArgLength {
-		return s[:h.spans.MaxArgLength]
-	}
-	return s
-}
-
-func joinArgs(args []any) string {
-	parts := make([]string, len(args))
-	for i, a := range args {
-		switch v := a.(type) {
-		case string:
-			parts[i] = v
-		case []byte:
-			parts[i] = string(v)
-		default:
-			parts[i] = toString(v)
+// isTransaction: a MULTI … EXEC batch, with ASKING before it on a
+// redirected Cluster transaction.
+func isTransaction(cmds []redis.Cmder) bool {
+	for i := 0; i < len(cmds) && i < 2; i++ {
+		if cmds[i].Name() == "multi" {
+			return true
 		}
 	}
-	return strings.Join(parts, " ")
+	return false
 }
 
-func toString(v any) string {
-	switch x := v.(type) {
-	case int:
-		return strconv.Itoa(x)
-	case int64:
-		return strconv.FormatInt(x, 10)
-	case float64:
-		return strconv.FormatFloat(x, 'g', -1, 64)
-	case time.Duration:
-		return x.String()
-	case bool:
-		return strconv.FormatBool(x)
-	}
-	return strings.TrimSpace(strings.ReplaceAll(strings.ReplaceAll(fmtAny(v), "\n", " "), "\r", " "))
+var clientKind = trace.WithSpanKind(trace.SpanKindClient)
+
+// outcome is what a command's error means for its span and the metrics.
+type outcome struct {
+	// failed: the command failed. redis.Nil (no such key) is an answer, not
+	// a failure; a MOVED or ASK redirect is not one either, because the
+	// Cluster client sends the command again to the node it names.
+	failed bool
+	// status is the Redis error prefix (ERR, WRONGTYPE, NOSCRIPT …), the
+	// db.response.status_code; "" when the error does not come from Redis.
+	status string
 }
 
-func resultString(cmd redis.Cmder) string {
-	s := cmd.String() // "get key: value"
-	if i := strings.Index(s, ": "); i >= 0 {
-		return s[i+2:]
+func outcomeOf(err error) outcome {
+	if err == nil || errors.Is(err, redis.Nil) {
+		return outcome{}
 	}
-	return s
+	var rerr redis.Error
+	if errors.As(err, &rerr) {
+		status := errorPrefix(rerr.Error())
+		if status == "MOVED" || status == "ASK" {
+			return outcome{status: status}
+		}
+		return outcome{failed: true, status: status}
+	}
+	return outcome{failed: true}
+}
+
+// record sets db.response.status_code and, on a failure, the status ERROR
+// with err's message, the exception event, error.type and redisfx.error.
+func (o outcome) record(span trace.Span, err error) {
+	if o.status != "" {
+		span.SetAttributes(semconv.DBResponseStatusCode(o.status))
+	}
+	if !o.failed {
+		return
+	}
+	span.RecordError(err)
+	span.SetStatus(codes.Error, err.Error())
+	span.SetAttributes(semconv.ErrorTypeKey.String(errorType(err, o.status)), plugintrace.Error.Bool(true))
+}
+
+// errorPrefix is the first word of a Redis error when it is an upper-case
+// code ("WRONGTYPE Operation against a key …" → WRONGTYPE), else "".
+func errorPrefix(msg string) string {
+	word, _, _ := strings.Cut(msg, " ")
+	if word == "" {
+		return ""
+	}
+	for i := 0; i < len(word); i++ {
+		if c := word[i]; (c < 'A' || c > 'Z') && c != '_' {
+			return ""
+		}
+	}
+	return word
+}
+
+// errorType is the low-cardinality error.type of a failure: the Redis
+// error prefix, "timeout" for a deadline or a network timeout, "canceled"
+// for a canceled context, else the Go type of the error.
+func errorType(err error, status string) string {
+	if status != "" {
+		return status
+	}
+	var ne net.Error
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return "timeout"
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	}
+	return semconv.ErrorType(err).Value.AsString()
 }

@@ -3,14 +3,18 @@ package tracingfx
 import (
 	"fmt"
 	"io"
+	"maps"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
+
+	"github.com/redisfx/redisfx"
 )
 
-// Exporter types. Every type but Console and None sends OTLP over HTTP; the
-// label (otlp, jaeger, zipkin) is semantic only: Jaeger and Zipkin-compatible
-// backends such as Tempo all accept OTLP today.
+// Exporter types. Every type but Console and None sends OTLP; the label
+// (otlp, jaeger, zipkin) is semantic only: Jaeger, Tempo and
+// Zipkin-compatible backends all accept OTLP today.
 const (
 	ExporterOTLP    = "otlp"
 	ExporterConsole = "console"
@@ -27,23 +31,22 @@ const (
 	SampleParent = "parent" // follow the caller's decision; Ratio for new traces
 )
 
-// Config holds the TracingPlugin options of the spec. Zero fields take the
-// defaults noted; where the application sets nothing, the standard OTEL_*
-// environment variables apply (OTEL_SERVICE_NAME, OTEL_EXPORTER_OTLP_ENDPOINT,
-// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, OTEL_EXPORTER_OTLP_HEADERS,
-// OTEL_TRACES_SAMPLER, OTEL_TRACES_SAMPLER_ARG, OTEL_BSP_*).
+// Config holds the tracing options. Zero fields take the defaults noted.
+// Where a field is zero, the standard OpenTelemetry environment variable
+// named beside it applies; a field that is set wins over its variable, and
+// OTEL_SDK_DISABLED=true turns tracing off whatever the Config says.
+// docs/configuration.md lists every variable with its default.
 type Config struct {
-	// ServiceName is the service.name of the resource. Default: OTEL_SERVICE_NAME,
-	// else "unknown_service:<binary>" as OpenTelemetry does.
+	// ServiceName is the service.name of the resource. Default:
+	// OTEL_SERVICE_NAME, else "unknown_service:<binary>" as OpenTelemetry does.
 	ServiceName string
-	// Exporter selects where spans go. Default ExporterNone: spans are made
-	// (so trace ids reach the logs) but not exported.
+	// Exporter selects where spans go.
 	Exporter ExporterConfig
-	// PluginTracing enables the plugin spans (idempotency.wait, and the
-	// cache, lock, rate-limit and stream spans of later modules). Default off.
+	// PluginTracing enables the plugin spans (cache, lock, rate-limit,
+	// stream and idempotency operations). Default off.
 	PluginTracing bool
-	// DisableRedisCommands turns the redis.<COMMAND> spans off (the spec's
-	// traceRedisCommands=false). They are on by default.
+	// DisableRedisCommands turns the redis.<COMMAND> spans off. They are on
+	// by default.
 	DisableRedisCommands bool
 	// Spans configures the command spans.
 	Spans SpanConfig
@@ -59,16 +62,30 @@ type Config struct {
 // ExporterConfig selects and addresses the exporter.
 type ExporterConfig struct {
 	// Type is ExporterOTLP, ExporterConsole, ExporterJaeger, ExporterZipkin or
-	// ExporterNone.
+	// ExporterNone. Default: OTEL_TRACES_EXPORTER, else ExporterOTLP when an
+	// endpoint is configured (Endpoint, OTEL_EXPORTER_OTLP_ENDPOINT or
+	// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT), else ExporterNone: nothing is
+	// exported; the request's and the application's spans are made id-only
+	// (trace and span ids and the sampler's decision, nothing recorded), so
+	// trace ids reach the logs and propagate; Redis command and plugin spans
+	// are not made.
 	Type string
-	// Endpoint is the OTLP/HTTP address. A base address such as
-	// http://collector:4318 gets /v1/traces appended; a URL with a path is
-	// used as given. Default: OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT, else
-	// http://localhost:4318/v1/traces.
+	// Protocol is ProtocolHTTP (OTLP/HTTP with protobuf) or ProtocolGRPC.
+	// Default: OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, else
+	// OTEL_EXPORTER_OTLP_PROTOCOL, else ProtocolHTTP.
+	Protocol string
+	// Endpoint is the OTLP address. Over HTTP, a base address such as
+	// http://collector:4318 gets /v1/traces appended and a URL with a path
+	// is used as given; over gRPC only the scheme (http: plain, https: TLS),
+	// host and port count. Default: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT (as
+	// given), else OTEL_EXPORTER_OTLP_ENDPOINT (with /v1/traces appended),
+	// else DefaultHTTPEndpoint or DefaultGRPCEndpoint.
 	Endpoint string
 	// Headers are sent with every export: credentials for the backend (an
 	// API key, a tenant, "authorization: Bearer <ACCESS_TOKEN>"). They are
-	// never logged.
+	// added to OTEL_EXPORTER_OTLP_HEADERS and
+	// OTEL_EXPORTER_OTLP_TRACES_HEADERS, and win for the same header. They
+	// are never logged.
 	Headers map[string]string
 	// Writer receives the console exporter's lines. Default os.Stdout.
 	Writer io.Writer
@@ -91,61 +108,64 @@ type SpanConfig struct {
 // SamplingConfig configures the sampler.
 type SamplingConfig struct {
 	// Strategy: SampleAlways, SampleNever, SampleRatio or SampleParent.
-	// Default: OTEL_TRACES_SAMPLER, else parent-based always-on.
+	// Default: OTEL_TRACES_SAMPLER (with OTEL_TRACES_SAMPLER_ARG), else
+	// parent-based always-on.
 	Strategy string
 	// Ratio is the fraction kept with SampleRatio and SampleParent (0.01 is 1 %).
 	Ratio float64
 	// KeepErrors exports spans that end with status ERROR even when their
-	// trace was not sampled (the spec: "always sample errors").
+	// trace was not sampled, so that a 1 % sample still shows every failure.
 	KeepErrors bool
 	// KeepSlowerThan exports spans that last longer than this even when
-	// their trace was not sampled (the spec: "always sample slow
-	// operations"). 0 disables. With KeepErrors or KeepSlowerThan every span
-	// is recorded, then dropped at its end if not kept: see docs/tracing.md
-	// for the measured cost.
+	// their trace was not sampled. 0 disables. With KeepErrors or
+	// KeepSlowerThan every span is recorded, then dropped at its end if not
+	// kept: see docs/performance.md for the measured cost.
 	KeepSlowerThan time.Duration
 }
 
-// BatchConfig configures the batch span processor. Defaults are the spec's:
-// queue 2048, batch 512, interval 5s, export timeout 30s.
+// BatchConfig configures the batch span processor of the OTLP exporter.
+// Zero fields take the OTEL_BSP_* variable, else OpenTelemetry's default.
 type BatchConfig struct {
-	MaxQueueSize       int
+	// MaxQueueSize is how many ended spans wait for export; more are
+	// dropped, so a slow backend never slows the app. Default
+	// OTEL_BSP_MAX_QUEUE_SIZE, else 2048.
+	MaxQueueSize int
+	// MaxExportBatchSize is the most spans in one export. Default
+	// OTEL_BSP_MAX_EXPORT_BATCH_SIZE, else 512.
 	MaxExportBatchSize int
-	ScheduleDelay      time.Duration
-	ExportTimeout      time.Duration
+	// ScheduleDelay is the longest a span waits before export. Default
+	// OTEL_BSP_SCHEDULE_DELAY (milliseconds), else 5s.
+	ScheduleDelay time.Duration
+	// ExportTimeout bounds one export. Default OTEL_BSP_EXPORT_TIMEOUT
+	// (milliseconds), else 30s.
+	ExportTimeout time.Duration
 }
-
-// ConfigError names the invalid option.
-type ConfigError struct {
-	Option string
-	Reason string
-}
-
-// Error implements error.
-func (e *ConfigError) Error() string { return "tracingfx: invalid " + e.Option + ": " + e.Reason }
 
 func bad(opt, format string, args ...any) error {
-	return &ConfigError{Option: opt, Reason: fmt.Sprintf(format, args...)}
+	return redisfx.NewConfigError("tracingfx", "Config."+opt, fmt.Sprintf(format, args...))
 }
 
-// normalize validates c and applies defaults.
+// normalize validates c, one field after another in declaration order, and
+// applies the defaults that do not depend on the environment.
 func (c Config) normalize() (Config, error) {
 	c.Exporter.Type = strings.ToLower(c.Exporter.Type)
 	switch c.Exporter.Type {
-	case "":
-		c.Exporter.Type = ExporterNone
-	case ExporterOTLP, ExporterConsole, ExporterJaeger, ExporterZipkin, ExporterNone:
+	case "", ExporterOTLP, ExporterConsole, ExporterJaeger, ExporterZipkin, ExporterNone:
 	default:
 		return c, bad("Exporter.Type", "%q is not otlp, console, jaeger, zipkin or none", c.Exporter.Type)
 	}
+	switch c.Exporter.Protocol {
+	case "", ProtocolHTTP, ProtocolGRPC:
+	default:
+		return c, bad("Exporter.Protocol", "%q is not %s or %s", c.Exporter.Protocol, ProtocolHTTP, ProtocolGRPC)
+	}
 	if c.Exporter.Endpoint != "" {
-		u, err := url.Parse(c.Exporter.Endpoint)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return c, bad("Exporter.Endpoint", "%q is not an http(s) URL", c.Exporter.Endpoint)
+		if _, err := parseHTTPURL(c.Exporter.Endpoint); err != nil {
+			return c, bad("Exporter.Endpoint", "%q %s", c.Exporter.Endpoint, err.Error())
 		}
 	}
-	for k := range c.Exporter.Headers {
-		if k == "" || strings.ContainsAny(k, " :\r\n") {
+	for _, k := range slices.Sorted(maps.Keys(c.Exporter.Headers)) {
+		if k == "" || strings.ContainsAny(k, " :\r\n\t") {
 			return c, bad("Exporter.Headers", "%q is not a header name", k)
 		}
 	}
@@ -166,17 +186,25 @@ func (c Config) normalize() (Config, error) {
 	} else if c.Spans.MaxArgLength == 0 {
 		c.Spans.MaxArgLength = 256
 	}
-	for name, v := range map[string]int{"Batch.MaxQueueSize": c.Batch.MaxQueueSize, "Batch.MaxExportBatchSize": c.Batch.MaxExportBatchSize} {
-		if v < 0 {
-			return c, bad(name, "%d is negative", v)
+	counts := []struct {
+		field string
+		value int
+	}{{"Batch.MaxQueueSize", c.Batch.MaxQueueSize}, {"Batch.MaxExportBatchSize", c.Batch.MaxExportBatchSize}}
+	for _, v := range counts {
+		if v.value < 0 {
+			return c, bad(v.field, "%d is negative", v.value)
 		}
 	}
 	if c.Batch.MaxExportBatchSize > 0 && c.Batch.MaxQueueSize > 0 && c.Batch.MaxExportBatchSize > c.Batch.MaxQueueSize {
 		return c, bad("Batch.MaxExportBatchSize", "%d is larger than Batch.MaxQueueSize %d", c.Batch.MaxExportBatchSize, c.Batch.MaxQueueSize)
 	}
-	for name, d := range map[string]time.Duration{"Batch.ScheduleDelay": c.Batch.ScheduleDelay, "Batch.ExportTimeout": c.Batch.ExportTimeout, "ShutdownTimeout": c.ShutdownTimeout} {
-		if d < 0 {
-			return c, bad(name, "%v is negative", d)
+	durations := []struct {
+		field string
+		value time.Duration
+	}{{"Batch.ScheduleDelay", c.Batch.ScheduleDelay}, {"Batch.ExportTimeout", c.Batch.ExportTimeout}, {"ShutdownTimeout", c.ShutdownTimeout}}
+	for _, v := range durations {
+		if v.value < 0 {
+			return c, bad(v.field, "%v is negative", v.value)
 		}
 	}
 	if c.ShutdownTimeout == 0 {
@@ -185,33 +213,33 @@ func (c Config) normalize() (Config, error) {
 	return c, nil
 }
 
-// Validate reports the first invalid option.
+// Validate reports the first invalid field, in declaration order. It does
+// not read the environment: NewProvider reports a bad OTEL_* value.
 func (c Config) Validate() error {
 	_, err := c.normalize()
 	return err
 }
 
-// tracesURL turns an endpoint into the URL of the traces resource: a base
-// address gets /v1/traces, a URL with a path is kept.
+// tracesURL turns Config.Exporter.Endpoint into the URL of the traces
+// resource: a base address gets /v1/traces, a URL with a path is kept.
 func tracesURL(endpoint string) string {
 	u, err := url.Parse(endpoint)
 	if err != nil {
 		return endpoint
 	}
 	if u.Path == "" || u.Path == "/" {
-		u.Path = "/v1/traces"
+		u.Path = tracesPath
 	}
 	return u.String()
 }
 
-// logsURL is the logs resource beside a traces endpoint.
-func logsURL(endpoint string) string {
-	u, err := url.Parse(tracesURL(endpoint))
-	if err != nil {
-		return endpoint
+// logsURL is the logs resource beside a traces URL that ends in /v1/traces,
+// or "" when there is no such resource to derive.
+func logsURL(traces string) string {
+	u, err := url.Parse(traces)
+	if err != nil || !strings.HasSuffix(u.Path, tracesPath) {
+		return ""
 	}
-	if strings.HasSuffix(u.Path, "/v1/traces") {
-		u.Path = strings.TrimSuffix(u.Path, "/v1/traces") + "/v1/logs"
-	}
+	u.Path = strings.TrimSuffix(u.Path, tracesPath) + logsPath
 	return u.String()
 }

@@ -94,7 +94,7 @@ func attrMap(kvs []attribute.KeyValue) map[string]any {
 	return m
 }
 
-// kindName is the spec's name of a span kind.
+// kindName is the upper-case name of a span kind, as the console prints it.
 func kindName(k trace.SpanKind) string {
 	switch k {
 	case trace.SpanKindClient:

@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"bytes"
 	"compress/gzip"
+	"context"
 	"encoding/hex"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -18,6 +20,8 @@ import (
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	logspb "go.opentelemetry.io/proto/otlp/logs/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -28,9 +32,11 @@ type receiver struct {
 	spans   []*tracepb.Span
 	logs    []*logspb.LogRecord
 	service []string
-	paths   []string
-	headers []http.Header
-	status  int // answer status; 0 = 200
+	// resource holds every resource attribute received (string values).
+	resource map[string]string
+	paths    []string
+	headers  []http.Header
+	status   int // answer status; 0 = 200
 }
 
 func newReceiver(t *testing.T) *receiver {
@@ -83,6 +89,10 @@ func (rc *receiver) serve(w http.ResponseWriter, r *http.Request) {
 				if a.Key == "service.name" {
 					rc.service = append(rc.service, a.Value.GetStringValue())
 				}
+				if rc.resource == nil {
+					rc.resource = map[string]string{}
+				}
+				rc.resource[a.Key] = a.Value.GetStringValue()
 			}
 			for _, ss := range rs.ScopeSpans {
 				rc.spans = append(rc.spans, ss.Spans...)
@@ -161,4 +171,75 @@ func consoleNamed(spans []ConsoleSpan, name string) *ConsoleSpan {
 		}
 	}
 	return nil
+}
+
+// grpcReceiver is an OTLP/gRPC trace and log backend that keeps what it
+// is sent, with the metadata of each export.
+type grpcReceiver struct {
+	coltracepb.UnimplementedTraceServiceServer
+	addr     string
+	mu       sync.Mutex
+	spans    []*tracepb.Span
+	logs     []*logspb.LogRecord
+	metadata []metadata.MD
+}
+
+func newGRPCReceiver(t *testing.T) *grpcReceiver {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := &grpcReceiver{addr: ln.Addr().String()}
+	srv := grpc.NewServer()
+	coltracepb.RegisterTraceServiceServer(srv, rc)
+	collogspb.RegisterLogsServiceServer(srv, logsService{rc: rc})
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		_ = srv.Serve(ln)
+	}()
+	t.Cleanup(func() {
+		srv.Stop()
+		<-served
+	})
+	return rc
+}
+
+// Export implements the OTLP trace service.
+func (rc *grpcReceiver) Export(ctx context.Context, req *coltracepb.ExportTraceServiceRequest) (*coltracepb.ExportTraceServiceResponse, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	rc.metadata = append(rc.metadata, md)
+	for _, rs := range req.ResourceSpans {
+		for _, ss := range rs.ScopeSpans {
+			rc.spans = append(rc.spans, ss.Spans...)
+		}
+	}
+	return &coltracepb.ExportTraceServiceResponse{}, nil
+}
+
+// logsService adapts the receiver to the OTLP logs service, whose method
+// is also called Export.
+type logsService struct {
+	collogspb.UnimplementedLogsServiceServer
+	rc *grpcReceiver
+}
+
+func (l logsService) Export(_ context.Context, req *collogspb.ExportLogsServiceRequest) (*collogspb.ExportLogsServiceResponse, error) {
+	l.rc.mu.Lock()
+	defer l.rc.mu.Unlock()
+	for _, rl := range req.ResourceLogs {
+		for _, sl := range rl.ScopeLogs {
+			l.rc.logs = append(l.rc.logs, sl.LogRecords...)
+		}
+	}
+	return &collogspb.ExportLogsServiceResponse{}, nil
+}
+
+func (rc *grpcReceiver) got() []*tracepb.Span {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return append([]*tracepb.Span(nil), rc.spans...)
 }

@@ -1,9 +1,5 @@
 package tracingfx
 
-import "fmt"
-
-func fmtAny(v any) string { return fmt.Sprint(v) }
-
 // commandLabels bounds the command label of the metrics: the upper-case
 // name of every known command; any other name (a typo, a module command
 // built from input) is counted as "OTHER".

@@ -7,6 +7,7 @@ import (
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxtest"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 // With WithLogBridge and an OTLP exporter, log records are exported over
@@ -41,4 +42,20 @@ func TestLogBridge_ExportsLogsWithTraceIDs(t *testing.T) {
 		}
 	}
 	t.Fatalf("log record not exported; got %d records", len(rc.logs))
+}
+
+// With a traces endpoint of its own path, the logs endpoint cannot be
+// derived: the bridge says so instead of posting logs to the traces URL.
+func TestLogBridge_UnknownLogsEndpointWarns(t *testing.T) {
+	t.Parallel()
+	core, logs := observer.New(zap.InfoLevel)
+	app := fxtest.New(t, fx.NopLogger, fx.Supply(zap.New(core)),
+		fx.Supply(Config{Exporter: ExporterConfig{Endpoint: "http://127.0.0.1:1/custom/traces"}}),
+		Module, WithLogBridge, fx.Invoke(func(*zap.Logger) {}))
+	app.RequireStart()
+	app.RequireStop()
+	const want = "tracing: the log bridge exports nothing: the traces endpoint http://127.0.0.1:1/custom/traces does not end in /v1/traces, so the logs endpoint is unknown; set OTEL_EXPORTER_OTLP_LOGS_ENDPOINT"
+	if logs.FilterMessage(want).Len() != 1 {
+		t.Fatalf("no warning %q in %v", want, logs.All())
+	}
 }

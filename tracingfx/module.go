@@ -2,6 +2,9 @@ package tracingfx
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"os"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/contrib/bridges/otelzap"
@@ -11,68 +14,106 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/redisfx/redisfx/internal/fxconfig"
+	"github.com/redisfx/redisfx/plugintrace"
 	"github.com/redisfx/redisfx/storefx"
 )
 
 // Module provides tracing to the app:
 //
-//   - *Provider, and its trace.TracerProvider, with the service name in the
+//   - *Provider and its trace.TracerProvider, with the service name in the
 //     resource, the configured sampler and exporter; flushed and shut down
-//     on stop within Config.ShutdownTimeout;
-//   - propagation.TextMapPropagator: W3C TraceContext + Baggage;
-//   - ITracingService, named TRACING_SERVICE;
+//     on stop within Config.ShutdownTimeout (or the application's own
+//     provider, see UseTracerProvider);
+//   - propagation.TextMapPropagator: OTEL_PROPAGATORS, else W3C
+//     TraceContext + Baggage;
+//   - ITracingService, named TRACING_SERVICE (inject it with the tag
+//     `name:"TRACING_SERVICE"`);
 //   - the plugin trace.TracerProvider, named redisfx.plugin_tracer (no-op
 //     unless Config.PluginTracing);
 //   - redis.<COMMAND> spans (unless Config.DisableRedisCommands) and the
 //     command metrics (when a prometheus.Registerer is in the graph) on
 //     every storefx client.
 //
-// The configuration is an optional *Config in the graph. The module does
-// not provide the *zap.Logger: the app does (see WithLogBridge).
+// The configuration is an optional Config or *Config in the graph, with
+// the OTEL_* environment for what it leaves unset. The module needs a
+// *zap.Logger from the app, which it does not provide. It routes
+// OpenTelemetry's internal errors, through OpenTelemetry's process-wide
+// error handler, to that logger. It does not register OpenTelemetry's
+// global TracerProvider and propagator unless the app adds SetGlobals.
 var Module = fx.Module("redisfx.tracing",
+	fx.Invoke(checkCollaborators),
 	fx.Provide(
 		NewFromParams,
-		func(p *Provider) trace.TracerProvider { return p.Tracer },
-		Propagator,
-		fx.Annotate(func(tp trace.TracerProvider) ITracingService { return NewTracingService(tp) },
-			fx.ResultTags(`name:"TRACING_SERVICE"`)),
-		fx.Annotate(func(p *Provider) trace.TracerProvider {
-			if p.cfg.PluginTracing {
-				return p.Tracer
-			}
-			return noop.NewTracerProvider()
-		}, fx.ResultTags(`name:"redisfx.plugin_tracer"`)),
+		(*Provider).TracerProvider,
+		(*Provider).Propagator,
+		fx.Annotate(newTracingService, fx.ResultTags(`name:"`+TracingServiceName+`"`)),
+		fx.Annotate(newPluginTracerProvider, fx.ResultTags(`name:"`+plugintrace.TracerProviderName+`"`)),
 		storefx.AsInstrumentation(newInstrumentation),
 	),
-	fx.Invoke(fx.Annotate(func(log *zap.Logger, p *Provider, reg prometheus.Registerer) error {
-		var count func()
-		if reg != nil {
-			failures := prometheus.NewCounter(prometheus.CounterOpts{Name: "tracing_export_errors_total",
-				Help: "Errors reported by the OpenTelemetry SDK: failed or rejected exports, dropped spans."})
-			if err := reg.Register(failures); err != nil {
-				return err
-			}
-			count = failures.Inc
-		}
-		useErrorLogger(log.Named("otel"), count)
-		log.Info("tracing configured", zap.String("exporter", p.cfg.Exporter.Type),
-			zap.Bool("redis_commands", !p.cfg.DisableRedisCommands), zap.Bool("plugin_tracing", p.cfg.PluginTracing))
-		return nil
-	}, fx.ParamTags("", "", `optional:"true"`))),
+	fx.Invoke(logOTelErrors, logConfiguration),
 )
+
+// collaborators are what the module needs from the app, optional here only
+// so that a missing one gets a message naming what to add (Fx's own names
+// only the type). The invokes below still require them, so Fx's graph
+// shows the dependency.
+type collaborators struct {
+	fx.In
+	Log *zap.Logger `optional:"true"`
+}
+
+// checkCollaborators runs before the module's other invokes.
+func checkCollaborators(c collaborators) error {
+	if c.Log == nil {
+		return errors.New("tracingfx.Module needs a *zap.Logger: provide one, e.g. fx.Provide(zap.NewProduction)")
+	}
+	return nil
+}
+
+// AppTracerProviderName is the Fx name of the application's own
+// TracerProvider, which UseTracerProvider provides.
+const AppTracerProviderName = "redisfx.app_tracer_provider"
+
+// UseTracerProvider makes Module use the application's own TracerProvider,
+// which constructor returns (a trace.TracerProvider, or a type that
+// implements it such as *sdktrace.TracerProvider, and optionally an error),
+// instead of building one. tracingfx then adds its command spans, plugin
+// tracer and tracing service on that provider, and provides it as the
+// app's trace.TracerProvider. The application owns it: its exporter,
+// sampler and shutdown are the application's, so the Config fields and
+// OTEL_* variables that configure tracingfx's own provider do not apply
+// (a Config field set anyway is a start-up error). Provide it with
+//
+//	fx.New(tracingfx.Module, tracingfx.UseTracerProvider(newTracerProvider), …)
+//
+// rather than fx.Provide(newTracerProvider), which conflicts with the
+// provider the module already gives the app.
+func UseTracerProvider(constructor any) fx.Option {
+	return fx.Provide(fx.Annotate(constructor, fx.As(new(trace.TracerProvider)),
+		fx.ResultTags(`name:"`+AppTracerProviderName+`"`)))
+}
 
 // Params are the inputs of the Provider in an Fx app.
 type Params struct {
 	fx.In
 	Lifecycle fx.Lifecycle
-	Config    *Config `optional:"true"`
+	// The app's configuration, in either form (at most one of them).
+	Config      *Config `optional:"true"`
+	ConfigValue Config  `optional:"true"`
+	// Own is the application's own TracerProvider (UseTracerProvider).
+	Own trace.TracerProvider `name:"redisfx.app_tracer_provider" optional:"true"`
 }
 
-// NewFromParams builds the Provider and registers its shutdown.
+// NewFromParams builds the Provider (or wraps the application's own) and
+// registers its shutdown.
 func NewFromParams(p Params) (*Provider, error) {
-	var cfg Config
-	if p.Config != nil {
-		cfg = *p.Config
+	cfg, err := fxconfig.Pick(p.Config, p.ConfigValue)
+	if err != nil {
+		return nil, fmt.Errorf("tracingfx: %w", err)
+	}
+	if p.Own != nil {
+		return newOwnProvider(cfg, p.Own, os.Getenv)
 	}
 	prov, err := NewProvider(context.Background(), cfg)
 	if err != nil {
@@ -91,6 +132,26 @@ func NewFromParams(p Params) (*Provider, error) {
 	return prov, nil
 }
 
+func newTracingService(p *Provider) ITracingService { return NewTracingService(p.TracerProvider()) }
+
+// newPluginTracerProvider is the provider of the plugin spans: the app's
+// with Config.PluginTracing, else a no-op one.
+func newPluginTracerProvider(p *Provider) trace.TracerProvider {
+	if p.cfg.PluginTracing && p.exports() {
+		return p.TracerProvider()
+	}
+	return noop.NewTracerProvider()
+}
+
+// exports reports whether spans can reach anything: not with
+// OTEL_SDK_DISABLED, nor with tracingfx's own provider and the exporter
+// none. Then command and plugin spans are not made at all, which spares
+// every Redis command the span's cost; the request's SERVER span and the
+// application's own spans still carry trace ids into the logs.
+func (p *Provider) exports() bool {
+	return !p.cfg.disabled && (p.Tracer == nil || p.cfg.Exporter.Type != ExporterNone)
+}
+
 type instrumentationParams struct {
 	fx.In
 	Provider   *Provider
@@ -98,15 +159,73 @@ type instrumentationParams struct {
 }
 
 func newInstrumentation(p instrumentationParams) (storefx.Instrumentation, error) {
-	metrics, err := NewCommandMetrics(p.Registerer)
-	if err != nil {
-		return nil, err
+	var metrics *CommandMetrics
+	if p.Registerer != nil {
+		var err error
+		if metrics, err = NewCommandMetrics(p.Registerer); err != nil {
+			return nil, err
+		}
 	}
 	var tp trace.TracerProvider
-	if !p.Provider.cfg.DisableRedisCommands {
-		tp = p.Provider.Tracer
+	if !p.Provider.cfg.DisableRedisCommands && p.Provider.exports() {
+		tp = p.Provider.TracerProvider()
 	}
 	return Instrumentation(tp, p.Provider.cfg.Spans, metrics), nil
+}
+
+type errorLogParams struct {
+	fx.In
+	Log *zap.Logger
+	// Registerer receives tracing_export_errors_total (from metricsfx).
+	Registerer prometheus.Registerer `optional:"true"`
+}
+
+// logOTelErrors sets OpenTelemetry's error handler, which is process-wide
+// (otel.SetErrorHandler): from then on the SDK's internal errors (a failed
+// or rejected export, dropped spans) of every OpenTelemetry user in the
+// process go to the app's logger, at most one line every 10 s with the
+// count of the suppressed ones, and are counted in
+// tracing_export_errors_total when the app has a metrics registry. When
+// several apps run in one process, the last one started receives them.
+func logOTelErrors(p errorLogParams) error {
+	var count func()
+	if p.Registerer != nil {
+		failures := prometheus.NewCounter(prometheus.CounterOpts{Name: "tracing_export_errors_total",
+			Help: "Errors reported by the OpenTelemetry SDK: failed or rejected exports, dropped spans."})
+		if err := p.Registerer.Register(failures); err != nil {
+			return fmt.Errorf("tracingfx: registering tracing_export_errors_total: %w", err)
+		}
+		count = failures.Inc
+	}
+	useErrorLogger(p.Log.Named("otel"), count)
+	return nil
+}
+
+type configurationLogParams struct {
+	fx.In
+	Log      *zap.Logger
+	Provider *Provider
+}
+
+// logConfiguration says at start where spans go, so that an operator sees
+// the effective endpoint (after Config and the OTEL_* variables), and warns
+// about settings that are probably mistakes. Headers are never logged.
+func logConfiguration(p configurationLogParams) {
+	s := p.Provider.cfg
+	fields := []zap.Field{zap.String("exporter", s.Exporter.Type)}
+	if s.disabled {
+		p.Log.Info("tracing disabled by OTEL_SDK_DISABLED=true: no spans are made")
+		return
+	}
+	if e := p.Provider.Endpoint(); e != "" {
+		fields = append(fields, zap.String("protocol", s.Exporter.Protocol), zap.String("endpoint", e), zap.String("endpoint_from", s.traces.source))
+	}
+	fields = append(fields, zap.String("sampler", s.samplerName), zap.String("propagators", s.propagators),
+		zap.Bool("redis_commands", !s.DisableRedisCommands), zap.Bool("plugin_tracing", s.PluginTracing))
+	p.Log.Info("tracing configured", fields...)
+	for _, w := range s.warnings {
+		p.Log.Warn("tracing: " + w)
+	}
 }
 
 // WithLogBridge decorates the application's *zap.Logger so that, when the
@@ -116,10 +235,16 @@ func newInstrumentation(p instrumentationParams) (storefx.Instrumentation, error
 var WithLogBridge = fx.Decorate(BridgeLogger)
 
 // BridgeLogger tees log into the OpenTelemetry log pipeline of p, if any.
+// When spans go over OTLP but no logs endpoint can be derived from theirs,
+// it says so on log.
 func BridgeLogger(log *zap.Logger, p *Provider) *zap.Logger {
 	if p.Logs == nil {
+		if p.Endpoint() != "" && p.cfg.exportLogs && p.cfg.logs.url == "" {
+			log.Warn(fmt.Sprintf("tracing: the log bridge exports nothing: the traces endpoint %s does not end in %s, so the logs endpoint is unknown; set %s",
+				p.Endpoint(), tracesPath, envLogsEndpoint))
+		}
 		return log
 	}
-	core := otelzap.NewCore("github.com/redisfx/redisfx", otelzap.WithLoggerProvider(p.Logs))
+	core := otelzap.NewCore(plugintrace.ScopeName, otelzap.WithLoggerProvider(p.Logs))
 	return log.WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core { return zapcore.NewTee(c, core) }))
 }

@@ -5,77 +5,161 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"time"
 
-	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/exporters/otlp/otlplog/otlploggrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlplog/otlploghttp"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/propagation"
 	sdklog "go.opentelemetry.io/otel/sdk/log"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 )
 
-// Provider owns the SDK pieces: the TracerProvider, and the LoggerProvider
-// of the log bridge when the exporter is OTLP.
+// Provider owns the OpenTelemetry SDK pieces of an app: the TracerProvider
+// spans go to, the propagator, and the LoggerProvider of the log bridge.
 type Provider struct {
-	cfg    Config
+	cfg settings
+	// Tracer is the SDK TracerProvider that tracingfx built and shuts down.
+	// It is nil when the application brings its own (UseTracerProvider) and
+	// when OTEL_SDK_DISABLED=true; TracerProvider is never nil. With the
+	// exporter none, TracerProvider's spans are id-only and do not pass
+	// through it.
 	Tracer *sdktrace.TracerProvider
-	// Logs is nil unless the exporter sends OTLP.
-	Logs *sdklog.LoggerProvider
+	// Logs is nil unless the exporter sends OTLP (and OTEL_LOGS_EXPORTER is
+	// not none).
+	Logs   *sdklog.LoggerProvider
+	traces trace.TracerProvider
 }
 
-// NewProvider builds the TracerProvider for cfg without Fx. Call Shutdown
-// when done.
+// NewProvider builds the TracerProvider for cfg and the OTEL_* environment
+// without Fx. A bad value fails with a *redisfx.ConfigError naming the
+// Config field or the variable. Call Shutdown when done.
 func NewProvider(ctx context.Context, cfg Config) (*Provider, error) {
-	cfg, err := cfg.normalize()
+	return newProvider(ctx, cfg, os.Getenv)
+}
+
+func newProvider(ctx context.Context, cfg Config, getenv func(string) string) (*Provider, error) {
+	s, err := resolve(cfg, getenv)
 	if err != nil {
 		return nil, err
 	}
-	res, err := newResource(ctx, cfg.ServiceName)
+	p := &Provider{cfg: s}
+	if s.disabled {
+		p.traces = noop.NewTracerProvider()
+		return p, nil
+	}
+	res, err := newResource(ctx, s.ServiceName)
 	if err != nil {
 		return nil, err
 	}
-	opts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res)}
-	if s := sampler(cfg.Sampling); s != nil {
-		opts = append(opts, sdktrace.WithSampler(s))
-	}
-	p := &Provider{cfg: cfg}
+	opts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res), sdktrace.WithSampler(s.sampler)}
 	var proc sdktrace.SpanProcessor
-	switch cfg.Exporter.Type {
+	switch s.Exporter.Type {
 	case ExporterConsole:
-		w := cfg.Exporter.Writer
+		w := s.Exporter.Writer
 		if w == nil {
 			w = os.Stdout
 		}
 		proc = sdktrace.NewSimpleSpanProcessor(NewConsoleExporter(w))
 	case ExporterOTLP, ExporterJaeger, ExporterZipkin:
-		exp, err := otlptracehttp.New(ctx, otlpTraceOptions(cfg.Exporter)...)
+		exp, err := newSpanExporter(ctx, s)
 		if err != nil {
 			return nil, fmt.Errorf("tracingfx: OTLP exporter: %w", err)
 		}
-		proc = sdktrace.NewBatchSpanProcessor(exp, batchOptions(cfg.Batch)...)
-		logExp, err := otlploghttp.New(ctx, otlpLogOptions(cfg.Exporter)...)
-		if err != nil {
-			return nil, fmt.Errorf("tracingfx: OTLP log exporter: %w", err)
+		proc = sdktrace.NewBatchSpanProcessor(exp, batchOptions(s.Batch)...)
+		if s.exportLogs && s.logs.url != "" {
+			logExp, err := newLogExporter(ctx, s)
+			if err != nil {
+				_ = exp.Shutdown(ctx)
+				return nil, fmt.Errorf("tracingfx: OTLP log exporter: %w", err)
+			}
+			p.Logs = sdklog.NewLoggerProvider(sdklog.WithResource(res), sdklog.WithProcessor(sdklog.NewBatchProcessor(logExp)))
 		}
-		p.Logs = sdklog.NewLoggerProvider(sdklog.WithResource(res), sdklog.WithProcessor(sdklog.NewBatchProcessor(logExp)))
 	}
 	if proc != nil {
-		if keeps(cfg.Sampling) {
-			proc = &keeper{SpanProcessor: proc, errors: cfg.Sampling.KeepErrors, slower: cfg.Sampling.KeepSlowerThan}
-		}
-		opts = append(opts, sdktrace.WithSpanProcessor(proc))
+		opts = append(opts, sdktrace.WithSpanProcessor(s.wrapProcessor(proc)))
 	}
 	p.Tracer = sdktrace.NewTracerProvider(opts...)
+	p.traces = p.Tracer
+	if proc == nil {
+		// The exporter none: spans with ids and nothing recorded.
+		p.traces = newIDsOnly(s.sampler)
+	}
 	return p, nil
 }
 
+// newOwnProvider wraps the application's own TracerProvider: tracingfx adds
+// its command spans, plugin tracer and tracing service on it, and leaves
+// its exporter, sampler and shutdown to the application. A Config field that
+// only tracingfx's own provider would use is an error, not silently ignored.
+func newOwnProvider(cfg Config, own trace.TracerProvider, getenv func(string) string) (*Provider, error) {
+	unused := []struct {
+		field string
+		set   bool
+	}{
+		{"ServiceName", cfg.ServiceName != ""},
+		{"Exporter.Type", cfg.Exporter.Type != ""},
+		{"Exporter.Protocol", cfg.Exporter.Protocol != ""},
+		{"Exporter.Endpoint", cfg.Exporter.Endpoint != ""},
+		{"Exporter.Headers", len(cfg.Exporter.Headers) > 0},
+		{"Exporter.Writer", cfg.Exporter.Writer != nil},
+		{"Sampling.Strategy", cfg.Sampling.Strategy != ""},
+		{"Sampling.Ratio", cfg.Sampling.Ratio != 0},
+		{"Sampling.KeepErrors", cfg.Sampling.KeepErrors},
+		{"Sampling.KeepSlowerThan", cfg.Sampling.KeepSlowerThan != 0},
+		{"Batch", cfg.Batch != BatchConfig{}},
+		{"ShutdownTimeout", cfg.ShutdownTimeout != 0},
+	}
+	for _, u := range unused {
+		if u.set {
+			return nil, bad(u.field, "is set, but the application brings its own TracerProvider (UseTracerProvider), which decides it: configure that provider instead")
+		}
+	}
+	norm, err := cfg.normalize()
+	if err != nil {
+		return nil, err
+	}
+	s := settings{Config: norm, samplerName: "the application's"}
+	s.Exporter.Type = "the application's own TracerProvider"
+	if err := s.readPropagators(getenv); err != nil {
+		return nil, err
+	}
+	return &Provider{cfg: s, traces: own}, nil
+}
+
+// TracerProvider is the provider spans go to: Tracer, the application's
+// own (UseTracerProvider), or a no-op provider when OTEL_SDK_DISABLED=true.
+func (p *Provider) TracerProvider() trace.TracerProvider { return p.traces }
+
+// Propagator is the propagator of OTEL_PROPAGATORS, else W3C TraceContext
+// and Baggage.
+func (p *Provider) Propagator() propagation.TextMapPropagator { return p.cfg.propagator }
+
+// Endpoint is the URL spans are exported to, after Config and the
+// environment were applied; "" when the exporter is not OTLP.
+func (p *Provider) Endpoint() string {
+	switch p.cfg.Exporter.Type {
+	case ExporterOTLP, ExporterJaeger, ExporterZipkin:
+		if !p.cfg.disabled {
+			return p.cfg.traces.url
+		}
+	}
+	return ""
+}
+
+// Warnings lists the settings that were accepted but are probably mistakes,
+// such as OTEL_EXPORTER_OTLP_ENDPOINT ending in /v1/traces. The module logs
+// them at start.
+func (p *Provider) Warnings() []string { return append([]string(nil), p.cfg.warnings...) }
+
 // Shutdown flushes and stops the exporters within Config.ShutdownTimeout,
 // so that a slow or dead backend never hangs the application's stop. It
-// reports spans or logs that could not be delivered in time.
+// reports spans or logs that could not be delivered in time. It leaves an
+// application's own TracerProvider alone.
 func (p *Provider) Shutdown(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.ShutdownTimeout)
 	defer cancel()
@@ -89,49 +173,64 @@ func (p *Provider) Shutdown(ctx context.Context) error {
 		}
 		logsDone <- p.Logs.Shutdown(ctx)
 	}()
-	err := p.Tracer.Shutdown(ctx)
+	var err error
+	if p.Tracer != nil {
+		err = p.Tracer.Shutdown(ctx)
+	}
 	return errors.Join(err, <-logsDone)
 }
 
+// newResource is the SDK's default resource, OTEL_SERVICE_NAME and
+// OTEL_RESOURCE_ATTRIBUTES, then Config.ServiceName, which wins.
 func newResource(ctx context.Context, service string) (*resource.Resource, error) {
 	env, err := resource.New(ctx, resource.WithFromEnv(), resource.WithTelemetrySDK())
 	if err != nil {
-		return nil, fmt.Errorf("tracingfx: resource: %w", err)
+		// The only fallible part is the variable; its value is not repeated,
+		// in case an attribute is sensitive.
+		return nil, envError("OTEL_RESOURCE_ATTRIBUTES", "an entry is not key=value, or a value is not URL-encoded (write key1=value1,key2=value2)")
 	}
 	res, err := resource.Merge(resource.Default(), env)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("tracingfx: resource: %w", err)
 	}
-	if service != "" { // the application's setting wins over OTEL_SERVICE_NAME
+	if service != "" {
 		return resource.Merge(res, resource.NewSchemaless(semconv.ServiceName(service)))
 	}
 	return res, nil
 }
 
-func otlpTraceOptions(e ExporterConfig) []otlptracehttp.Option {
-	var o []otlptracehttp.Option
-	if e.Endpoint != "" {
-		o = append(o, otlptracehttp.WithEndpointURL(tracesURL(e.Endpoint)))
+func newSpanExporter(ctx context.Context, s settings) (sdktrace.SpanExporter, error) {
+	if s.Exporter.Protocol == ProtocolGRPC {
+		o := []otlptracegrpc.Option{otlptracegrpc.WithEndpointURL(s.traces.url)}
+		if len(s.headers) > 0 {
+			o = append(o, otlptracegrpc.WithHeaders(s.headers))
+		}
+		return otlptracegrpc.New(ctx, o...)
 	}
-	if len(e.Headers) > 0 {
-		o = append(o, otlptracehttp.WithHeaders(e.Headers))
+	o := []otlptracehttp.Option{otlptracehttp.WithEndpointURL(s.traces.url)}
+	if len(s.headers) > 0 {
+		o = append(o, otlptracehttp.WithHeaders(s.headers))
 	}
-	return o
+	return otlptracehttp.New(ctx, o...)
 }
 
-func otlpLogOptions(e ExporterConfig) []otlploghttp.Option {
-	var o []otlploghttp.Option
-	if e.Endpoint != "" {
-		o = append(o, otlploghttp.WithEndpointURL(logsURL(e.Endpoint)))
+func newLogExporter(ctx context.Context, s settings) (sdklog.Exporter, error) {
+	if s.Exporter.Protocol == ProtocolGRPC {
+		o := []otlploggrpc.Option{otlploggrpc.WithEndpointURL(s.logs.url)}
+		if len(s.headers) > 0 {
+			o = append(o, otlploggrpc.WithHeaders(s.headers))
+		}
+		return otlploggrpc.New(ctx, o...)
 	}
-	if len(e.Headers) > 0 {
-		o = append(o, otlploghttp.WithHeaders(e.Headers))
+	o := []otlploghttp.Option{otlploghttp.WithEndpointURL(s.logs.url)}
+	if len(s.headers) > 0 {
+		o = append(o, otlploghttp.WithHeaders(s.headers))
 	}
-	return o
+	return otlploghttp.New(ctx, o...)
 }
 
-// batchOptions passes only what is set, so OTEL_BSP_* apply otherwise. The
-// SDK's own defaults equal the spec's (2048, 512, 5s, 30s).
+// batchOptions passes what is set; the SDK's defaults (2048, 512, 5s, 30s)
+// apply to the rest. The OTEL_BSP_* variables are already folded in.
 func batchOptions(b BatchConfig) []sdktrace.BatchSpanProcessorOption {
 	var o []sdktrace.BatchSpanProcessorOption
 	if b.MaxQueueSize > 0 {
@@ -147,83 +246,4 @@ func batchOptions(b BatchConfig) []sdktrace.BatchSpanProcessorOption {
 		o = append(o, sdktrace.WithExportTimeout(b.ExportTimeout))
 	}
 	return o
-}
-
-// sampler maps the strategy; nil leaves the choice to OTEL_TRACES_SAMPLER.
-func sampler(s SamplingConfig) sdktrace.Sampler {
-	var base sdktrace.Sampler
-	switch s.Strategy {
-	case "":
-		if !keeps(s) {
-			return nil
-		}
-		base = sdktrace.ParentBased(sdktrace.AlwaysSample())
-	case SampleAlways:
-		base = sdktrace.AlwaysSample()
-	case SampleNever:
-		base = sdktrace.NeverSample()
-	case SampleRatio:
-		base = sdktrace.TraceIDRatioBased(s.Ratio)
-	case SampleParent:
-		root := sdktrace.AlwaysSample()
-		if s.Ratio > 0 {
-			root = sdktrace.TraceIDRatioBased(s.Ratio)
-		}
-		base = sdktrace.ParentBased(root)
-	}
-	if keeps(s) {
-		return recordAll{base}
-	}
-	return base
-}
-
-func keeps(s SamplingConfig) bool { return s.KeepErrors || s.KeepSlowerThan > 0 }
-
-// recordAll records the spans its inner sampler drops, without sampling
-// them, so that keeper can still export the errors and slow ones at their end.
-type recordAll struct{ inner sdktrace.Sampler }
-
-// ShouldSample implements sdktrace.Sampler.
-func (r recordAll) ShouldSample(p sdktrace.SamplingParameters) sdktrace.SamplingResult {
-	res := r.inner.ShouldSample(p)
-	if res.Decision == sdktrace.Drop {
-		res.Decision = sdktrace.RecordOnly
-	}
-	return res
-}
-
-// Description implements sdktrace.Sampler.
-func (r recordAll) Description() string { return "RecordAll{" + r.inner.Description() + "}" }
-
-// keeper passes sampled spans on, and unsampled ones only if they ended in
-// error or were slow.
-type keeper struct {
-	sdktrace.SpanProcessor
-	errors bool
-	slower time.Duration
-}
-
-// OnEnd implements sdktrace.SpanProcessor.
-func (k *keeper) OnEnd(s sdktrace.ReadOnlySpan) {
-	if s.SpanContext().IsSampled() {
-		k.SpanProcessor.OnEnd(s)
-		return
-	}
-	if (k.errors && s.Status().Code == codes.Error) || (k.slower > 0 && s.EndTime().Sub(s.StartTime()) > k.slower) {
-		k.SpanProcessor.OnEnd(kept{s})
-	}
-}
-
-// kept presents an unsampled span as sampled, so the processor exports it.
-type kept struct{ sdktrace.ReadOnlySpan }
-
-// SpanContext implements sdktrace.ReadOnlySpan: the span as exported.
-func (k kept) SpanContext() trace.SpanContext {
-	sc := k.ReadOnlySpan.SpanContext()
-	return sc.WithTraceFlags(sc.TraceFlags().WithSampled(true))
-}
-
-// Propagator is W3C TraceContext plus Baggage.
-func Propagator() propagation.TextMapPropagator {
-	return propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
 }

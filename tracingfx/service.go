@@ -7,13 +7,15 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/redisfx/redisfx/plugintrace"
 )
 
-// TracingServiceName is the Fx name of the tracing service, the spec's
-// injection token. Inject it with the tag `name:"TRACING_SERVICE"`.
+// TracingServiceName is the Fx name of the tracing service. Inject the
+// service with the tag `name:"TRACING_SERVICE"`.
 const TracingServiceName = "TRACING_SERVICE"
 
-// SpanKind is the kind of a span, with the spec's names.
+// SpanKind is the kind of a span: INTERNAL, CLIENT, SERVER, PRODUCER or CONSUMER.
 type SpanKind string
 
 // Span kinds.
@@ -34,8 +36,9 @@ const (
 	StatusError SpanStatus = "ERROR"
 )
 
-// ISpanOptions are the options of a custom span. Kind defaults to CLIENT,
-// as the spec says.
+// ISpanOptions are the options of a custom span. Kind defaults to CLIENT.
+// Several options combine: the last Kind that is set wins, and the
+// attributes of all of them are set, a later value winning for the same key.
 type ISpanOptions struct {
 	Kind       SpanKind
 	Attributes map[string]any
@@ -53,8 +56,17 @@ type ISpan interface {
 	SpanContext() trace.SpanContext
 }
 
-// ITracingService is the injectable tracing service of the spec. The
-// active span travels in the context.Context, as Go does it.
+// ITracingService makes the application's own spans. Module provides it
+// under the Fx name TRACING_SERVICE, so a service receives it with the
+// name tag in its parameter struct:
+//
+//	type Params struct {
+//		fx.In
+//		Tracer tracingfx.ITracingService `name:"TRACING_SERVICE"`
+//	}
+//
+// Without the tag, Fx reports "missing type: tracingfx.ITracingService".
+// The active span travels in the context.Context, as Go does it.
 type ITracingService interface {
 	// WithSpan runs fn in a child span of ctx's span, then ends it: status OK
 	// when fn returns nil; ERROR with the exception recorded when it returns
@@ -91,7 +103,7 @@ type TracingService struct {
 
 // NewTracingService returns the tracing service of tp.
 func NewTracingService(tp trace.TracerProvider) *TracingService {
-	return &TracingService{tracer: tp.Tracer("github.com/redisfx/redisfx/tracingfx/service")}
+	return &TracingService{tracer: tp.Tracer(plugintrace.ScopeName)}
 }
 
 // WithSpan implements ITracingService.
@@ -121,14 +133,16 @@ func (s *TracingService) WithSpan(ctx context.Context, name string, fn func(ctx 
 
 // StartSpan implements ITracingService.
 func (s *TracingService) StartSpan(ctx context.Context, name string, opts ...ISpanOptions) (context.Context, ISpan) {
-	o := ISpanOptions{Kind: KindClient}
-	if len(opts) > 0 {
-		o = opts[0]
-		if o.Kind == "" {
-			o.Kind = KindClient
+	kind := KindClient
+	var kv []attribute.KeyValue
+	for _, o := range opts {
+		if o.Kind != "" {
+			kind = o.Kind
 		}
+		kv = append(kv, attrs(o.Attributes)...)
 	}
-	ctx, sp := s.tracer.Start(ctx, name, trace.WithSpanKind(otelKind(o.Kind)), trace.WithAttributes(attrs(o.Attributes)...))
+	// The SDK keeps the last value of a key, so a later option wins.
+	ctx, sp := s.tracer.Start(ctx, name, trace.WithSpanKind(otelKind(kind)), trace.WithAttributes(kv...))
 	return ctx, span{sp}
 }
 
@@ -174,7 +188,7 @@ func (sp span) AddEvent(name string, a map[string]any) {
 func (sp span) SetStatus(st SpanStatus, msg string) {
 	if st == StatusError {
 		sp.s.SetStatus(codes.Error, msg)
-		sp.s.SetAttributes(attribute.Bool(AttrError, true))
+		sp.s.SetAttributes(plugintrace.Error.Bool(true))
 		return
 	}
 	sp.s.SetStatus(codes.Ok, "")

@@ -1,0 +1,73 @@
+package tracingfx
+
+import "testing"
+
+// Two invalid fields that the validation used to check while ranging over a
+// map: which one was reported changed from run to run. The first invalid
+// field in declaration order is reported, every time.
+func TestConfig_ValidationOrderIsFixed(t *testing.T) {
+	cfg := Config{
+		Batch:           BatchConfig{MaxQueueSize: -1, MaxExportBatchSize: -1, ScheduleDelay: -1, ExportTimeout: -1},
+		ShutdownTimeout: -1,
+	}
+	const want = "tracingfx: invalid Config.Batch.MaxQueueSize: -1 is negative"
+	for i := 0; i < 50; i++ {
+		if err := cfg.Validate(); err == nil || err.Error() != want {
+			t.Fatalf("run %d: %v, want %q", i, err, want)
+		}
+	}
+	cfg.Batch.MaxQueueSize = 0
+	cfg.Batch.MaxExportBatchSize = 0
+	const wantDuration = "tracingfx: invalid Config.Batch.ScheduleDelay: -1ns is negative"
+	for i := 0; i < 50; i++ {
+		if err := cfg.Validate(); err == nil || err.Error() != wantDuration {
+			t.Fatalf("run %d: %v, want %q", i, err, wantDuration)
+		}
+	}
+}
+
+func TestConfig_InvalidValuesNameTheField(t *testing.T) {
+	for _, c := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{Exporter: ExporterConfig{Type: "carrier-pigeon"}}, `tracingfx: invalid Config.Exporter.Type: "carrier-pigeon" is not otlp, console, jaeger, zipkin or none`},
+		{Config{Exporter: ExporterConfig{Protocol: "http/json"}}, `tracingfx: invalid Config.Exporter.Protocol: "http/json" is not http/protobuf or grpc`},
+		{Config{Exporter: ExporterConfig{Type: ExporterOTLP, Endpoint: "collector:4318"}}, `tracingfx: invalid Config.Exporter.Endpoint: "collector:4318" is not an http(s) URL (write http://collector:4318)`},
+		{Config{Exporter: ExporterConfig{Headers: map[string]string{"bad header": "x", "also:bad": "y"}}}, `tracingfx: invalid Config.Exporter.Headers: "also:bad" is not a header name`},
+		{Config{Sampling: SamplingConfig{Strategy: "sometimes"}}, `tracingfx: invalid Config.Sampling.Strategy: "sometimes" is not always, never, ratio or parent`},
+		{Config{Sampling: SamplingConfig{Strategy: SampleRatio, Ratio: 1.5}}, `tracingfx: invalid Config.Sampling.Ratio: 1.5 is not between 0 and 1`},
+		{Config{Sampling: SamplingConfig{KeepSlowerThan: -1}}, `tracingfx: invalid Config.Sampling.KeepSlowerThan: -1ns is negative`},
+		{Config{Spans: SpanConfig{MaxArgLength: -1}}, `tracingfx: invalid Config.Spans.MaxArgLength: -1 is negative`},
+		{Config{Batch: BatchConfig{MaxQueueSize: 10, MaxExportBatchSize: 20}}, `tracingfx: invalid Config.Batch.MaxExportBatchSize: 20 is larger than Batch.MaxQueueSize 10`},
+		{Config{ShutdownTimeout: -1}, `tracingfx: invalid Config.ShutdownTimeout: -1ns is negative`},
+	} {
+		if err := c.cfg.Validate(); err == nil || err.Error() != c.want {
+			t.Errorf("got  %v\nwant %s", err, c.want)
+		}
+	}
+}
+
+// Config.Exporter.Endpoint: a base address gets /v1/traces, a URL with a
+// path is used as given; the log bridge's endpoint is beside /v1/traces.
+func TestEndpointForms(t *testing.T) {
+	for in, want := range map[string]string{
+		"http://collector:4318":             "http://collector:4318/v1/traces",
+		"http://collector:4318/":            "http://collector:4318/v1/traces",
+		"https://tempo.example/otlp/traces": "https://tempo.example/otlp/traces",
+		"http://collector:4318/v1/traces":   "http://collector:4318/v1/traces",
+	} {
+		if got := tracesURL(in); got != want {
+			t.Errorf("tracesURL(%q) = %q, want %q", in, got, want)
+		}
+	}
+	for in, want := range map[string]string{
+		"http://c:4318/v1/traces":           "http://c:4318/v1/logs",
+		"https://gw.example/otlp/v1/traces": "https://gw.example/otlp/v1/logs",
+		"https://tempo.example/otlp/traces": "",
+	} {
+		if got := logsURL(in); got != want {
+			t.Errorf("logsURL(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -1,0 +1,512 @@
+package tracingfx
+
+import (
+	"fmt"
+	"net/url"
+	"path"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/contrib/propagators/autoprop"
+	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/redisfx/redisfx"
+)
+
+// The standard OpenTelemetry environment variables tracingfx reads itself,
+// so that a bad value fails start-up naming the variable (the SDK would
+// print a line and carry on). A Config field that is set wins over its
+// variable; see docs/configuration.md for the table.
+const (
+	envSDKDisabled       = "OTEL_SDK_DISABLED"
+	envTracesExporter    = "OTEL_TRACES_EXPORTER"
+	envLogsExporter      = "OTEL_LOGS_EXPORTER"
+	envProtocol          = "OTEL_EXPORTER_OTLP_PROTOCOL"
+	envTracesProtocol    = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
+	envEndpoint          = "OTEL_EXPORTER_OTLP_ENDPOINT"
+	envTracesEndpoint    = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+	envLogsEndpoint      = "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT"
+	envHeaders           = "OTEL_EXPORTER_OTLP_HEADERS"
+	envTracesHeaders     = "OTEL_EXPORTER_OTLP_TRACES_HEADERS"
+	envSampler           = "OTEL_TRACES_SAMPLER"
+	envSamplerArg        = "OTEL_TRACES_SAMPLER_ARG"
+	envPropagators       = "OTEL_PROPAGATORS"
+	envBSPScheduleDelay  = "OTEL_BSP_SCHEDULE_DELAY"
+	envBSPExportTimeout  = "OTEL_BSP_EXPORT_TIMEOUT"
+	envBSPMaxQueueSize   = "OTEL_BSP_MAX_QUEUE_SIZE"
+	envBSPMaxExportBatch = "OTEL_BSP_MAX_EXPORT_BATCH_SIZE"
+)
+
+// OTLP protocols (Config.Exporter.Protocol, OTEL_EXPORTER_OTLP_PROTOCOL).
+const (
+	ProtocolHTTP = "http/protobuf" // the default: OTLP over HTTP, port 4318
+	ProtocolGRPC = "grpc"          // OTLP over gRPC, port 4317
+)
+
+// Default endpoints, used when neither Config nor the environment names one.
+// OpenTelemetry Go's own default is https://localhost:4318, which a local
+// Collector (plain HTTP) answers with an error: tracingfx says http.
+const (
+	DefaultHTTPEndpoint = "http://localhost:4318/v1/traces"
+	DefaultGRPCEndpoint = "http://localhost:4317"
+)
+
+const tracesPath, logsPath = "/v1/traces", "/v1/logs"
+
+// envError is the error for a variable's bad value: the same shape as a
+// bad Config field, naming the variable.
+func envError(name, format string, args ...any) error {
+	return redisfx.NewConfigError("tracingfx", name, fmt.Sprintf(format, args...))
+}
+
+// settings is a normalized Config with the environment folded in: what the
+// provider is built from, and what the module logs at start.
+type settings struct {
+	Config
+	// disabled is OTEL_SDK_DISABLED=true: no spans are made at all.
+	disabled bool
+	// sampler is never nil; samplerName describes it for the log.
+	sampler     sdktrace.Sampler
+	samplerName string
+	// traces and logs are the OTLP endpoints (logs.url "" when the log
+	// bridge cannot send).
+	traces, logs endpoint
+	// headers are sent with every export: the environment's, then Config's.
+	headers    map[string]string
+	propagator propagation.TextMapPropagator
+	// propagators names the propagators, for the log.
+	propagators string
+	// exportLogs is false with OTEL_LOGS_EXPORTER=none.
+	exportLogs bool
+	// warnings are accepted values that are probably mistakes; the module
+	// logs them at start.
+	warnings []string
+}
+
+// endpoint is an OTLP URL and where it came from (a Config field, a
+// variable, or "default").
+type endpoint struct{ url, source string }
+
+// resolve validates cfg, then reads the environment through getenv for
+// what cfg leaves unset. The first invalid value is reported, Config
+// fields in declaration order, then variables in the order of the table
+// in docs/configuration.md.
+func resolve(cfg Config, getenv func(string) string) (settings, error) {
+	cfg, err := cfg.normalize()
+	if err != nil {
+		return settings{}, err
+	}
+	s := settings{Config: cfg}
+	steps := []func(getenv func(string) string) error{
+		s.readDisabled, s.readExporter, s.readProtocol, s.readEndpoints, s.readHeaders,
+		s.readSampler, s.readPropagators, s.readBatch, s.readLogsExporter,
+	}
+	for _, step := range steps {
+		if err := step(getenv); err != nil {
+			return settings{}, err
+		}
+	}
+	return s, nil
+}
+
+// override notes a variable that a Config field overrides, so an operator
+// who set it learns why it has no effect.
+func (s *settings) override(getenv func(string) string, name, field string, set bool) {
+	if v := getenv(name); v != "" && set {
+		s.warnings = append(s.warnings, fmt.Sprintf("%s is set but Config.%s wins (an explicit Config field overrides its variable)", name, field))
+	}
+}
+
+func (s *settings) readDisabled(getenv func(string) string) error {
+	switch v := strings.TrimSpace(getenv(envSDKDisabled)); strings.ToLower(v) {
+	case "", "false":
+	case "true":
+		s.disabled = true
+	default:
+		return envError(envSDKDisabled, "%q is not true or false", v)
+	}
+	return nil
+}
+
+// readExporter: Config.Exporter.Type, else OTEL_TRACES_EXPORTER, else otlp
+// when an endpoint is configured, else none.
+func (s *settings) readExporter(getenv func(string) string) error {
+	s.override(getenv, envTracesExporter, "Exporter.Type", s.Exporter.Type != "")
+	if s.Exporter.Type != "" {
+		return nil
+	}
+	switch v := strings.TrimSpace(getenv(envTracesExporter)); v {
+	case "":
+		s.Exporter.Type = ExporterNone
+		if s.Exporter.Endpoint != "" || getenv(envEndpoint) != "" || getenv(envTracesEndpoint) != "" {
+			s.Exporter.Type = ExporterOTLP
+		}
+	case ExporterOTLP, ExporterConsole, ExporterNone:
+		s.Exporter.Type = v
+	case "zipkin", "jaeger":
+		return envError(envTracesExporter, "%q is that backend's own protocol, which tracingfx does not send: use otlp (Jaeger and Zipkin-compatible backends accept OTLP), or Config.Exporter.Type %q", v, v)
+	default:
+		if strings.Contains(v, ",") {
+			return envError(envTracesExporter, "%q names several exporters; tracingfx sends to one: otlp, console or none", v)
+		}
+		return envError(envTracesExporter, "%q is not otlp, console or none", v)
+	}
+	return nil
+}
+
+// readProtocol: Config.Exporter.Protocol, else the traces variable, else
+// the generic one, else http/protobuf.
+func (s *settings) readProtocol(getenv func(string) string) error {
+	set := s.Exporter.Protocol != ""
+	s.override(getenv, envTracesProtocol, "Exporter.Protocol", set)
+	s.override(getenv, envProtocol, "Exporter.Protocol", set)
+	if set {
+		return nil
+	}
+	for _, name := range []string{envTracesProtocol, envProtocol} {
+		switch v := strings.TrimSpace(getenv(name)); v {
+		case "":
+			continue
+		case ProtocolHTTP, ProtocolGRPC:
+			s.Exporter.Protocol = v
+			return nil
+		case "http/json":
+			return envError(name, "%q is not supported by the OpenTelemetry Go exporter: use http/protobuf or grpc", v)
+		default:
+			return envError(name, "%q is not http/protobuf or grpc", v)
+		}
+	}
+	s.Exporter.Protocol = ProtocolHTTP
+	return nil
+}
+
+// readEndpoints resolves the traces endpoint (and the logs endpoint of the
+// log bridge) by OpenTelemetry's rules: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT
+// is used as given; OTEL_EXPORTER_OTLP_ENDPOINT is a base to which
+// /v1/traces is appended, whatever its path. Config.Exporter.Endpoint
+// keeps its own rule: a base address gets /v1/traces, a URL with a path is
+// used as given. gRPC uses the scheme, host and port only.
+func (s *settings) readEndpoints(getenv func(string) string) error {
+	set := s.Exporter.Endpoint != ""
+	s.override(getenv, envTracesEndpoint, "Exporter.Endpoint", set)
+	s.override(getenv, envEndpoint, "Exporter.Endpoint", set)
+	generic := strings.TrimSpace(getenv(envEndpoint))
+	tracesOnly := strings.TrimSpace(getenv(envTracesEndpoint))
+	logsOnly := strings.TrimSpace(getenv(envLogsEndpoint))
+	for _, v := range []struct{ name, value string }{{envTracesEndpoint, tracesOnly}, {envEndpoint, generic}, {envLogsEndpoint, logsOnly}} {
+		if v.value == "" {
+			continue
+		}
+		if _, err := parseHTTPURL(v.value); err != nil {
+			return envError(v.name, "%q %s", v.value, err.Error())
+		}
+	}
+	const fromConfig = "Config.Exporter.Endpoint"
+	src := endpoint{source: "default"}
+	switch {
+	case set:
+		src = endpoint{s.Exporter.Endpoint, fromConfig}
+	case tracesOnly != "":
+		src = endpoint{tracesOnly, envTracesEndpoint}
+	case generic != "":
+		src = endpoint{generic, envEndpoint}
+	}
+	if s.Exporter.Protocol == ProtocolGRPC {
+		s.traces = endpoint{DefaultGRPCEndpoint, src.source}
+		if src.url != "" {
+			s.traces.url = hostOnly(src.url)
+		}
+		s.logs = s.traces
+		if logsOnly != "" {
+			s.logs = endpoint{hostOnly(logsOnly), envLogsEndpoint}
+		}
+		return nil
+	}
+	switch src.source {
+	case fromConfig:
+		s.traces = endpoint{tracesURL(src.url), src.source}
+		s.logs = endpoint{logsURL(s.traces.url), src.source}
+	case envTracesEndpoint:
+		s.traces = endpoint{withRootPath(src.url), src.source}
+		s.logs = endpoint{logsURL(s.traces.url), src.source}
+	case envEndpoint:
+		s.traces = endpoint{joinPath(src.url, tracesPath), src.source}
+		s.logs = endpoint{joinPath(src.url, logsPath), src.source}
+		if u, _ := url.Parse(src.url); strings.HasSuffix(strings.TrimSuffix(u.Path, "/"), tracesPath) {
+			s.warnings = append(s.warnings, fmt.Sprintf("%s ends in %s, and OpenTelemetry appends %s to it, so spans go to %s, which a Collector answers with 404: "+
+				"set it to the base address (%s) or set %s instead", envEndpoint, tracesPath, tracesPath, s.traces.url, baseOf(src.url), envTracesEndpoint))
+		}
+	default:
+		s.traces = endpoint{DefaultHTTPEndpoint, src.source}
+		s.logs = endpoint{logsURL(DefaultHTTPEndpoint), src.source}
+	}
+	if logsOnly != "" {
+		s.logs = endpoint{withRootPath(logsOnly), envLogsEndpoint}
+	}
+	return nil
+}
+
+// hostOnly is the scheme, host and port of a URL: a gRPC target.
+func hostOnly(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return raw
+	}
+	return u.Scheme + "://" + u.Host
+}
+
+// parseHTTPURL accepts an http or https URL with a host.
+func parseHTTPURL(raw string) (*url.URL, error) {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		hint := ""
+		if err == nil && u.Scheme != "http" && u.Scheme != "https" && !strings.Contains(raw, "://") {
+			hint = " (write http://" + raw + ")"
+		}
+		return nil, fmt.Errorf("is not an http(s) URL%s", hint)
+	}
+	return u, nil
+}
+
+// joinPath appends p to the URL's path, as OpenTelemetry does with
+// OTEL_EXPORTER_OTLP_ENDPOINT.
+func joinPath(raw, p string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return raw
+	}
+	u.Path = path.Join("/", u.Path, p)
+	return u.String()
+}
+
+// withRootPath is a signal-specific endpoint as OpenTelemetry uses it: as
+// given, with / when it has no path.
+func withRootPath(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return raw
+	}
+	if u.Path == "" {
+		u.Path = "/"
+	}
+	return u.String()
+}
+
+// baseOf strips a trailing /v1/traces, for the hint of the warning.
+func baseOf(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return raw
+	}
+	u.Path = strings.TrimSuffix(strings.TrimSuffix(u.Path, "/"), tracesPath)
+	return u.String()
+}
+
+// readHeaders merges OTEL_EXPORTER_OTLP_HEADERS, then
+// OTEL_EXPORTER_OTLP_TRACES_HEADERS, then Config.Exporter.Headers: the
+// later wins for the same header. Values are never repeated in an error.
+func (s *settings) readHeaders(getenv func(string) string) error {
+	s.headers = map[string]string{}
+	for _, name := range []string{envHeaders, envTracesHeaders} {
+		if err := parseHeaders(name, getenv(name), s.headers); err != nil {
+			return err
+		}
+	}
+	for k, v := range s.Exporter.Headers {
+		s.headers[k] = v
+	}
+	return nil
+}
+
+// parseHeaders reads "key1=value1,key2=value2" (values URL-encoded) into into.
+func parseHeaders(name, raw string, into map[string]string) error {
+	if strings.TrimSpace(raw) == "" {
+		return nil
+	}
+	for i, entry := range strings.Split(raw, ",") {
+		k, v, ok := strings.Cut(entry, "=")
+		k = strings.TrimSpace(k)
+		if !ok || k == "" || strings.ContainsAny(k, " :\r\n\t") {
+			return envError(name, "entry %d is not key=value (the values are not shown: they may be credentials)", i+1)
+		}
+		value, err := url.PathUnescape(strings.TrimSpace(v))
+		if err != nil {
+			return envError(name, "the value of %q is not URL-encoded correctly", k)
+		}
+		into[k] = value
+	}
+	return nil
+}
+
+// readSampler: Config.Sampling.Strategy, else OTEL_TRACES_SAMPLER (with
+// OTEL_TRACES_SAMPLER_ARG), else parent-based always-on.
+func (s *settings) readSampler(getenv func(string) string) error {
+	set := s.Sampling.Strategy != ""
+	s.override(getenv, envSampler, "Sampling.Strategy", set)
+	var base sdktrace.Sampler
+	if set {
+		base, s.samplerName = configSampler(s.Sampling)
+	} else {
+		var err error
+		if base, s.samplerName, err = envSamplerOf(getenv); err != nil {
+			return err
+		}
+	}
+	if keeps(s.Sampling) {
+		base = recordAll{base}
+		s.samplerName += " (keeping errors and slow spans)"
+	}
+	s.sampler = base
+	return nil
+}
+
+// configSampler maps a Config strategy.
+func configSampler(c SamplingConfig) (sdktrace.Sampler, string) {
+	switch c.Strategy {
+	case SampleAlways:
+		return sdktrace.AlwaysSample(), SampleAlways
+	case SampleNever:
+		return sdktrace.NeverSample(), SampleNever
+	case SampleRatio:
+		return sdktrace.TraceIDRatioBased(c.Ratio), SampleRatio + " " + strconv.FormatFloat(c.Ratio, 'g', -1, 64)
+	}
+	root := sdktrace.AlwaysSample()
+	if c.Ratio > 0 {
+		root = sdktrace.TraceIDRatioBased(c.Ratio)
+	}
+	return sdktrace.ParentBased(root), SampleParent + " " + strconv.FormatFloat(c.Ratio, 'g', -1, 64)
+}
+
+// envSamplerOf reads OTEL_TRACES_SAMPLER and its argument as OpenTelemetry
+// defines them. The argument of a ratio sampler defaults to 1.
+func envSamplerOf(getenv func(string) string) (sdktrace.Sampler, string, error) {
+	name := strings.TrimSpace(getenv(envSampler))
+	ratio := func() (float64, error) {
+		arg := strings.TrimSpace(getenv(envSamplerArg))
+		if arg == "" {
+			return 1, nil
+		}
+		f, err := strconv.ParseFloat(arg, 64)
+		if err != nil || f < 0 || f > 1 {
+			return 0, envError(envSamplerArg, "%q is not a number between 0 and 1 (the ratio of %s=%s)", arg, envSampler, name)
+		}
+		return f, nil
+	}
+	switch name {
+	case "", "parentbased_always_on":
+		return sdktrace.ParentBased(sdktrace.AlwaysSample()), "parentbased_always_on", nil
+	case "always_on":
+		return sdktrace.AlwaysSample(), name, nil
+	case "always_off":
+		return sdktrace.NeverSample(), name, nil
+	case "parentbased_always_off":
+		return sdktrace.ParentBased(sdktrace.NeverSample()), name, nil
+	case "traceidratio", "parentbased_traceidratio":
+		f, err := ratio()
+		if err != nil {
+			return nil, "", err
+		}
+		desc := name + " " + strconv.FormatFloat(f, 'g', -1, 64)
+		if name == "traceidratio" {
+			return sdktrace.TraceIDRatioBased(f), desc, nil
+		}
+		return sdktrace.ParentBased(sdktrace.TraceIDRatioBased(f)), desc, nil
+	case "jaeger_remote", "parentbased_jaeger_remote", "xray":
+		return nil, "", envError(envSampler, "%q needs a remote sampling service, which tracingfx does not support", name)
+	}
+	return nil, "", envError(envSampler, "%q is not always_on, always_off, traceidratio, parentbased_always_on, parentbased_always_off or parentbased_traceidratio", name)
+}
+
+// knownPropagators are the names autoprop knows.
+const knownPropagators = "tracecontext, baggage, b3, b3multi, jaeger, xray, ottrace or none"
+
+// readPropagators: OTEL_PROPAGATORS, else W3C TraceContext and Baggage.
+func (s *settings) readPropagators(getenv func(string) string) error {
+	raw := strings.TrimSpace(getenv(envPropagators))
+	if raw == "" {
+		s.propagator, s.propagators = Propagator(), "tracecontext,baggage"
+		return nil
+	}
+	names := strings.Split(raw, ",")
+	for i := range names {
+		names[i] = strings.TrimSpace(names[i])
+	}
+	p, err := autoprop.TextMapPropagator(names...)
+	if err != nil {
+		return envError(envPropagators, "%q: %v (known: %s)", raw, err, knownPropagators)
+	}
+	s.propagator, s.propagators = p, strings.Join(names, ",")
+	return nil
+}
+
+// readBatch fills the batch settings that Config leaves at zero from
+// OTEL_BSP_* (milliseconds and counts), then checks them together.
+func (s *settings) readBatch(getenv func(string) string) error {
+	ints := []struct {
+		name, field string
+		to          *int
+	}{
+		{envBSPMaxQueueSize, "Batch.MaxQueueSize", &s.Batch.MaxQueueSize},
+		{envBSPMaxExportBatch, "Batch.MaxExportBatchSize", &s.Batch.MaxExportBatchSize},
+	}
+	for _, v := range ints {
+		n, err := positiveInt(getenv, v.name)
+		if err != nil {
+			return err
+		}
+		s.override(getenv, v.name, v.field, *v.to != 0)
+		if *v.to == 0 {
+			*v.to = n
+		}
+	}
+	durations := []struct {
+		name, field string
+		to          *time.Duration
+	}{
+		{envBSPScheduleDelay, "Batch.ScheduleDelay", &s.Batch.ScheduleDelay},
+		{envBSPExportTimeout, "Batch.ExportTimeout", &s.Batch.ExportTimeout},
+	}
+	for _, v := range durations {
+		n, err := positiveInt(getenv, v.name)
+		if err != nil {
+			return err
+		}
+		s.override(getenv, v.name, v.field, *v.to != 0)
+		if *v.to == 0 {
+			*v.to = time.Duration(n) * time.Millisecond
+		}
+	}
+	if s.Batch.MaxExportBatchSize > 0 && s.Batch.MaxQueueSize > 0 && s.Batch.MaxExportBatchSize > s.Batch.MaxQueueSize {
+		return bad("Batch.MaxExportBatchSize", "%d is larger than Batch.MaxQueueSize %d (with %s and %s applied)",
+			s.Batch.MaxExportBatchSize, s.Batch.MaxQueueSize, envBSPMaxExportBatch, envBSPMaxQueueSize)
+	}
+	return nil
+}
+
+// positiveInt reads a variable that must be a whole number above 0 (0 when unset).
+func positiveInt(getenv func(string) string, name string) (int, error) {
+	v := strings.TrimSpace(getenv(name))
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 {
+		return 0, envError(name, "%q is not a whole number above 0", v)
+	}
+	return n, nil
+}
+
+// readLogsExporter: the log bridge exports over OTLP unless
+// OTEL_LOGS_EXPORTER=none.
+func (s *settings) readLogsExporter(getenv func(string) string) error {
+	switch v := strings.TrimSpace(getenv(envLogsExporter)); v {
+	case "", ExporterOTLP:
+		s.exportLogs = true
+	case ExporterNone:
+	default:
+		return envError(envLogsExporter, "%q is not otlp or none (the log bridge sends OTLP; the app's own logger already writes the console)", v)
+	}
+	return nil
+}

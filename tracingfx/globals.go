@@ -1,0 +1,36 @@
+package tracingfx
+
+import (
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+	"go.uber.org/fx"
+)
+
+// SetGlobals registers the module's TracerProvider and propagator as
+// OpenTelemetry's process-wide globals (otel.SetTracerProvider,
+// otel.SetTextMapPropagator) when the app starts, so that libraries which
+// call otel.Tracer or otel.GetTextMapPropagator (otelhttp clients, database
+// drivers) join the app's traces. Add it at the root of the app:
+//
+//	fx.New(tracingfx.Module, tracingfx.SetGlobals, …)
+//
+// It is an option, off by default, because the globals belong to the whole
+// process: two apps in one process (tests, a CLI hosting several) would
+// take them from each other, and a library should not change process state
+// that the app did not ask it to.
+var SetGlobals = fx.Invoke(registerGlobals)
+
+type globalsParams struct {
+	fx.In
+	Lifecycle  fx.Lifecycle
+	Tracer     trace.TracerProvider
+	Propagator propagation.TextMapPropagator
+}
+
+func registerGlobals(p globalsParams) {
+	p.Lifecycle.Append(fx.StartHook(func() {
+		otel.SetTracerProvider(p.Tracer)
+		otel.SetTextMapPropagator(p.Propagator)
+	}))
+}

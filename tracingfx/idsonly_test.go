@@ -1,0 +1,45 @@
+package tracingfx
+
+import (
+	"context"
+	"testing"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// The exporter none's spans record nothing but decide like the SDK: a root
+// is sampled as the sampler says (by trace id), a child keeps its parent's
+// trace id and decision, and every span has its own span id.
+func TestIDsOnly_SamplesLikeTheSDK(t *testing.T) {
+	sampler := sdktrace.ParentBased(sdktrace.TraceIDRatioBased(0.25))
+	tr := newIDsOnly(sampler).Tracer("t")
+	sampled := 0
+	const n = 4000
+	for i := 0; i < n; i++ {
+		ctx, root := tr.Start(context.Background(), "root", trace.WithSpanKind(trace.SpanKindServer))
+		sc := root.SpanContext()
+		if !sc.IsValid() || root.IsRecording() {
+			t.Fatalf("root %v recording=%v", sc, root.IsRecording())
+		}
+		want := sampler.ShouldSample(sdktrace.SamplingParameters{ParentContext: context.Background(), TraceID: sc.TraceID()}).Decision == sdktrace.RecordAndSample
+		if sc.IsSampled() != want {
+			t.Fatalf("root sampled=%v, the sampler says %v", sc.IsSampled(), want)
+		}
+		if sc.IsSampled() {
+			sampled++
+		}
+		_, child := tr.Start(ctx, "child")
+		cc := child.SpanContext()
+		if cc.TraceID() != sc.TraceID() || cc.SpanID() == sc.SpanID() || cc.IsSampled() != sc.IsSampled() {
+			t.Fatalf("child %v of %v", cc, sc)
+		}
+		_, fresh := tr.Start(ctx, "new root", trace.WithNewRoot())
+		if fresh.SpanContext().TraceID() == sc.TraceID() {
+			t.Fatal("WithNewRoot kept the parent's trace id")
+		}
+	}
+	if sampled < n/8 || sampled > n*3/8 {
+		t.Fatalf("%d of %d roots sampled at 25 %%", sampled, n)
+	}
+}

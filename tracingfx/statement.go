@@ -1,0 +1,74 @@
+package tracingfx
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// statement is the command with every argument replaced by "?", or with
+// the arguments (cut) when IncludeArgs is on.
+func (h *commandHook) statement(name string, args []any) string {
+	if len(args) <= 1 {
+		return name
+	}
+	if h.spans.IncludeArgs {
+		return h.cut(name + " " + joinArgs(args[1:]))
+	}
+	var b strings.Builder
+	b.Grow(len(name) + 2*len(args))
+	b.WriteString(name)
+	for range args[1:] {
+		b.WriteString(" ?")
+	}
+	return b.String()
+}
+
+func (h *commandHook) cut(s string) string {
+	if len(s) > h.spans.MaxArgLength {
+		return s[:h.spans.MaxArgLength]
+	}
+	return s
+}
+
+func joinArgs(args []any) string {
+	parts := make([]string, len(args))
+	for i, a := range args {
+		switch v := a.(type) {
+		case string:
+			parts[i] = v
+		case []byte:
+			parts[i] = string(v)
+		default:
+			parts[i] = toString(v)
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
+func toString(v any) string {
+	switch x := v.(type) {
+	case int:
+		return strconv.Itoa(x)
+	case int64:
+		return strconv.FormatInt(x, 10)
+	case float64:
+		return strconv.FormatFloat(x, 'g', -1, 64)
+	case time.Duration:
+		return x.String()
+	case bool:
+		return strconv.FormatBool(x)
+	}
+	return strings.TrimSpace(strings.ReplaceAll(strings.ReplaceAll(fmt.Sprint(v), "\n", " "), "\r", " "))
+}
+
+func resultString(cmd redis.Cmder) string {
+	s := cmd.String() // "get key: value"
+	if i := strings.Index(s, ": "); i >= 0 {
+		return s[i+2:]
+	}
+	return s
+}
