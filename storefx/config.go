@@ -12,6 +12,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
+
+	"github.com/redisfx/redisfx"
 )
 
 // DefaultClientName is the name of the client that Module provides unnamed.
@@ -75,6 +77,21 @@ type Config struct {
 	// Default 5s; it is also cut short by Fx's start timeout.
 	ConnectTimeout time.Duration
 
+	// HealthCheckInterval is how often a background PING checks the server
+	// once the client is started; /readyz and the store_up gauge report the
+	// last result, so they never wait for Redis. Default 1s.
+	HealthCheckInterval time.Duration
+	// HealthCheckTimeout bounds each health-check PING: a server that does
+	// not answer within it (down, frozen, paused) is reported down. Default
+	// 500ms.
+	HealthCheckTimeout time.Duration
+
+	// Breaker configures the client's circuit breaker, on by default: after
+	// consecutive failed commands, commands fail at once with
+	// ErrCircuitOpen instead of waiting for a dead or frozen Redis, until a
+	// background probe reaches it again (see BreakerConfig).
+	Breaker BreakerConfig
+
 	// SendIdentity sends CLIENT SETINFO (library name and version) on each new
 	// connection. Off by default: on servers that lack the command it only
 	// adds a failed round trip to every dial.
@@ -91,20 +108,8 @@ func DefaultConfig() Config {
 	return Config{Host: "localhost", Port: 6379}
 }
 
-// ConfigError reports an invalid configuration value. Field names the
-// offending Config field (or environment variable).
-type ConfigError struct {
-	Field  string
-	Reason string
-}
-
-// Error implements error.
-func (e *ConfigError) Error() string {
-	return "storefx: invalid " + e.Field + ": " + e.Reason
-}
-
 func fieldErr(field, format string, args ...any) error {
-	return &ConfigError{Field: field, Reason: fmt.Sprintf(format, args...)}
+	return redisfx.NewConfigError("storefx", field, fmt.Sprintf(format, args...))
 }
 
 // Validate reports the first invalid field, naming it.
@@ -195,19 +200,31 @@ func (c Config) options() (*redis.UniversalOptions, error) {
 	if c.DB != 0 && (len(c.Addrs) > 1 || c.Cluster) && c.MasterName == "" {
 		return nil, fieldErr("Config.DB", "Redis Cluster has only database 0")
 	}
-	for name, v := range map[string]int{"Config.PoolSize": c.PoolSize, "Config.MinIdleConns": c.MinIdleConns} {
-		if v < 0 {
-			return nil, fieldErr(name, "%d is negative", v)
+	// Checked in the order of the struct, so the same Config always reports
+	// the same field first.
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"Config.PoolSize", c.PoolSize}, {"Config.MinIdleConns", c.MinIdleConns}} {
+		if f.v < 0 {
+			return nil, fieldErr(f.name, "%d is negative", f.v)
 		}
 	}
-	for name, d := range map[string]time.Duration{
-		"Config.DialTimeout": c.DialTimeout, "Config.ReadTimeout": c.ReadTimeout,
-		"Config.WriteTimeout": c.WriteTimeout, "Config.ConnectTimeout": c.ConnectTimeout,
-		"Config.ClusterStateReloadInterval": c.ClusterStateReloadInterval,
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{
+		{"Config.DialTimeout", c.DialTimeout}, {"Config.ReadTimeout", c.ReadTimeout},
+		{"Config.WriteTimeout", c.WriteTimeout}, {"Config.ClusterStateReloadInterval", c.ClusterStateReloadInterval},
+		{"Config.ConnectTimeout", c.ConnectTimeout}, {"Config.HealthCheckInterval", c.HealthCheckInterval},
+		{"Config.HealthCheckTimeout", c.HealthCheckTimeout},
 	} {
-		if d < 0 {
-			return nil, fieldErr(name, "%v is negative", d)
+		if f.d < 0 {
+			return nil, fieldErr(f.name, "%v is negative", f.d)
 		}
+	}
+	if err := c.Breaker.validate(); err != nil {
+		return nil, err
 	}
 	return o, nil
 }
@@ -225,6 +242,18 @@ func validateAddr(a string) error {
 		return errors.New("empty host in " + a)
 	}
 	return nil
+}
+
+// healthCheck returns HealthCheckInterval and HealthCheckTimeout, or their defaults.
+func (c Config) healthCheck() (interval, timeout time.Duration) {
+	interval, timeout = c.HealthCheckInterval, c.HealthCheckTimeout
+	if interval == 0 {
+		interval = DefaultHealthCheckInterval
+	}
+	if timeout == 0 {
+		timeout = DefaultHealthCheckTimeout
+	}
+	return interval, timeout
 }
 
 // connectTimeout is ConnectTimeout or its default.

@@ -119,3 +119,19 @@ func FuzzParseURL(f *testing.F) {
 		}
 	})
 }
+
+// A URL that is wrong in a common way gets an error that says how to fix it.
+func TestParseURL_ErrorsSayHowToFixIt(t *testing.T) {
+	for raw, want := range map[string]string{
+		"redis://127.0.0.1:notaport/0": `storefx: invalid Config.URL: port "notaport" is not a TCP port (1-65535)`,
+		"redis://127.0.0.1:6379/-1":    `storefx: invalid Config.URL: database number -1 is negative`,
+		"redis://u:s3cret@h:99999/0":   `storefx: invalid Config.URL: port "99999" is not a TCP port (1-65535)`,
+		"localhost:6379":               `storefx: invalid Config.URL: "localhost:6379" is an address, not a URL: write redis://localhost:6379`,
+		"pw@localhost:6379":            `storefx: invalid Config.URL: not a URL (redis://host:port/db, rediss://… or unix:///path)`,
+		"redis://u:pa/ss@h:x/0":        `storefx: invalid Config.URL: not a URL (redis://host:port/db, rediss://… or unix:///path)`,
+	} {
+		if _, err := ParseURL(raw); err == nil || err.Error() != want {
+			t.Errorf("ParseURL(%q) = %v\n want %s", raw, err, want)
+		}
+	}
+}

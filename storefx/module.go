@@ -2,9 +2,11 @@ package storefx
 
 import (
 	"context"
-	"time"
+	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/redisfx/redisfx/internal/fxconfig"
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/fx"
@@ -13,46 +15,63 @@ import (
 // InstrumentationGroup is the value group of Instrumentation values.
 const InstrumentationGroup = "redisfx.store.instrumentation"
 
-func fxAnnotateInstrumentation(constructor any) any {
-	return fx.Annotate(constructor, fx.ResultTags(`group:"`+InstrumentationGroup+`"`))
-}
-
 // Module provides the application's default Redis client as a
 // redis.UniversalClient (and as *Client), and the *Registry of all clients.
 // With a prometheus.Registerer in the graph (metricsfx) it registers the
-// store availability gauge store_up{client}.
+// store availability gauge store_up{client}. Every started client is
+// health-checked in the background (Config.HealthCheckInterval); the
+// gauge and /readyz report the last check.
 //
-// The configuration is an optional Config in the graph; without one the
-// client connects to localhost:6379 (DefaultConfig). Use FromEnv to read
-// REDIS_URL. On start the client is pinged, with retries, for at most
-// Config.ConnectTimeout; start-up fails with an error naming the address if
-// Redis does not answer. On stop the client is closed.
+// The configuration is a Config or *Config in the graph (fx.Supply either);
+// without one the client connects to localhost:6379 (DefaultConfig). Use
+// FromEnvConfig to read REDIS_URL. On start the client is pinged, with
+// retries, for at most Config.ConnectTimeout; start-up fails with an error
+// naming the address and the cause if Redis does not answer. Then the
+// background health check starts. On stop it ends and the client is closed.
 var Module = fx.Module("redisfx.store",
 	fx.Provide(
-		fx.Annotate(newRegistry, fx.ParamTags(`optional:"true"`)),
-		fx.Annotate(newDefaultClient, fx.ParamTags(`optional:"true"`, "", "", `group:"`+InstrumentationGroup+`"`)),
+		newRegistry,
+		newDefaultClient,
 		func(c *Client) redis.UniversalClient { return c.UniversalClient },
 	),
 )
 
+type registryParams struct {
+	fx.In
+	// Registerer receives store_up{client} (from metricsfx).
+	Registerer prometheus.Registerer `optional:"true"`
+}
+
 // newRegistry builds the registry and, when the app has a metrics
 // registerer, the store_up{client} availability gauge.
-func newRegistry(metrics prometheus.Registerer) (*Registry, error) {
+func newRegistry(p registryParams) (*Registry, error) {
 	r := NewRegistry()
-	if metrics != nil {
-		if err := metrics.Register(NewAvailabilityCollector(r, time.Second)); err != nil {
+	if p.Registerer != nil {
+		if err := p.Registerer.Register(NewAvailabilityCollector(r)); err != nil {
 			return nil, err
 		}
 	}
 	return r, nil
 }
 
-func newDefaultClient(cfg *Config, lc fx.Lifecycle, reg *Registry, inst []Instrumentation) (*Client, error) {
-	c := DefaultConfig()
-	if cfg != nil {
-		c = *cfg
+type clientParams struct {
+	fx.In
+	Lifecycle fx.Lifecycle
+	Registry  *Registry
+	// The app's configuration, in either form (at most one of them).
+	Config      *Config `optional:"true"`
+	ConfigValue Config  `optional:"true"`
+	// Instrumentation adds hooks to every client (tracingfx's command spans
+	// and metrics).
+	Instrumentation []Instrumentation `group:"redisfx.store.instrumentation"`
+}
+
+func newDefaultClient(p clientParams) (*Client, error) {
+	cfg, err := fxconfig.Pick(p.Config, p.ConfigValue)
+	if err != nil {
+		return nil, fmt.Errorf("storefx: %w", err)
 	}
-	return newManagedClient(DefaultClientName, c, lc, reg, inst)
+	return newManagedClient(DefaultClientName, cfg, p.Lifecycle, p.Registry, p.Instrumentation)
 }
 
 // NamedClient adds another client to the application, provided as a
@@ -65,12 +84,19 @@ func newDefaultClient(cfg *Config, lc fx.Lifecycle, reg *Registry, inst []Instru
 func NamedClient(name string, cfg Config) fx.Option {
 	tag := `name:"` + name + `"`
 	return fx.Provide(
-		fx.Annotate(func(lc fx.Lifecycle, reg *Registry, inst []Instrumentation) (*Client, error) {
-			return newManagedClient(name, cfg, lc, reg, inst)
-		}, fx.ParamTags("", "", `group:"`+InstrumentationGroup+`"`), fx.ResultTags(tag)),
+		fx.Annotate(func(p namedClientParams) (*Client, error) {
+			return newManagedClient(name, cfg, p.Lifecycle, p.Registry, p.Instrumentation)
+		}, fx.ResultTags(tag)),
 		fx.Annotate(func(c *Client) redis.UniversalClient { return c.UniversalClient },
 			fx.ParamTags(tag), fx.ResultTags(tag)),
 	)
+}
+
+type namedClientParams struct {
+	fx.In
+	Lifecycle       fx.Lifecycle
+	Registry        *Registry
+	Instrumentation []Instrumentation `group:"redisfx.store.instrumentation"`
 }
 
 func newManagedClient(name string, cfg Config, lc fx.Lifecycle, reg *Registry, inst []Instrumentation) (*Client, error) {
@@ -82,9 +108,21 @@ func newManagedClient(name string, cfg Config, lc fx.Lifecycle, reg *Registry, i
 		_ = c.Close()
 		return nil, err
 	}
+	var unwatch func()
 	lc.Append(fx.Hook{
-		OnStart: func(ctx context.Context) error { return connect(ctx, c, cfg.connectTimeout()) },
-		OnStop:  func(context.Context) error { return c.Close() },
+		OnStart: func(ctx context.Context) error {
+			if err := connect(ctx, c, cfg.connectTimeout()); err != nil {
+				return err
+			}
+			interval, timeout := cfg.healthCheck()
+			var err error
+			unwatch, err = reg.Watch(name, interval, timeout)
+			return err
+		},
+		OnStop: func(context.Context) error {
+			unwatch()
+			return c.Close()
+		},
 	})
 	return c, nil
 }

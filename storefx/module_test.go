@@ -2,6 +2,7 @@ package storefx_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxtest"
 
+	"github.com/redisfx/redisfx/internal/faultproxy"
 	"github.com/redisfx/redisfx/internal/redistest"
 	"github.com/redisfx/redisfx/storefx"
 )
@@ -35,7 +37,7 @@ func TestModuleConnectsAndCloses(t *testing.T) {
 		t.Fatalf("GET = %q", got)
 	}
 	app.RequireStop()
-	if err := client.Ping(ctx).Err(); err != redis.ErrClosed {
+	if err := client.Ping(ctx).Err(); !errors.Is(err, redis.ErrClosed) {
 		t.Fatalf("after stop, Ping = %v, want redis.ErrClosed", err)
 	}
 }
@@ -61,6 +63,10 @@ func TestStartFailsFastNamingTheAddress(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), addr) || !strings.Contains(err.Error(), "unreachable") {
 		t.Errorf("error does not name the address: %v", err)
+	}
+	// The cause is the last real error, not the deadline that ended the retries.
+	if !strings.HasSuffix(err.Error(), "connect: connection refused") {
+		t.Errorf("error does not end with the cause: %v", err)
 	}
 }
 
@@ -227,7 +233,52 @@ func TestAvailabilityGauge(t *testing.T) {
 		t.Fatalf("store_up = %v with Redis up", v)
 	}
 	srv.Kill()
-	if v := up(); v != 0 {
-		t.Fatalf("store_up = %v with Redis down", v)
+	deadline := time.Now().Add(storefx.DefaultHealthCheckInterval + storefx.DefaultHealthCheckTimeout + time.Second)
+	for up() != 0 { // the next background check finds the server gone
+		if time.Now().After(deadline) {
+			t.Fatal("store_up still 1 with Redis down")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestStartFailsNamingAServerThatDoesNotAnswer(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartPrivate(t)
+	proxy := faultproxy.Start(t, srv.Addr())
+	proxy.SetMode(faultproxy.Freeze)
+	app := fx.New(
+		storefx.Module,
+		fx.Supply(&storefx.Config{URL: "redis://" + proxy.Addr(), ConnectTimeout: 300 * time.Millisecond}),
+		fx.Invoke(func(redis.UniversalClient) {}),
+		fx.NopLogger,
+	)
+	err := app.Start(context.Background())
+	if err == nil || !strings.HasSuffix(err.Error(), "the server accepts connections but did not answer PING in time (overloaded, paused, or not Redis?)") {
+		t.Fatalf("start error %v, want the cause named", err)
+	}
+	proxy.SetMode(faultproxy.Forward)
+}
+
+// The configuration may be supplied by value or by pointer; never ignored.
+func TestConfigByValueOrPointer(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartPrivate(t)
+	ctx := context.Background()
+	if err := srv.Client().Set(ctx, "which", "private", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var client redis.UniversalClient
+	app := fxtest.New(t, storefx.Module, fx.Supply(storefx.Config{URL: srv.URL()}), fx.Populate(&client), fx.NopLogger)
+	app.RequireStart()
+	if got := client.Get(ctx, "which").Val(); got != "private" {
+		t.Fatalf("a Config supplied by value was ignored: GET which = %q", got)
+	}
+	app.RequireStop()
+
+	err := fx.New(storefx.Module, fx.Supply(storefx.Config{URL: srv.URL()}, &storefx.Config{URL: srv.URL()}),
+		fx.Invoke(func(redis.UniversalClient) {}), fx.NopLogger).Err()
+	if err == nil || !strings.Contains(err.Error(), "storefx: both a storefx.Config and a *storefx.Config are in the Fx graph: supply one of them") {
+		t.Fatalf("both forms: %v", err)
 	}
 }

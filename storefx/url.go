@@ -2,11 +2,17 @@ package storefx
 
 import (
 	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redisfx/redisfx"
 )
 
 // URLSettings is what a Redis URL says.
@@ -22,9 +28,19 @@ type URLSettings struct {
 // ParseURL parses redis://, rediss:// and unix:// URLs. Errors name the
 // Config.URL field and never repeat the password.
 func ParseURL(raw string) (URLSettings, error) {
+	if !strings.Contains(raw, "://") {
+		if _, _, err := net.SplitHostPort(raw); err == nil && !strings.Contains(raw, "@") {
+			return URLSettings{}, fieldErr("Config.URL", "%q is an address, not a URL: write redis://%s", raw, raw)
+		}
+		return URLSettings{}, fieldErr("Config.URL", "not a URL (redis://host:port/db, rediss://… or unix:///path)")
+	}
+	if msg := badPort(raw); msg != "" {
+		return URLSettings{}, fieldErr("Config.URL", "%s", msg)
+	}
 	u, err := url.Parse(raw)
 	if err != nil {
-		return URLSettings{}, fieldErr("Config.URL", "not a URL")
+		// url.Parse's message repeats the URL, password included: not used.
+		return URLSettings{}, fieldErr("Config.URL", "not a URL (redis://host:port/db, rediss://… or unix:///path)")
 	}
 	switch u.Scheme {
 	case "redis", "rediss", "unix":
@@ -42,6 +58,9 @@ func ParseURL(raw string) (URLSettings, error) {
 			msg = strings.ReplaceAll(msg, p, "xxxxx")
 		}
 		return URLSettings{}, fieldErr("Config.URL", "%s", msg)
+	}
+	if o.DB < 0 { // go-redis reads "/-1" as db -1, and SELECT is then skipped: db 0 in silence
+		return URLSettings{}, fieldErr("Config.URL", "database number %d is negative", o.DB)
 	}
 	return URLSettings{
 		Network: o.Network, Addr: o.Addr, Username: o.Username,
@@ -62,7 +81,11 @@ func fromEnv(getenv func(string) string) (Config, error) {
 		return DefaultConfig(), nil
 	}
 	if _, err := ParseURL(raw); err != nil {
-		return Config{}, &ConfigError{Field: "REDIS_URL", Reason: err.(*ConfigError).Reason}
+		var cfgErr *redisfx.ConfigError
+		if errors.As(err, &cfgErr) {
+			return Config{}, redisfx.NewConfigError("storefx", "REDIS_URL", cfgErr.Reason)
+		}
+		return Config{}, err
 	}
 	return Config{URL: raw}, nil
 }
@@ -75,4 +98,28 @@ func FromEnvConfig() (*Config, error) {
 		return nil, err
 	}
 	return &c, nil
+}
+
+// badPort describes the port of a host-based URL when it is not a TCP port,
+// without repeating anything before the host (the user name and password).
+func badPort(raw string) string {
+	scheme, rest, _ := strings.Cut(raw, "://")
+	if scheme == "unix" {
+		return ""
+	}
+	authority, path, _ := strings.Cut(rest, "/")
+	if strings.Contains(path, "@") {
+		return "" // a '/' inside the credentials: nothing here is safe to repeat
+	}
+	if at := strings.LastIndexByte(authority, '@'); at >= 0 {
+		authority = authority[at+1:]
+	}
+	_, port, err := net.SplitHostPort(authority)
+	if err != nil || port == "" {
+		return "" // no port: the default 6379
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return fmt.Sprintf("port %q is not a TCP port (1-65535)", port)
+	}
+	return ""
 }
