@@ -2,41 +2,250 @@ package idempotencyfx
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"io"
-	"sort"
+	"math"
+	"slices"
+	"sync"
+	"unicode"
 	"unicode/utf16"
 	"unicode/utf8"
 )
 
-// canonicalizer writes the canonical form of one JSON document straight
-// from its bytes: no map[string]any, no interface boxing. The form is a
-// tagged, length-prefixed serialisation (see canonicalWriter) with object
-// members sorted by key; it matches what encoding/json would decode (last
-// duplicate key wins, invalid UTF-8 becomes U+FFFD, depth limited to 10000).
-type canonicalizer struct {
-	data   []byte
-	w      io.Writer
-	ignore map[string]struct{}
-	n      [binary.MaxVarintLen64 + 1]byte
-	depth  int
+// MaxJSONDepth is the deepest nesting of arrays and objects that a JSON
+// body may have to be fingerprinted: encoding/json's own limit, so no body
+// that a handler could decode with it is refused. A JSON body nested deeper
+// gets 400 idempotency_body_too_deep before any Redis call.
+const MaxJSONDepth = 10000
+
+var (
+	errNotJSON = errors.New("not JSON")
+	errTooDeep = errors.New("idempotencyfx: JSON nested deeper than MaxJSONDepth")
+)
+
+// The canonical form of a JSON document is a tagged, length-prefixed
+// serialisation: 'a' + element count then the elements; 'o' + member count
+// then, per member sorted by key, 'k' + key and the value; 's' + string;
+// 'n' + number text; 't', 'f', 'z' for true, false, null. Counts and lengths
+// are uvarints. It matches what encoding/json decodes: the last of duplicate
+// keys wins, invalid UTF-8 becomes U+FFFD, "\u0041" is "A".
+//
+// An object with two keys that are equal under case folding ("amount" and
+// "Amount") is tagged 'O' and keeps the document order of those keys:
+// encoding/json matches struct fields case-insensitively and the last
+// matching key wins, so their order changes what a handler decodes.
+//
+// The work is linear in the size of the body (plus sorting the keys of each
+// object): one pass parses the document into a flat list of nodes, a second
+// writes it from that list. Neither recurses, so depth costs no stack.
+
+// node is one value of the parsed document, in document order. The children
+// of a container follow it; an object's are key, value, key, value...
+type node struct {
+	start, end int32 // a string's bytes (in data, or in buf when esc) or a number's text
+	next       int32 // the index after this node and its descendants
+	count      int32 // elements of an array, members of an object
+	kind       byte  // 'o' 'a' 's' 'n' 't' 'f' 'z'
+	esc        bool  // the string had escapes (or invalid UTF-8) and was decoded into buf
 }
 
-var errNotJSON = errors.New("not JSON")
+// nodes is the parsed document, in chunks: appending never moves a node
+// (pointers to one stay valid) and a large document is never copied to grow.
+type nodes struct {
+	chunks [][]node
+	n      int32
+}
 
-const maxDepth = 10000
+const chunkBits = 10 // 1,024 nodes (20 KiB) per chunk
 
-// canonical writes the canonical form of data to w, or reports that data
-// is not exactly one JSON document (nothing useful is written then).
-func canonical(w io.Writer, data []byte, ignore map[string]struct{}) bool {
-	c := canonicalizer{data: data, w: w, ignore: ignore}
-	i := c.ws(0)
-	end, err := c.value(i, "", true)
-	if err != nil {
-		return false
+func (t *nodes) add(nd node) int32 {
+	i := t.n
+	if int(i>>chunkBits) == len(t.chunks) {
+		t.chunks = append(t.chunks, make([]node, 1<<chunkBits))
 	}
-	return c.ws(end) == len(data)
+	t.chunks[i>>chunkBits][i&(1<<chunkBits-1)] = nd
+	t.n++
+	return i
+}
+
+func (t *nodes) at(i int32) *node { return &t.chunks[i>>chunkBits][i&(1<<chunkBits-1)] }
+
+// reset empties t, keeping a few chunks for the next (ordinary) document.
+func (t *nodes) reset() {
+	t.n = 0
+	if len(t.chunks) > 4 {
+		clear(t.chunks[4:])
+		t.chunks = t.chunks[:4]
+	}
+}
+
+// member is one member of an object being written.
+type member struct {
+	key   int32 // node index of the key
+	value int32 // node index of the value
+	order int32 // position in the object
+}
+
+// frame is a container being written.
+type frame struct {
+	node     int32 // the container
+	next     int32 // arrays: node index of the next element
+	left     int32 // arrays: elements left
+	pos, end int   // objects: its members are members[pos:end] (pos: the next to write)
+	from     int   // objects: where its members start, to drop them when done
+	path     string
+	live     bool // an ignored path may lie below path
+}
+
+// folded is a member with its case-folded key (foldBuf[lo:hi]), to order
+// colliding keys.
+type folded struct {
+	lo, hi int32
+	m      member
+}
+
+type canonicalizer struct {
+	data    []byte
+	w       io.Writer
+	ignore  *ignoreSet
+	nodes   nodes
+	buf     []byte  // decoded strings
+	stack   []int32 // open containers while parsing
+	members []member
+	frames  []frame
+	folds   []folded
+	foldBuf []byte
+	scratch []byte // paths being looked up
+	out     []byte // output not yet written to w
+}
+
+var canonicalizers = sync.Pool{New: func() any { return new(canonicalizer) }}
+
+// keepCap is the capacity up to which a pooled canonicalizer keeps its
+// buffers: ordinary bodies reuse them, a hostile one does not pin memory.
+const keepCap = 1 << 14
+
+// canonical writes the canonical form of data to w. It returns errNotJSON
+// when data is not exactly one JSON document and errTooDeep when it nests
+// deeper than MaxJSONDepth; nothing is written to w then.
+func canonical(w io.Writer, data []byte, ignore *ignoreSet) error {
+	if len(data) > math.MaxInt32 {
+		return errNotJSON
+	}
+	c, ok := canonicalizers.Get().(*canonicalizer)
+	if !ok {
+		c = new(canonicalizer)
+	}
+	defer c.release()
+	c.data, c.w, c.ignore = data, w, ignore
+	if err := c.parse(); err != nil {
+		return err
+	}
+	c.write()
+	return nil
+}
+
+func (c *canonicalizer) release() {
+	c.data, c.w, c.ignore = nil, nil, nil
+	c.nodes.reset()
+	c.buf, c.stack = trim(c.buf), trim(c.stack)
+	c.members, c.frames, c.folds = trim(c.members), trim(c.frames), trim(c.folds)
+	c.foldBuf, c.scratch, c.out = trim(c.foldBuf), trim(c.scratch), trim(c.out)
+	canonicalizers.Put(c)
+}
+
+// trim empties a buffer for reuse. None holds a pointer into the body.
+func trim[T any](s []T) []T {
+	if cap(s) > keepCap {
+		return nil
+	}
+	return s[:0]
+}
+
+// parse reads the document into c.nodes.
+func (c *canonicalizer) parse() error {
+	d := c.data
+	i := c.ws(0)
+	for {
+		// A value starts at i.
+		if i >= len(d) {
+			return errNotJSON
+		}
+		var err error
+		switch b := d[i]; {
+		case b == '{' || b == '[':
+			if len(c.stack) == MaxJSONDepth {
+				return errTooDeep
+			}
+			kind, closer := byte('a'), byte(']')
+			if b == '{' {
+				kind, closer = 'o', '}'
+			}
+			c.stack = append(c.stack, c.nodes.add(node{kind: kind}))
+			if i = c.ws(i + 1); i < len(d) && d[i] == closer {
+				i++
+				c.closeContainer()
+				break // an empty container is a complete value
+			}
+			if kind == 'o' {
+				if i, err = c.key(i); err != nil {
+					return err
+				}
+			}
+			continue // its first value
+		case b == '"':
+			i, err = c.str(i)
+		case b == 't':
+			i, err = c.literal(i, "true", 't')
+		case b == 'f':
+			i, err = c.literal(i, "false", 'f')
+		case b == 'n':
+			i, err = c.literal(i, "null", 'z')
+		case b == '-' || (b >= '0' && b <= '9'):
+			i, err = c.number(i)
+		default:
+			return errNotJSON
+		}
+		if err != nil {
+			return err
+		}
+		// A value ends at i: it may be the last of its containers.
+		for {
+			if len(c.stack) == 0 {
+				if c.ws(i) != len(d) {
+					return errNotJSON
+				}
+				return nil
+			}
+			top := c.nodes.at(c.stack[len(c.stack)-1])
+			top.count++
+			if i = c.ws(i); i >= len(d) {
+				return errNotJSON
+			}
+			if d[i] == ',' {
+				i = c.ws(i + 1)
+				if top.kind == 'o' {
+					if i, err = c.key(i); err != nil {
+						return err
+					}
+				}
+				break // the next value
+			}
+			if (top.kind == 'a' && d[i] != ']') || (top.kind == 'o' && d[i] != '}') {
+				return errNotJSON
+			}
+			i++
+			c.closeContainer()
+		}
+	}
+}
+
+func (c *canonicalizer) closeContainer() {
+	top := c.stack[len(c.stack)-1]
+	c.stack = c.stack[:len(c.stack)-1]
+	c.nodes.at(top).next = c.nodes.n
 }
 
 func (c *canonicalizer) ws(i int) int {
@@ -51,66 +260,36 @@ func (c *canonicalizer) ws(i int) int {
 	return i
 }
 
-func (c *canonicalizer) tag(t byte, n int) {
-	c.n[0] = t
-	k := binary.PutUvarint(c.n[1:], uint64(n))
-	_, _ = c.w.Write(c.n[:1+k])
-}
-
-// value parses the value at i, writing it when emit is set, and returns the
-// index after it.
-func (c *canonicalizer) value(i int, path string, emit bool) (int, error) {
-	if i >= len(c.data) {
+// key reads an object key and its colon; it returns the start of the value.
+func (c *canonicalizer) key(i int) (int, error) {
+	if i >= len(c.data) || c.data[i] != '"' {
 		return 0, errNotJSON
 	}
-	switch b := c.data[i]; {
-	case b == '{':
-		return c.object(i, path, emit)
-	case b == '[':
-		return c.array(i, path, emit)
-	case b == '"':
-		s, end, err := c.str(i)
-		if err != nil {
-			return 0, err
-		}
-		if emit {
-			c.tag('s', len(s))
-			_, _ = c.w.Write(s)
-		}
-		return end, nil
-	case b == 't':
-		return c.literal(i, "true", 't', emit)
-	case b == 'f':
-		return c.literal(i, "false", 'f', emit)
-	case b == 'n':
-		return c.literal(i, "null", 'z', emit)
-	case b == '-' || (b >= '0' && b <= '9'):
-		end, err := c.number(i)
-		if err != nil {
-			return 0, err
-		}
-		if emit {
-			c.tag('n', end-i)
-			_, _ = c.w.Write(c.data[i:end])
-		}
-		return end, nil
+	i, err := c.str(i)
+	if err != nil {
+		return 0, err
 	}
-	return 0, errNotJSON
+	if i = c.ws(i); i >= len(c.data) || c.data[i] != ':' {
+		return 0, errNotJSON
+	}
+	return c.ws(i + 1), nil
 }
 
-func (c *canonicalizer) literal(i int, lit string, t byte, emit bool) (int, error) {
+func (c *canonicalizer) scalar(kind byte, start, end int, esc bool) {
+	c.nodes.add(node{kind: kind, start: int32(start), end: int32(end), next: c.nodes.n + 1, esc: esc})
+}
+
+func (c *canonicalizer) literal(i int, lit string, kind byte) (int, error) {
 	if !bytes.HasPrefix(c.data[i:], []byte(lit)) {
 		return 0, errNotJSON
 	}
-	if emit {
-		c.tag(t, 0)
-	}
+	c.scalar(kind, 0, 0, false)
 	return i + len(lit), nil
 }
 
-// number checks the JSON number grammar.
-func (c *canonicalizer) number(i int) (int, error) {
-	d := c.data
+// number checks the JSON number grammar; the text is kept as it is.
+func (c *canonicalizer) number(start int) (int, error) {
+	d, i := c.data, start
 	if d[i] == '-' {
 		i++
 	}
@@ -118,19 +297,14 @@ func (c *canonicalizer) number(i int) (int, error) {
 	case i < len(d) && d[i] == '0':
 		i++
 	case i < len(d) && d[i] >= '1' && d[i] <= '9':
-		for i < len(d) && d[i] >= '0' && d[i] <= '9' {
-			i++
-		}
+		i = digits(d, i)
 	default:
 		return 0, errNotJSON
 	}
 	if i < len(d) && d[i] == '.' {
-		i++
-		start := i
-		for i < len(d) && d[i] >= '0' && d[i] <= '9' {
-			i++
-		}
-		if i == start {
+		if j := digits(d, i+1); j > i+1 {
+			i = j
+		} else {
 			return 0, errNotJSON
 		}
 	}
@@ -139,54 +313,63 @@ func (c *canonicalizer) number(i int) (int, error) {
 		if i < len(d) && (d[i] == '+' || d[i] == '-') {
 			i++
 		}
-		start := i
-		for i < len(d) && d[i] >= '0' && d[i] <= '9' {
-			i++
-		}
-		if i == start {
+		j := digits(d, i)
+		if j == i {
 			return 0, errNotJSON
 		}
+		i = j
 	}
+	c.scalar('n', start, i, false)
 	return i, nil
 }
 
-// str decodes the string at i (which is '"'); the result aliases data when
-// the string has no escapes and is valid UTF-8.
-func (c *canonicalizer) str(i int) ([]byte, int, error) {
+func digits(d []byte, i int) int {
+	for i < len(d) && d[i] >= '0' && d[i] <= '9' {
+		i++
+	}
+	return i
+}
+
+// str reads the string at i (which is '"'). A string without escapes that is
+// valid ASCII is kept in place; any other is decoded into buf.
+func (c *canonicalizer) str(i int) (int, error) {
 	d := c.data
 	i++
 	start := i
 	for i < len(d) {
 		b := d[i]
 		if b == '"' {
-			return d[start:i], i + 1, nil
+			c.scalar('s', start, i, false)
+			return i + 1, nil
 		}
 		if b == '\\' || b < 0x20 || b >= utf8.RuneSelf {
 			return c.strSlow(start)
 		}
 		i++
 	}
-	return nil, 0, errNotJSON
+	return 0, errNotJSON
 }
 
-func (c *canonicalizer) strSlow(start int) ([]byte, int, error) {
+func (c *canonicalizer) strSlow(start int) (int, error) {
 	d := c.data
-	out := make([]byte, 0, 32)
+	from := len(c.buf)
+	out := c.buf
 	for i := start; i < len(d); {
 		b := d[i]
 		switch {
 		case b == '"':
-			return out, i + 1, nil
+			c.buf = out
+			c.scalar('s', from, len(out), true)
+			return i + 1, nil
 		case b < 0x20:
-			return nil, 0, errNotJSON
+			return 0, errNotJSON
 		case b == '\\':
 			if i+1 >= len(d) {
-				return nil, 0, errNotJSON
+				return 0, errNotJSON
 			}
 			switch e := d[i+1]; e {
 			case '"', '\\', '/':
-				out = append(out, e)
-				i += 2
+				out, i = append(out, e), i+2
 			case 'b':
 				out, i = append(out, '\b'), i+2
 			case 'f':
@@ -200,7 +383,7 @@ func (c *canonicalizer) strSlow(start int) ([]byte, int, error) {
 			case 'u':
 				r, ok := hex4(d, i+2)
 				if !ok {
-					return nil, 0, errNotJSON
+					return 0, errNotJSON
 				}
 				i += 6
 				if utf16.IsSurrogate(r) {
@@ -217,7 +400,7 @@ func (c *canonicalizer) strSlow(start int) ([]byte, int, error) {
 				}
 				out = utf8.AppendRune(out, r)
 			default:
-				return nil, 0, errNotJSON
+				return 0, errNotJSON
 			}
 		case b < utf8.RuneSelf:
 			out = append(out, b)
@@ -232,7 +415,7 @@ func (c *canonicalizer) strSlow(start int) ([]byte, int, error) {
 			i += size
 		}
 	}
-	return nil, 0, errNotJSON
+	return 0, errNotJSON
 }
 
 func hex4(d []byte, i int) (rune, bool) {
@@ -255,140 +438,261 @@ func hex4(d []byte, i int) (rune, bool) {
 	return r, true
 }
 
-func (c *canonicalizer) array(i int, path string, emit bool) (int, error) {
-	if c.depth++; c.depth > maxDepth {
-		return 0, errNotJSON
+// bytesOf returns the bytes of a string or number node.
+func (c *canonicalizer) bytesOf(n *node) []byte {
+	if n.esc {
+		return c.buf[n.start:n.end]
 	}
-	defer func() { c.depth-- }()
-	i = c.ws(i + 1)
-	// Count first (emit needs the length before the elements).
-	count, end, err := c.count(i, ']')
-	if err != nil {
-		return 0, err
-	}
-	if !emit {
-		return end, nil
-	}
-	c.tag('a', count)
-	for k := 0; k < count; k++ {
-		i = c.ws(i)
-		if i, err = c.value(i, path+"[]", true); err != nil {
-			return 0, err
-		}
-		i = c.ws(i)
-		if i < len(c.data) && c.data[i] == ',' {
-			i++
-		}
-	}
-	return end, nil
+	return c.data[n.start:n.end]
 }
 
-// count scans the elements of an array starting at i (after '[' and
-// whitespace) and returns their number and the index after ']'.
-func (c *canonicalizer) count(i int, closer byte) (int, int, error) {
-	if i < len(c.data) && c.data[i] == closer {
-		return 0, i + 1, nil
-	}
-	n := 0
-	for {
-		var err error
-		if i, err = c.value(c.ws(i), "", false); err != nil {
-			return 0, 0, err
-		}
-		n++
-		i = c.ws(i)
-		if i >= len(c.data) {
-			return 0, 0, errNotJSON
-		}
-		switch c.data[i] {
-		case ',':
-			i++
-		case closer:
-			return n, i + 1, nil
-		default:
-			return 0, 0, errNotJSON
-		}
-	}
-}
+func (c *canonicalizer) keyOf(m member) []byte { return c.bytesOf(c.nodes.at(m.key)) }
 
-type member struct {
-	key   []byte
-	value int // index of the value
-	order int
-}
-
-func (c *canonicalizer) object(i int, path string, emit bool) (int, error) {
-	if c.depth++; c.depth > maxDepth {
-		return 0, errNotJSON
-	}
-	defer func() { c.depth-- }()
-	i = c.ws(i + 1)
-	var members []member
-	if i < len(c.data) && c.data[i] == '}' {
-		i++
-	} else {
-		for {
-			if i >= len(c.data) || c.data[i] != '"' {
-				return 0, errNotJSON
-			}
-			key, end, err := c.str(i)
-			if err != nil {
-				return 0, err
-			}
-			i = c.ws(end)
-			if i >= len(c.data) || c.data[i] != ':' {
-				return 0, errNotJSON
-			}
-			i = c.ws(i + 1)
-			start := i
-			if i, err = c.value(i, "", false); err != nil {
-				return 0, err
-			}
-			if emit {
-				members = append(members, member{key: key, value: start, order: len(members)})
-			}
-			i = c.ws(i)
-			if i >= len(c.data) {
-				return 0, errNotJSON
-			}
-			if c.data[i] == '}' {
-				i++
-				break
-			}
-			if c.data[i] != ',' {
-				return 0, errNotJSON
-			}
-			i = c.ws(i + 1)
-		}
-	}
-	if !emit {
-		return i, nil
-	}
-	// Sort by key; of duplicate keys the last one wins, as in encoding/json.
-	sort.SliceStable(members, func(a, b int) bool { return bytes.Compare(members[a].key, members[b].key) < 0 })
-	kept := members[:0]
-	for k, m := range members {
-		if k+1 < len(members) && bytes.Equal(members[k+1].key, m.key) {
-			continue
-		}
-		if c.ignore != nil {
-			if _, skip := c.ignore[join(path, string(m.key))]; skip {
+// write writes the parsed document to w.
+func (c *canonicalizer) write() {
+	c.emit(0, "", c.ignore != nil)
+	for len(c.frames) > 0 {
+		f := &c.frames[len(c.frames)-1]
+		path, live := f.path, f.live
+		if c.nodes.at(f.node).kind == 'a' {
+			if f.left == 0 {
+				c.frames = c.frames[:len(c.frames)-1]
 				continue
 			}
+			el := f.next
+			f.next, f.left = c.nodes.at(el).next, f.left-1
+			if live {
+				path, live = c.ignore.below(c.path(path, nil))
+			}
+			c.emit(el, path, live) // may grow c.frames: f is not used after this
+			continue
+		}
+		if f.pos == f.end {
+			c.members = c.members[:f.from]
+			c.frames = c.frames[:len(c.frames)-1]
+			continue
+		}
+		m := c.members[f.pos]
+		f.pos++
+		key := c.keyOf(m)
+		c.tag('k', len(key))
+		c.put(key)
+		if live {
+			path, live = c.ignore.below(c.path(path, key))
+		}
+		c.emit(m.value, path, live)
+	}
+	if len(c.out) > 0 {
+		_, _ = c.w.Write(c.out)
+		c.out = c.out[:0]
+	}
+}
+
+// emit writes node i, or the head of a container (whose content follows
+// through a new frame). path is its path for IgnoreJSONFields.
+func (c *canonicalizer) emit(i int32, path string, live bool) {
+	n := c.nodes.at(i)
+	switch n.kind {
+	case 'a':
+		c.tag('a', int(n.count))
+		if n.count > 0 {
+			c.frames = append(c.frames, frame{node: i, next: i + 1, left: n.count, path: path, live: live})
+		}
+	case 'o':
+		from := len(c.members)
+		k := i + 1
+		for j := int32(0); j < n.count; j++ {
+			c.members = append(c.members, member{key: k, value: k + 1, order: j})
+			k = c.nodes.at(k + 1).next
+		}
+		tag := c.arrange(from, path, live)
+		c.tag(tag, len(c.members)-from)
+		if len(c.members) == from {
+			return
+		}
+		c.frames = append(c.frames, frame{node: i, pos: from, end: len(c.members), from: from, path: path, live: live})
+	case 's', 'n':
+		b := c.bytesOf(n)
+		c.tag(n.kind, len(b))
+		c.put(b)
+	default:
+		c.tag(n.kind, 0)
+	}
+}
+
+// arrange puts the members of one object, c.members[from:], in canonical
+// order: ignored ones dropped, one per key (the last), sorted by key, or by
+// folded key and then document order when two keys collide under case
+// folding (tag 'O').
+func (c *canonicalizer) arrange(from int, path string, live bool) (tag byte) {
+	ms := c.members[from:]
+	if live {
+		kept := ms[:0]
+		for _, m := range ms {
+			if !c.ignore.matches(c.path(path, c.keyOf(m))) {
+				kept = append(kept, m)
+			}
+		}
+		ms = kept
+	}
+	slices.SortFunc(ms, func(a, b member) int {
+		if d := bytes.Compare(c.keyOf(a), c.keyOf(b)); d != 0 {
+			return d
+		}
+		return cmp.Compare(a.order, b.order)
+	})
+	kept := ms[:0]
+	for k, m := range ms {
+		if k+1 < len(ms) && bytes.Equal(c.keyOf(ms[k+1]), c.keyOf(m)) {
+			continue // a later duplicate overwrites it
 		}
 		kept = append(kept, m)
 	}
-	c.tag('o', len(kept))
-	for _, m := range kept {
-		c.tag('k', len(m.key))
-		_, _ = c.w.Write(m.key)
-		sub := ""
-		if c.ignore != nil {
-			sub = join(path, string(m.key))
+	c.members = c.members[:from+len(kept)]
+	if !c.foldCollision(kept) {
+		return 'o'
+	}
+	for k, f := range c.folds {
+		kept[k] = f.m
+	}
+	return 'O'
+}
+
+// foldCollision reports whether two of the (distinct) keys are equal under
+// the case folding encoding/json uses to match struct fields. When they
+// are, c.folds holds the members ordered by folded key, then document order.
+func (c *canonicalizer) foldCollision(ms []member) bool {
+	if len(ms) < 2 {
+		return false
+	}
+	plain := true // lower-case ASCII keys fold to distinct keys
+	for _, m := range ms {
+		for _, b := range c.keyOf(m) {
+			if b >= utf8.RuneSelf || (b >= 'A' && b <= 'Z') {
+				plain = false
+				break
+			}
 		}
-		if _, err := c.value(m.value, sub, true); err != nil {
-			return 0, err
+		if !plain {
+			break
 		}
 	}
-	return i, nil
+	if plain {
+		return false
+	}
+	c.foldBuf, c.folds = c.foldBuf[:0], c.folds[:0]
+	for _, m := range ms {
+		lo := len(c.foldBuf)
+		c.foldBuf = appendFolded(c.foldBuf, c.keyOf(m))
+		c.folds = append(c.folds, folded{lo: int32(lo), hi: int32(len(c.foldBuf)), m: m})
+	}
+	key := func(f folded) []byte { return c.foldBuf[f.lo:f.hi] }
+	slices.SortFunc(c.folds, func(a, b folded) int {
+		if d := bytes.Compare(key(a), key(b)); d != 0 {
+			return d
+		}
+		return cmp.Compare(a.m.order, b.m.order)
+	})
+	for k := 1; k < len(c.folds); k++ {
+		if bytes.Equal(key(c.folds[k]), key(c.folds[k-1])) {
+			return true
+		}
+	}
+	return false
+}
+
+// appendFolded appends the case-folded key, as encoding/json folds names:
+// ASCII letters to upper case, other runes to the smallest rune of their
+// simple-fold orbit (so "K", "k" and KELVIN SIGN fold alike).
+func appendFolded(out, key []byte) []byte {
+	for i := 0; i < len(key); {
+		if b := key[i]; b < utf8.RuneSelf {
+			if 'a' <= b && b <= 'z' {
+				b -= 'a' - 'A'
+			}
+			out = append(out, b)
+			i++
+			continue
+		}
+		r, n := utf8.DecodeRune(key[i:])
+		out = utf8.AppendRune(out, foldRune(r))
+		i += n
+	}
+	return out
+}
+
+func foldRune(r rune) rune {
+	for {
+		r2 := unicode.SimpleFold(r)
+		if r2 <= r {
+			return r2
+		}
+		r = r2
+	}
+}
+
+// path is the IgnoreJSONFields path of a member key below parent (key nil:
+// an array element), in c.scratch.
+func (c *canonicalizer) path(parent string, key []byte) []byte {
+	c.scratch = append(c.scratch[:0], parent...)
+	if key == nil {
+		return append(c.scratch, "[]"...)
+	}
+	if parent != "" {
+		c.scratch = append(c.scratch, '.')
+	}
+	c.scratch = append(c.scratch, key...)
+	return c.scratch
+}
+
+func (c *canonicalizer) tag(t byte, n int) {
+	if len(c.out) > 32<<10 {
+		_, _ = c.w.Write(c.out)
+		c.out = c.out[:0]
+	}
+	c.out = append(c.out, t)
+	c.out = binary.AppendUvarint(c.out, uint64(n))
+}
+
+// put adds b to the output, which goes to w in pieces of about 32 KiB.
+func (c *canonicalizer) put(b []byte) {
+	if len(c.out)+len(b) > 32<<10 {
+		_, _ = c.w.Write(c.out)
+		c.out = c.out[:0]
+		if len(b) > 32<<10 {
+			_, _ = c.w.Write(b)
+			return
+		}
+	}
+	c.out = append(c.out, b...)
+}
+
+// ignoreSet is the paths of IgnoreJSONFields, with every prefix of them, so
+// that a walk can tell at once whether an ignored path may lie below.
+type ignoreSet struct {
+	paths    map[string]struct{}
+	prefixes map[string]string // each prefix mapped to itself: a lookup yields a string without allocating
+}
+
+func newIgnoreSet(paths []string) *ignoreSet {
+	s := &ignoreSet{paths: map[string]struct{}{}, prefixes: map[string]string{}}
+	for _, p := range paths {
+		s.paths[p] = struct{}{}
+		for i := 0; i <= len(p); i++ {
+			s.prefixes[p[:i]] = p[:i]
+		}
+	}
+	return s
+}
+
+func (s *ignoreSet) matches(path []byte) bool {
+	_, ok := s.paths[string(path)]
+	return ok
+}
+
+// below returns path as a string and whether an ignored path may lie at or
+// below it.
+func (s *ignoreSet) below(path []byte) (string, bool) {
+	p, ok := s.prefixes[string(path)]
+	return p, ok
 }

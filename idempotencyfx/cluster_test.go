@@ -189,6 +189,9 @@ func TestCluster_MasterKilledDuringLoad(t *testing.T) {
 	}
 	keys := len(runs)
 	mu.Unlock()
-	t.Logf("master %s killed: %d keys, %d request errors (fail-closed 500s), longest request %v, recovered after %v, %d keys executed twice",
-		victim, keys, errors.Load(), time.Duration(maxLatency.Load()).Round(time.Millisecond), recovered.Round(time.Millisecond), doubles)
+	t.Logf("master %s killed: %d keys, %d request errors (fail-closed 500s), longest request %v, recovered after %v, %d keys executed twice; circuit breaker: %+v",
+		victim, keys, errors.Load(), time.Duration(maxLatency.Load()).Round(time.Millisecond), recovered.Round(time.Millisecond), doubles, client.Breaker())
+	if doubles != 0 {
+		t.Fatalf("%d keys executed twice", doubles)
+	}
 }

@@ -3,6 +3,7 @@ package idempotencyfx
 import (
 	"bytes"
 	"compress/flate"
+	"errors"
 	"io"
 	"sync"
 )
@@ -20,13 +21,24 @@ var (
 	readers = sync.Pool{New: func() any { return flate.NewReader(bytes.NewReader(nil)) }}
 )
 
+// inflater is what flate.NewReader returns: a reader that can be reused.
+type inflater interface {
+	io.ReadCloser
+	flate.Resetter
+}
+
+var errRecordTooLarge = errors.New("idempotencyfx: recorded response larger than the readable limit")
+
 // deflate returns responseDeflated followed by the compressed encoding
 // (which itself starts with responseFormat).
 func deflate(payload []byte) []byte {
 	var buf bytes.Buffer
 	buf.Grow(len(payload)/2 + 16)
 	buf.WriteByte(responseDeflated)
-	w := writers.Get().(*flate.Writer)
+	w, ok := writers.Get().(*flate.Writer)
+	if !ok {
+		w, _ = flate.NewWriter(nil, flate.BestSpeed)
+	}
 	w.Reset(&buf)
 	_, _ = w.Write(payload)
 	_ = w.Close()
@@ -34,19 +46,24 @@ func deflate(payload []byte) []byte {
 	return buf.Bytes()
 }
 
-// maxInflated bounds what a corrupt or hostile record can expand to.
-const maxInflated = 64 << 20
-
+// inflate decompresses a stored response. More than maxRecordBytes is
+// refused: a record is read back whole or not at all, never cut short.
 func inflate(z []byte) ([]byte, error) {
-	r := readers.Get().(io.ReadCloser)
+	r, ok := readers.Get().(inflater)
+	if !ok {
+		r, _ = flate.NewReader(bytes.NewReader(nil)).(inflater)
+	}
 	defer readers.Put(r)
-	if err := r.(flate.Resetter).Reset(bytes.NewReader(z), nil); err != nil {
+	if err := r.Reset(bytes.NewReader(z), nil); err != nil {
 		return nil, err
 	}
 	var out bytes.Buffer
-	out.Grow(len(z) * 3)
-	if _, err := out.ReadFrom(io.LimitReader(r, maxInflated)); err != nil {
+	out.Grow(min(len(z)*3, maxRecordBytes))
+	if _, err := out.ReadFrom(io.LimitReader(r, maxRecordBytes+1)); err != nil {
 		return nil, err
+	}
+	if out.Len() > maxRecordBytes {
+		return nil, errRecordTooLarge
 	}
 	return out.Bytes(), nil
 }

@@ -6,6 +6,8 @@ import (
 	"net/textproto"
 	"strings"
 	"time"
+
+	"github.com/redisfx/redisfx"
 )
 
 // ErrorPolicy says what happens when Redis cannot be reached.
@@ -32,13 +34,12 @@ type FingerprintGenerator func(r *http.Request, body []byte) (string, error)
 type ScopeFunc func(r *http.Request) (string, error)
 
 // Config holds the options of the idempotency module. Zero fields take
-// their defaults, except DefaultTTL, whose zero means "never expires" as in
-// the spec: start from DefaultConfig.
+// their defaults.
 type Config struct {
-	// DefaultTTL is how long a completed record lives. As in the spec, 0
-	// means the record never expires: allowed, but warned about at start,
-	// because records then pile up in Redis forever. DefaultConfig sets 24h.
-	// Guidance: payments 24-48h, orders 4-24h, webhooks 24-72h.
+	// DefaultTTL is how long a completed record lives. Default (zero) 24h.
+	// NeverExpire keeps records for ever: allowed, but warned about at
+	// start, because records then pile up in Redis. Guidance: payments
+	// 24-48h, orders 4-24h, webhooks 24-72h.
 	DefaultTTL time.Duration
 	// HeaderName carries the key. Default "Idempotency-Key". Matched
 	// case-insensitively, as HTTP header names are.
@@ -66,8 +67,9 @@ type Config struct {
 	// MaxBodyBytes bounds the request body read for the fingerprint; larger
 	// bodies get 413 before any store call. Default 1 MiB.
 	MaxBodyBytes int64
-	// MaxResponseBytes bounds the recorded response; larger responses are
-	// passed through and recorded as not replayable. Default 1 MiB.
+	// MaxResponseBytes bounds the recorded response body; larger responses
+	// are passed through and recorded as not replayable. Default 1 MiB, at
+	// most MaxResponseBytesLimit.
 	MaxResponseBytes int
 	// SkipHeaders are response headers that are not recorded. Default: Date,
 	// Content-Length, Set-Cookie. Hop-by-hop headers are never recorded.
@@ -101,22 +103,23 @@ const (
 	DefaultPollInterval = 500 * time.Millisecond
 )
 
+// NeverExpire as Config.DefaultTTL keeps completed records for ever (a
+// TTL of 0 where the configuration is text). It is a named value, not zero: a zero DefaultTTL
+// takes the default, as every zero field does, so that a Config literal that
+// leaves it out does not fill Redis for ever.
+const NeverExpire time.Duration = -1
+
+// MaxResponseBytesLimit is the largest MaxResponseBytes accepted. A replay
+// is the recorded response byte for byte or it is refused; reading a record
+// back is bounded (a corrupt or hostile record must not expand without
+// limit), and this is the body that bound leaves room for, with 1 MiB for
+// the headers.
+const MaxResponseBytesLimit = 64 << 20
+
 // DefaultConfig returns the configuration used when the application
-// supplies none: completed records live 24h, every other option at its
-// default.
+// supplies none: every option at its default (completed records live 24h).
 func DefaultConfig() Config {
 	return Config{DefaultTTL: DefaultTTL}
-}
-
-// ConfigError names the invalid option.
-type ConfigError struct {
-	Option string
-	Reason string
-}
-
-// Error implements error.
-func (e *ConfigError) Error() string {
-	return "idempotencyfx: invalid " + e.Option + ": " + e.Reason
 }
 
 // settings is a validated Config with defaults applied.
@@ -129,10 +132,13 @@ type settings struct {
 // normalize validates c and applies defaults.
 func (c Config) normalize() (*settings, error) {
 	bad := func(opt, format string, args ...any) (*settings, error) {
-		return nil, &ConfigError{Option: opt, Reason: fmt.Sprintf(format, args...)}
+		return nil, redisfx.NewConfigError("idempotencyfx", "Config."+opt, fmt.Sprintf(format, args...))
 	}
-	if c.DefaultTTL < 0 {
-		return bad("DefaultTTL", "%v is negative", c.DefaultTTL)
+	switch {
+	case c.DefaultTTL == 0:
+		c.DefaultTTL = DefaultTTL
+	case c.DefaultTTL < 0 && c.DefaultTTL != NeverExpire:
+		return bad("DefaultTTL", "%v is negative (NeverExpire keeps records for ever)", c.DefaultTTL)
 	}
 	if c.DefaultTTL > 0 && c.DefaultTTL < time.Millisecond {
 		return bad("DefaultTTL", "%v is below Redis's 1ms resolution", c.DefaultTTL)
@@ -191,6 +197,9 @@ func (c Config) normalize() (*settings, error) {
 		if *o.v == 0 {
 			*o.v = o.def
 		}
+	}
+	if maxResponse > MaxResponseBytesLimit {
+		return bad("MaxResponseBytes", "%d is above MaxResponseBytesLimit (%d): a replay could not be read back whole", maxResponse, MaxResponseBytesLimit)
 	}
 	c.MaxResponseBytes = int(maxResponse)
 	if c.ReplicaAcks < 0 {

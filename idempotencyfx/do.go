@@ -8,9 +8,9 @@ import (
 )
 
 // Do runs fn at most once per key, for work that is not HTTP (a message
-// consumer, a job). key is the idempotency key (KeyPrefix is put before it);
-// fingerprint identifies the input, so that a key reused with different
-// input is refused with IdempotencyFingerprintMismatchError.
+// consumer, a job). key is the idempotency key, unscoped (DoInScope takes a
+// scope); fingerprint identifies the input, so that a key reused with
+// different input is refused with IdempotencyFingerprintMismatchError.
 //
 // The first call runs fn and records its result for DefaultTTL; later calls
 // with the same key return the recorded result with replayed true. A call
@@ -19,10 +19,19 @@ import (
 // during which calls get IdempotencyFailedError. Store errors are returned
 // as IdempotencyStoreError whatever the ErrorPolicy: the caller decides.
 func (s *Service) Do(ctx context.Context, key, fingerprint string, fn func(context.Context) ([]byte, error)) (result []byte, replayed bool, err error) {
-	if _, err := ParseKey([]string{key}); err != nil {
+	return s.DoInScope(ctx, "", key, fingerprint, fn)
+}
+
+// DoInScope is Do with the key in a scope (a tenant, a user), as the
+// middleware's Config.Scope gives one: the same key in two scopes is two
+// records, and a scoped record is the one the middleware uses for a request
+// of that scope.
+func (s *Service) DoInScope(ctx context.Context, scope, key, fingerprint string, fn func(context.Context) ([]byte, error)) (result []byte, replayed bool, err error) {
+	key, err = ParseKey([]string{key}) // a quoted key is the header's record: unquote it as the middleware does
+	if err != nil {
 		return nil, false, err
 	}
-	g, err := s.acquire(ctx, s.StoreKey("", key), key, fingerprint)
+	g, err := s.acquire(ctx, s.StoreKey(scope, key), key, fingerprint)
 	if err != nil {
 		if g.outcome == "" && errors.As(err, new(*IdempotencyStoreError)) {
 			g.outcome = OutcomeStoreError
@@ -41,40 +50,65 @@ func (s *Service) Do(ctx context.Context, key, fingerprint string, fn func(conte
 		return resp.Body, true, nil
 	}
 	l := g.lease
+	returned := false
 	defer func() {
-		if p := recover(); p != nil {
-			s.finish(ctx, l, StateFailed, nil)
-			panic(p)
+		if returned {
+			return
+		}
+		// fn panicked (re-raised) or called runtime.Goexit (which goes on
+		// after this): either way the attempt failed.
+		panicked := recover()
+		s.finish(ctx, l, StateFailed, nil)
+		if panicked != nil {
+			panic(panicked)
 		}
 	}()
 	out, err := fn(context.WithValue(ctx, fenceKey{}, l.token))
+	returned = true
 	if err != nil {
 		s.finish(ctx, l, StateFailed, nil)
 		return nil, false, err
 	}
-	s.finish(ctx, l, StateCompleted, encodeResponse(http.StatusOK, nil, nil, out))
+	blob, ok := encodeResponse(http.StatusOK, nil, nil, out)
+	if !ok || len(out) > s.cfg.MaxResponseBytes {
+		s.log.Info("idempotency: result larger than MaxResponseBytes not recorded; later calls with this key get " + CodeResponseNotStored)
+		s.finish(ctx, l, StateNotReplayable, nil)
+		return out, false, nil
+	}
+	s.finish(ctx, l, StateCompleted, blob)
 	return out, false, nil
 }
 
 // Get reads the record of an idempotency key (in a scope, "" for none); nil
-// when there is none.
+// when there is none. key is the key as a client sends it in the header (a
+// quoted sf-string is unquoted, as the middleware does) or the unquoted key.
 func (s *Service) Get(ctx context.Context, scope, key string) (*Record, error) {
-	rec, err := s.store.get(ctx, s.StoreKey(scope, key))
+	rec, err := s.store.get(ctx, s.StoreKey(scope, recordKey(key)))
 	if err != nil {
 		return nil, fmt.Errorf("idempotencyfx: get %q: %w", key, err)
 	}
 	return rec, nil
 }
 
-// Delete removes the record of an idempotency key: the spec's operator
+// Delete removes the record of an idempotency key: the operator's
 // action, after which the key can be retried cleanly at once. Deleting an
 // in-progress record lets a duplicate run while the first still runs; the
 // first's outcome is then refused (stale owner). It reports whether a record
-// existed.
+// existed. key is read as Get reads it.
 func (s *Service) Delete(ctx context.Context, scope, key string) (bool, error) {
-	n, err := s.store.rdb.Del(ctx, s.StoreKey(scope, key)).Result()
+	n, err := s.store.rdb.Del(ctx, s.StoreKey(scope, recordKey(key))).Result()
 	if err != nil {
 		return false, fmt.Errorf("idempotencyfx: delete %q: %w", key, err)
 	}
 	return n == 1, nil
+}
+
+// recordKey is the key a record is stored under for key as given to Get or
+// Delete: the header's form ("\"order 42\"") is unquoted as the middleware
+// unquotes it; anything else (the unquoted key) is taken as it is.
+func recordKey(key string) string {
+	if parsed, err := ParseKey([]string{key}); err == nil {
+		return parsed
+	}
+	return key
 }

@@ -1,6 +1,7 @@
 package idempotencyfx
 
 import (
+	"strconv"
 	"time"
 
 	"github.com/redisfx/redisfx"
@@ -16,11 +17,12 @@ const (
 	CodeKeyRequired        = "idempotency_key_required"
 	CodeStoreUnavailable   = "idempotency_store_unavailable"
 	CodeBodyTooLarge       = "idempotency_body_too_large"
+	CodeBodyTooDeep        = "idempotency_body_too_deep"
 	CodeResponseNotStored  = "idempotency_response_not_replayable"
 	CodeFingerprintFailure = "idempotency_fingerprint_failed"
 )
 
-// IdempotencyFingerprintMismatchError: the key was used before with
+// IdempotencyFingerprintMismatchError means the key was used before with
 // different request data (HTTP 422). Remedy: resend the same data, or use a
 // new key.
 type IdempotencyFingerprintMismatchError struct {
@@ -28,7 +30,7 @@ type IdempotencyFingerprintMismatchError struct {
 	Key string
 }
 
-// IdempotencyFailedError: the first attempt with this key failed and its
+// IdempotencyFailedError means the first attempt with this key failed and its
 // failed record has not expired yet (HTTP 409). Remedy: a new key, or retry
 // after RetryAfter.
 type IdempotencyFailedError struct {
@@ -37,7 +39,7 @@ type IdempotencyFailedError struct {
 	RetryAfter time.Duration
 }
 
-// IdempotencyTimeoutError: a request with this key is still in progress and
+// IdempotencyTimeoutError means a request with this key is still in progress and
 // did not finish within WaitTimeout (HTTP 409). Remedy: retry later with the
 // same key; raise LockTimeout and WaitTimeout for slow handlers.
 type IdempotencyTimeoutError struct {
@@ -46,34 +48,46 @@ type IdempotencyTimeoutError struct {
 	RetryAfter time.Duration
 }
 
-// IdempotencyKeyRequiredError: the route requires a key and none was sent
+// IdempotencyKeyRequiredError means the route requires a key and none was sent
 // (HTTP 400).
 type IdempotencyKeyRequiredError struct {
 	redisfx.BaseError
 	Header string
 }
 
-// IdempotencyKeyInvalidError: the key header is malformed: empty, longer than
+// IdempotencyKeyInvalidError means the key header is malformed: empty, longer than
 // 255 characters, not visible ASCII, or sent more than once (HTTP 400).
 type IdempotencyKeyInvalidError struct {
 	redisfx.BaseError
 	Header string
 }
 
-// IdempotencyStoreError: Redis could not be reached or answered with an
-// error while ErrorPolicy is fail-closed (HTTP 500). Err holds the cause.
+// IdempotencyStoreError means Redis could not be reached or answered with an
+// error while ErrorPolicy is fail-closed (HTTP 500, with Retry-After). Err
+// holds the cause: storefx.ErrCircuitOpen when the client's circuit breaker
+// refused the command without sending it.
 type IdempotencyStoreError struct {
 	redisfx.BaseError
+	// RetryAfter is when a retry with the same key may succeed: 1s.
+	RetryAfter time.Duration
 }
 
-// IdempotencyBodyTooLargeError: the request body exceeds MaxBodyBytes, so it
+// IdempotencyBodyTooLargeError means the request body exceeds MaxBodyBytes, so it
 // cannot be fingerprinted (HTTP 413).
 type IdempotencyBodyTooLargeError struct {
 	redisfx.BaseError
 	Limit int64
 }
 
-// IdempotencyNotReplayableError: the first request with this key completed
+// IdempotencyBodyTooDeepError means the JSON request body nests arrays and
+// objects deeper than Limit (MaxJSONDepth), so it cannot be fingerprinted
+// (HTTP 400).
+type IdempotencyBodyTooDeepError struct {
+	redisfx.BaseError
+	Limit int
+}
+
+// IdempotencyNotReplayableError means the first request with this key completed
 // but its response could not be recorded (streamed, hijacked, or larger
 // than MaxResponseBytes), so it cannot be replayed and the handler will not
 // run again for this key (HTTP 409).
@@ -103,7 +117,12 @@ func newNotReplayable(key string, retry time.Duration) error {
 		Message: "the request with this idempotency key completed, but its response could not be recorded for replay; use a new key"}}
 }
 
+func bodyTooDeep() error {
+	return &IdempotencyBodyTooDeepError{Limit: MaxJSONDepth, BaseError: redisfx.BaseError{Code: CodeBodyTooDeep,
+		Message: "the JSON request body is nested deeper than " + strconv.Itoa(MaxJSONDepth) + " levels"}}
+}
+
 func newStoreError(err error) error {
-	return &IdempotencyStoreError{BaseError: redisfx.BaseError{Code: CodeStoreUnavailable,
+	return &IdempotencyStoreError{RetryAfter: time.Second, BaseError: redisfx.BaseError{Code: CodeStoreUnavailable,
 		Message: "the idempotency store is unavailable", Err: err}}
 }

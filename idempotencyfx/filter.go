@@ -33,14 +33,16 @@ var statusOf = map[string]int{
 	CodeKeyInvalid:         http.StatusBadRequest,
 	CodeKeyRequired:        http.StatusBadRequest,
 	CodeBodyTooLarge:       http.StatusRequestEntityTooLarge,
+	CodeBodyTooDeep:        http.StatusBadRequest,
 	CodeStoreUnavailable:   http.StatusInternalServerError,
 	CodeFingerprintFailure: http.StatusBadRequest,
 }
 
 // DefaultErrorFilter is the built-in mapping: 422 for a reused key, 409
 // (with Retry-After) for in progress, previously failed and not replayable,
-// 400 for an invalid or missing key, 413 for a body too large to
-// fingerprint, 500 for an unavailable store. Other errors are left to the
+// 400 for an invalid or missing key and for a JSON body nested too deep to
+// fingerprint, 413 for a body too large to fingerprint, 500 (with
+// Retry-After) for an unavailable store. Other errors are left to the
 // next filter.
 func DefaultErrorFilter(err error, _ *http.Request) (httpfx.Problem, bool) {
 	var base *redisfx.BaseError
@@ -60,6 +62,7 @@ func DefaultErrorFilter(err error, _ *http.Request) (httpfx.Problem, bool) {
 		failed  *IdempotencyFailedError
 		timeout *IdempotencyTimeoutError
 		notRepl *IdempotencyNotReplayableError
+		store   *IdempotencyStoreError
 	)
 	switch {
 	case errors.As(err, &failed):
@@ -68,6 +71,8 @@ func DefaultErrorFilter(err error, _ *http.Request) (httpfx.Problem, bool) {
 		p.RetryAfter = timeout.RetryAfter
 	case errors.As(err, &notRepl):
 		p.RetryAfter = notRepl.RetryAfter
+	case errors.As(err, &store):
+		p.RetryAfter = store.RetryAfter
 	}
 	if status == http.StatusConflict && p.RetryAfter <= 0 {
 		p.RetryAfter = 1

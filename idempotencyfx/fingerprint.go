@@ -5,8 +5,10 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"io"
 	"net/http"
+	"net/url"
 	"sort"
 	"strings"
 )
@@ -15,8 +17,12 @@ import (
 // canonical query and the body. JSON bodies (Content-Type application/json
 // or any +json type) are canonicalised first: key order and whitespace do
 // not change the fingerprint, array order does, and "\u0041" equals "A".
-// Numbers are compared by their literal text (1.0 and 1 differ). A body that
-// claims to be JSON but does not parse is hashed as bytes, like any other.
+// Numbers are compared by their literal text (1.0 and 1 differ). Object
+// keys that differ only in case ("amount", "Amount") keep their order, as
+// it decides what encoding/json decodes into a struct. A body that claims
+// to be JSON but does not parse is hashed as bytes, like any other; one
+// nested deeper than MaxJSONDepth is refused with
+// IdempotencyBodyTooDeepError (400). The work is linear in the body's size.
 func DefaultFingerprint(r *http.Request, body []byte) (string, error) {
 	return fingerprint(r, body, nil)
 }
@@ -26,24 +32,32 @@ func DefaultFingerprint(r *http.Request, body []byte) (string, error) {
 // request ids. Paths are dot-separated from the root object:
 //
 //	idempotencyfx.IgnoreJSONFields("timestamp", "meta.request_id")
+//
+// An element of an array is reached with "[]": "items[].sent_at".
 func IgnoreJSONFields(paths ...string) FingerprintGenerator {
-	ignore := map[string]struct{}{}
-	for _, p := range paths {
-		ignore[p] = struct{}{}
-	}
+	ignore := newIgnoreSet(paths)
 	return func(r *http.Request, body []byte) (string, error) {
 		return fingerprint(r, body, ignore)
 	}
 }
 
-func fingerprint(r *http.Request, body []byte, ignore map[string]struct{}) (string, error) {
+func fingerprint(r *http.Request, body []byte, ignore *ignoreSet) (string, error) {
 	h := sha256.New()
 	writeField(h, r.Method)
 	writeField(h, r.URL.EscapedPath())
 	writeField(h, canonicalQuery(r.URL.RawQuery))
-	if isJSON(r.Header.Get("Content-Type")) && hashCanonicalJSON(h, body, ignore) {
+	json := false
+	if isJSON(r.Header.Get("Content-Type")) {
+		switch err := canonical(h, body, ignore); {
+		case err == nil:
+			json = true
+		case errors.Is(err, errTooDeep):
+			return "", bodyTooDeep()
+		}
+	}
+	if json {
 		writeField(h, "json")
-	} else {
+	} else { // not JSON: nothing was written for it
 		writeField(h, "bytes")
 		_, _ = h.Write(body)
 	}
@@ -58,18 +72,38 @@ func writeField(h io.Writer, s string) {
 }
 
 // canonicalQuery sorts the parameters by name, keeping the order of values
-// of one name (which is meaningful).
+// of one name (which is meaningful). Names are compared decoded, as the
+// handler reads them (url.ParseQuery): "a", "%61" and "a+b"/"a%20b" are one
+// name, so two of them swapped reorder that name's values and change the
+// fingerprint. The parameters keep their raw text, so differently escaped
+// but equal requests may differ (a 422, never a wrong replay).
 func canonicalQuery(raw string) string {
 	if raw == "" {
 		return ""
 	}
 	parts := strings.Split(raw, "&")
-	sort.SliceStable(parts, func(i, j int) bool {
-		ki, _, _ := strings.Cut(parts[i], "=")
-		kj, _, _ := strings.Cut(parts[j], "=")
-		return ki < kj
-	})
+	names := make([]string, len(parts))
+	for i, p := range parts {
+		name, _, _ := strings.Cut(p, "=")
+		if strings.ContainsAny(name, "%+") {
+			if decoded, err := url.QueryUnescape(name); err == nil {
+				name = decoded
+			}
+		}
+		names[i] = name
+	}
+	sort.Stable(byName{parts, names})
 	return strings.Join(parts, "&")
+}
+
+// byName sorts query parameters by their decoded names.
+type byName struct{ parts, names []string }
+
+func (b byName) Len() int           { return len(b.parts) }
+func (b byName) Less(i, j int) bool { return b.names[i] < b.names[j] }
+func (b byName) Swap(i, j int) {
+	b.parts[i], b.parts[j] = b.parts[j], b.parts[i]
+	b.names[i], b.names[j] = b.names[j], b.names[i]
 }
 
 // isJSON reports whether a Content-Type is application/json or a +json
@@ -86,22 +120,13 @@ func isJSON(contentType string) bool {
 // CanonicalJSON returns the canonical form of a JSON document as hashed by
 // DefaultFingerprint, or false if data is not JSON. Two documents have the
 // same canonical form exactly when they differ only in object key order and
-// insignificant whitespace (and string escapes).
+// insignificant whitespace (and string escapes), except that the order of
+// keys equal under case folding counts. A document nested deeper than
+// MaxJSONDepth has no canonical form.
 func CanonicalJSON(data []byte) ([]byte, bool) {
 	var b bytes.Buffer
-	if !hashCanonicalJSON(&b, data, nil) {
+	if canonical(&b, data, nil) != nil {
 		return nil, false
 	}
 	return b.Bytes(), true
-}
-
-func hashCanonicalJSON(w io.Writer, data []byte, ignore map[string]struct{}) bool {
-	return canonical(w, data, ignore)
-}
-
-func join(path, k string) string {
-	if path == "" {
-		return k
-	}
-	return path + "." + k
 }

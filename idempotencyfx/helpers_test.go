@@ -55,8 +55,17 @@ type env struct {
 
 func newEnv(t *testing.T, cfg Config, srv *redistest.Server) *env {
 	t.Helper()
+	return newEnvAt(t, cfg, srv, "")
+}
+
+// newEnvAt is newEnv with the app connected to url instead of srv (a fault
+// proxy in front of it, an ACL user), and with options for New.
+func newEnvAt(t *testing.T, cfg Config, srv *redistest.Server, url string, opts ...Option) *env {
+	t.Helper()
 	storeCfg := storefx.Config{ConnectTimeout: time.Second, ReadTimeout: time.Second, DialTimeout: 200 * time.Millisecond}
 	switch {
+	case url != "":
+		storeCfg.URL = url
 	case srv == nil && os.Getenv("REDISFX_TEST_CLUSTER") != "":
 		// make test-cluster: the same suite against 3 masters with replicas.
 		storeCfg.Addrs = redistest.StartCluster(t, 3, 1).Addrs()
@@ -81,7 +90,7 @@ func newEnv(t *testing.T, cfg Config, srv *redistest.Server) *env {
 	e.rdb = client
 	core, logs := zapobs.New(zap.DebugLevel)
 	e.logs = logs
-	e.svc, err = New(client, cfg, WithLogger(zap.New(core)))
+	e.svc, err = New(client, cfg, append([]Option{WithLogger(zap.New(core))}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,6 +213,18 @@ func newGate(t *testing.T) *gate {
 }
 
 func (g *gate) open() { g.once.Do(func() { close(g.release) }) }
+
+// waitEntered waits until a handler holds the gate, for at most 10s (a
+// request that never reaches its handler fails the test instead of hanging
+// the package until its timeout).
+func (g *gate) waitEntered(t *testing.T) {
+	t.Helper()
+	select {
+	case <-g.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no handler entered the gate in 10s")
+	}
+}
 
 // hold marks the handler as entered and blocks until the gate opens.
 func (g *gate) hold() {

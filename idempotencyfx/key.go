@@ -2,6 +2,7 @@ package idempotencyfx
 
 import (
 	"net/http"
+	"net/url"
 	"strings"
 
 	"github.com/redisfx/redisfx"
@@ -96,3 +97,25 @@ func keyFromRequest(r *http.Request, header string) (key string, present bool, e
 	key, err = ParseKey(values)
 	return key, true, err
 }
+
+// storeKey is the Redis key of (scope, key):
+//
+//	unscoped:  prefix + escapedKey
+//	scoped:    prefix + url.QueryEscape(scope) + ":" + escapedKey
+//
+// where escapedKey is the key with '%' written as %25 and ':' as %3A. The
+// only ':' after the prefix is the scope separator, so a key can never pose
+// as a scope ("tenant-a:order-1" sent without a scope is
+// prefix + "tenant-a%3Aorder-1"), and an escaped scope is never empty. Keys
+// without '%' and ':' (UUIDs, "order-42") are written as they are.
+func storeKey(prefix, scope, key string) string {
+	if strings.ContainsAny(key, "%:") {
+		key = keyEscaper.Replace(key)
+	}
+	if scope == "" {
+		return prefix + key
+	}
+	return prefix + url.QueryEscape(scope) + ":" + key
+}
+
+var keyEscaper = strings.NewReplacer("%", "%25", ":", "%3A")

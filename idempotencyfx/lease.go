@@ -6,10 +6,13 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/redisfx/redisfx/storefx"
 )
 
 // lease is the ownership of an in-progress record. While the handler runs
-// the lease is renewed every third of LockTimeout, so a slow but living
+// the lease is renewed every third of LockTimeout (each renewal waiting at
+// most that long), so a slow but living
 // handler never loses its record to a duplicate; when the owner dies the
 // renewals stop and the lease runs out after LockTimeout. No goroutine runs
 // between renewals (time.AfterFunc).
@@ -28,7 +31,11 @@ type lease struct {
 
 func (s *Service) newLease(key, owner string, token int64) *lease {
 	l := &lease{s: s, key: key, owner: owner, token: token}
+	// Under mu: the first renewal may run before AfterFunc returns (a
+	// short lease on a loaded machine), and it reads the timer.
+	l.mu.Lock()
 	l.timer = time.AfterFunc(s.cfg.LockTimeout/3, l.renew)
+	l.mu.Unlock()
 	return l
 }
 
@@ -42,10 +49,19 @@ func (l *lease) renew() {
 	l.mu.Unlock()
 	defer l.running.Done()
 
-	ctx, cancel := context.WithTimeout(context.Background(), l.s.cfg.StoreTimeout)
+	// Renewals and completions are sent even while the client's circuit
+	// breaker is open: they hold or end a lease that was granted, and a
+	// breaker still open after a short stall must not cost it.
+	// One renewal waits at most a third of the lease, and the next goes
+	// out a third of the lease after this one was sent, not after it
+	// returned: a single slow round trip must not push the next renewal
+	// past the lease's end.
+	period := l.s.cfg.LockTimeout / 3
+	sent := time.Now()
+	ctx, cancel := context.WithTimeout(storefx.BypassBreaker(context.Background()), min(l.s.cfg.StoreTimeout, period))
 	ok, err := l.s.store.renew(ctx, l.key, l.owner, l.s.cfg.LockTimeout)
 	cancel()
-	next := l.s.cfg.LockTimeout / 3
+	next := max(period-time.Since(sent), time.Millisecond)
 	switch {
 	case err != nil:
 		l.s.log.Warn("idempotency: lease renewal failed; retrying", zap.String("record", l.key), zap.Error(err))
@@ -80,17 +96,17 @@ func (l *lease) stop() {
 // complete stops renewing and writes the outcome, if this lease still owns
 // the record. It is not cancelled by the client going away (the request's
 // context only carries the trace); it retries once on a store error, within
-// StoreTimeout each.
-func (l *lease) complete(parent context.Context, state State, resp []byte, ttl time.Duration) (owned bool, err error) {
+// StoreTimeout each (the script recognises a retry of a write that landed).
+func (l *lease) complete(parent context.Context, state State, resp []byte, ttl time.Duration) (done completion, err error) {
 	l.stop()
-	parent = context.WithoutCancel(parent)
+	parent = storefx.BypassBreaker(context.WithoutCancel(parent))
 	for attempt := 0; attempt < 2; attempt++ {
 		ctx, cancel := context.WithTimeout(parent, l.s.cfg.StoreTimeout)
-		owned, err = l.s.store.complete(ctx, l.key, l.owner, state, resp, ttl)
+		done, err = l.s.store.complete(ctx, l.key, l.owner, state, resp, ttl)
 		cancel()
 		if err == nil {
-			return owned, nil
+			return done, nil
 		}
 	}
-	return false, err
+	return completionRefused, err
 }

@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/http"
 
+	"go.uber.org/zap"
+
 	"github.com/redisfx/redisfx"
 	"github.com/redisfx/redisfx/httpfx"
 )
@@ -42,7 +44,7 @@ func IdempotentRequired() func(http.Handler) http.Handler {
 func idempotent(required bool) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if engaged(w) {
+			if engaged(w) || r.Context().Value(fenceKey{}) != nil {
 				next.ServeHTTP(w, r)
 				return
 			}
@@ -131,7 +133,9 @@ func (s *Service) refuse(w http.ResponseWriter, r *http.Request, next http.Handl
 			return
 		}
 		s.obs.outcome(ctx, OutcomeStoreError)
-		s.log.Error("idempotency: store unavailable; request refused (fail-closed)")
+		if s.refusedLog.Allow() { // Redis down: every request comes here, and the counter counts them
+			s.log.Error("idempotency: store unavailable; request refused (fail-closed)", zap.Error(storeErr.Err))
+		}
 	case g.outcome != "":
 		s.obs.outcome(ctx, g.outcome)
 	}
@@ -139,34 +143,44 @@ func (s *Service) refuse(w http.ResponseWriter, r *http.Request, next http.Handl
 }
 
 // runOwned runs the handler under the lease, records its outcome, and only
-// then sends the response. A panic is recorded as a failure and re-raised.
+// then sends the response. Every way out of the handler ends the lease and
+// records an outcome: a panic is recorded as a failure and re-raised, and so
+// is runtime.Goexit (a t.FailNow-style helper), which sends nothing.
 func (s *Service) runOwned(w http.ResponseWriter, r *http.Request, next http.Handler, l *lease) {
 	rec := newRecorder(w, s.cfg.MaxResponseBytes)
 	outer := outerHeaders(rec.header)
 	ctx := context.WithValue(r.Context(), fenceKey{}, l.token)
-	var panicked any
-	func() {
-		defer func() { panicked = recover() }()
-		next.ServeHTTP(rec, r.WithContext(ctx))
+	returned := false
+	defer func() {
+		if returned {
+			return
+		}
+		panicked := recover() // nil: runtime.Goexit, which goes on after this
+		s.finish(ctx, l, StateFailed, nil)
+		if panicked != nil {
+			clear(rec.header) // the recovery middleware answers afresh
+			panic(panicked)
+		}
 	}()
+	next.ServeHTTP(rec, r.WithContext(ctx))
+	returned = true
 
-	var state State
+	state := StateCompleted
 	var blob []byte
 	switch {
-	case panicked != nil || rec.finishedStatus() >= 500:
+	case rec.finishedStatus() >= 500:
 		state = StateFailed
-	case rec.passing:
+	case !rec.passing:
+		var ok bool
+		if blob, ok = encodeResponse(rec.finishedStatus(), handlerHeaders(rec.header, outer), s.cfg.skip, rec.body); !ok {
+			rec.reason = "headers and body larger than a record can hold"
+		}
+	}
+	if state == StateCompleted && blob == nil {
 		state = StateNotReplayable
 		s.log.Info("idempotency: response not recorded; retries of this key get 409 " + CodeResponseNotStored + " (" + rec.reason + ")")
-	default:
-		state = StateCompleted
-		blob = encodeResponse(rec.finishedStatus(), handlerHeaders(rec.header, outer), s.cfg.skip, rec.body)
 	}
 	s.finish(ctx, l, state, blob)
-	if panicked != nil {
-		clear(rec.header) // the recovery middleware answers afresh
-		panic(panicked)
-	}
 	rec.send()
 }
 

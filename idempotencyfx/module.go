@@ -2,6 +2,7 @@ package idempotencyfx
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
@@ -10,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/redisfx/redisfx/httpfx"
+	"github.com/redisfx/redisfx/internal/fxconfig"
 )
 
 // Module provides the idempotency *Service, registers its error filter
@@ -17,29 +19,61 @@ import (
 // httpfx's router, so that routes can opt in with Idempotent().
 //
 // It needs a Redis client (storefx.Module) and a *zap.Logger. The
-// configuration is an optional *Config in the graph (else DefaultConfig).
+// configuration is a Config or *Config in the graph (fx.Supply either);
+// without one, DefaultConfig.
 var Module = fx.Module("redisfx.idempotency",
+	fx.Invoke(checkCollaborators),
 	fx.Provide(
 		func() ErrorFilter { return DefaultErrorFilter },
 		NewFromParams,
-		fx.Annotate(func(f ErrorFilter) httpfx.RegisteredErrorFilter {
-			return httpfx.RegisteredErrorFilter{Name: "idempotency", Order: 10, Filter: httpfx.ErrorFilter(f)}
-		}, fx.ResultTags(`group:"`+httpfx.ErrorFilterGroup+`"`)),
-		httpfx.AsMiddleware(func(s *Service) httpfx.Middleware {
-			return httpfx.Middleware{Name: "idempotency", Order: 0, Wrap: s.Install}
-		}),
+		fx.Annotate(registerErrorFilter, fx.ResultTags(`group:"`+httpfx.ErrorFilterGroup+`"`)),
+		httpfx.AsMiddleware(installMiddleware),
 	),
 )
+
+// registerErrorFilter puts the (possibly decorated) ErrorFilter in httpfx's
+// chain, before the application's filters.
+func registerErrorFilter(f ErrorFilter) httpfx.RegisteredErrorFilter {
+	return httpfx.RegisteredErrorFilter{Name: "idempotency", Order: 10, Filter: httpfx.ErrorFilter(f)}
+}
+
+// installMiddleware makes the Service reachable from Idempotent() routes.
+func installMiddleware(s *Service) httpfx.Middleware {
+	return httpfx.Middleware{Name: "idempotency", Order: 0, Wrap: s.Install}
+}
+
+// collaborators are what the module needs from the app, optional here only
+// so that a missing one gets a message naming what to add (Fx's own names
+// only the type). NewFromParams still requires them, so Fx's graph shows
+// the dependency.
+type collaborators struct {
+	fx.In
+	Redis redis.UniversalClient `optional:"true"`
+	Log   *zap.Logger           `optional:"true"`
+}
+
+// checkCollaborators runs before the module's constructors.
+func checkCollaborators(c collaborators) error {
+	if c.Redis == nil {
+		return errors.New("idempotencyfx.Module needs a Redis client: add storefx.Module to the app")
+	}
+	if c.Log == nil {
+		return errors.New("idempotencyfx.Module needs a *zap.Logger: provide one, e.g. fx.Provide(zap.NewProduction)")
+	}
+	return nil
+}
 
 // Params are the inputs of the Service in an Fx app.
 type Params struct {
 	fx.In
 	Lifecycle fx.Lifecycle
-	Config    *Config               `optional:"true"`
-	Redis     redis.UniversalClient `optional:"true"`
-	Log       *zap.Logger           `optional:"true"`
-	Errors    *httpfx.Errors        `optional:"true"`
-	Filter    ErrorFilter           `optional:"true"`
+	Redis     redis.UniversalClient
+	Log       *zap.Logger
+	// The app's configuration, in either form (at most one of them).
+	Config      *Config        `optional:"true"`
+	ConfigValue Config         `optional:"true"`
+	Errors      *httpfx.Errors `optional:"true"`
+	Filter      ErrorFilter    `optional:"true"`
 	// Registerer receives the idempotency metrics (from metricsfx).
 	Registerer prometheus.Registerer `optional:"true"`
 	// Tracer opens plugin spans; tracingfx provides it under this name, as
@@ -48,17 +82,11 @@ type Params struct {
 }
 
 // NewFromParams builds the Service from the Fx graph and ties it to the
-// lifecycle. Missing collaborators are reported by the module to add.
+// lifecycle.
 func NewFromParams(p Params) (*Service, error) {
-	if p.Redis == nil {
-		return nil, errors.New("idempotencyfx.Module needs a Redis client: add storefx.Module to the app")
-	}
-	if p.Log == nil {
-		return nil, errors.New("idempotencyfx.Module needs a *zap.Logger: provide one, e.g. fx.Provide(zap.NewProduction)")
-	}
-	cfg := DefaultConfig()
-	if p.Config != nil {
-		cfg = *p.Config
+	cfg, err := fxconfig.Pick(p.Config, p.ConfigValue)
+	if err != nil {
+		return nil, fmt.Errorf("idempotencyfx: %w", err)
 	}
 	errs := p.Errors
 	if errs == nil && p.Filter != nil { // no httpfx: a chain of our own filter

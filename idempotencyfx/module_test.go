@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-chi/chi/v5"
 	"go.uber.org/fx"
@@ -71,8 +72,36 @@ func TestModule_MissingStoreSaysWhichModuleToAdd(t *testing.T) {
 	t.Parallel()
 	app := fx.New(fx.NopLogger, fx.Provide(zap.NewNop), idempotencyfx.Module,
 		fx.Invoke(func(*idempotencyfx.Service) {}))
-	if err := app.Err(); err == nil || !strings.Contains(err.Error(), "add storefx.Module") {
-		t.Fatalf("err = %v", err)
+	want := "idempotencyfx.Module needs a Redis client: add storefx.Module to the app"
+	if err := app.Err(); err == nil || !strings.HasSuffix(err.Error(), want) {
+		t.Fatalf("err = %v\nwant one ending %q", err, want)
+	}
+}
+
+func TestModule_MissingLoggerSaysWhatToProvide(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	app := fx.New(fx.NopLogger, storefx.Module, fx.Supply(storefx.Config{URL: srv.URL()}), idempotencyfx.Module,
+		fx.Invoke(func(*idempotencyfx.Service) {}))
+	want := "idempotencyfx.Module needs a *zap.Logger: provide one, e.g. fx.Provide(zap.NewProduction)"
+	if err := app.Err(); err == nil || !strings.HasSuffix(err.Error(), want) {
+		t.Fatalf("err = %v\nwant one ending %q", err, want)
+	}
+}
+
+// A Config supplied by value is used, not silently replaced by the defaults.
+func TestModule_ConfigByValue(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	var svc *idempotencyfx.Service
+	app := fxtest.New(t, fx.NopLogger, fx.Provide(zap.NewNop), storefx.Module,
+		fx.Supply(storefx.Config{URL: srv.URL()}),
+		fx.Supply(idempotencyfx.Config{KeyPrefix: "by-value:", LockTimeout: 7 * time.Second}),
+		idempotencyfx.Module, fx.Populate(&svc))
+	app.RequireStart()
+	defer app.RequireStop()
+	if c := svc.Config(); c.KeyPrefix != "by-value:" || c.LockTimeout != 7*time.Second {
+		t.Fatalf("effective config %+v: the supplied value was ignored", c)
 	}
 }
 

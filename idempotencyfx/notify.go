@@ -2,11 +2,15 @@ package idempotencyfx
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
+
+	"github.com/redisfx/redisfx/internal/throttle"
 )
 
 // notifier wakes waiting duplicates when the request they wait for
@@ -16,119 +20,313 @@ import (
 // one message (in-process coalescing), with the outcome in hand: no poll,
 // no extra round trip.
 //
+// Nothing here is needed for correctness: a waiter also polls (at
+// PollInterval, and at once when its subscription is confirmed), and its
+// WaitTimeout runs whatever the subscription does. So a waiter never blocks
+// on pub/sub: it registers its interest (watch) and goes on; one goroutine
+// (run) owns the subscription connection and does every network call.
+//
+// That goroutine checks the connection's health: a command (SUBSCRIBE,
+// UNSUBSCRIBE, or a PING after pingAfter of silence) that gets no reply
+// within StoreTimeout means the connection is dead even if no error says so
+// (a NAT or load balancer that dropped it silently), and it is replaced:
+// closed, dialled anew, every channel subscribed again. A SUBSCRIBE refused
+// for lack of channel permission (NOPERM) is logged and counted; waiters
+// then learn the outcome by polling.
+//
 // The subscription connection is opened at the first wait, not at start, so
 // an application that never sees a concurrent duplicate holds no extra
-// connection. Waiters also poll slowly (Config.PollInterval) in case a
-// message is lost, for example while the subscription reconnects.
+// connection.
 type notifier struct {
-	rdb redis.UniversalClient
-	log *zap.Logger
+	rdb     redis.UniversalClient
+	log     *zap.Logger
+	obs     *observer
+	timeout time.Duration // a command on the connection must be answered within this
 
-	mu     sync.Mutex
-	ps     *redis.PubSub
-	topics map[string]*topic
-	closed bool
-	done   chan struct{} // closed when the receive loop has exited
-	stop   chan struct{} // closed by close, to cut a backoff short
+	mu      sync.Mutex
+	topics  map[string]*topic
+	running bool
+	closed  bool
+	wake    chan struct{} // (buffered) topics changed: subscribe or unsubscribe
+	stop    chan struct{} // closed by close
+	done    chan struct{} // closed when run has returned
+
+	deniedLog   throttle.Every
+	replacedLog throttle.Every
 }
+
+// pingAfter is the silence after which the subscription connection is
+// pinged: it keeps NAT and load-balancer state alive and proves the
+// connection still answers.
+const pingAfter = 5 * time.Second
 
 // topic is the subscription to one record key's channel.
 type topic struct {
 	refs      int
-	confirmed chan struct{} // closed when Redis has confirmed SUBSCRIBE
-	ack       bool
+	sent      bool          // SUBSCRIBE sent on the current connection
+	confirmed chan struct{} // closed when the current connection confirmed SUBSCRIBE
+	acked     bool
 	cur       *signal // woken by the next message
 }
 
-// signal is one completion, shared by every waiter of a key.
+// signal is one message on a channel, shared by every waiter of its key.
 type signal struct {
 	fired   chan struct{}
-	payload string // state byte + encoded response
+	payload string // see decodeCompletion
 }
 
-func newNotifier(rdb redis.UniversalClient, log *zap.Logger) *notifier {
-	return &notifier{rdb: rdb, log: log, topics: map[string]*topic{}, stop: make(chan struct{})}
+func newNotifier(rdb redis.UniversalClient, log *zap.Logger, obs *observer, timeout time.Duration) *notifier {
+	return &notifier{rdb: rdb, log: log, obs: obs, timeout: timeout, topics: map[string]*topic{},
+		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
+		deniedLog: throttle.Every{Interval: 10 * time.Second}, replacedLog: throttle.Every{Interval: 10 * time.Second}}
 }
 
-// watch subscribes to key's channel (shared with other waiters of the key)
-// and returns the signal of its next completion, and a release function.
-// It waits, bounded by ctx, until the subscription is confirmed, so a
-// completion that happens after watch returns is never missed.
-func (n *notifier) watch(ctx context.Context, key string) (*signal, func()) {
+// watch is one waiter's interest in a key's channel.
+type watch struct {
+	n *notifier
+	t *topic // nil once the notifier is closed: nothing will come
+}
+
+// watch registers interest in key's channel. It never waits for the
+// network.
+func (n *notifier) watch(key string) *watch {
 	n.mu.Lock()
+	defer n.mu.Unlock()
 	if n.closed {
-		n.mu.Unlock()
-		return &signal{fired: make(chan struct{})}, func() {}
+		return &watch{n: n}
 	}
 	t := n.topics[key]
 	if t == nil {
 		t = &topic{confirmed: make(chan struct{})}
 		n.topics[key] = t
-		if n.ps == nil {
-			n.ps = n.rdb.Subscribe(context.WithoutCancel(ctx), key)
-			n.done = make(chan struct{})
-			go n.receive(n.ps, n.done)
-		} else if err := n.ps.Subscribe(ctx, key); err != nil {
-			n.log.Debug("idempotency: subscribe failed; waiting by polling", zap.Error(err))
-		}
 	}
 	t.refs++
-	if t.cur == nil {
-		t.cur = &signal{fired: make(chan struct{})}
+	if !n.running {
+		n.running = true
+		go n.run()
 	}
-	sig, confirmed := t.cur, t.confirmed
-	n.mu.Unlock()
-
-	select {
-	case <-confirmed:
-	case <-ctx.Done():
-	}
-	return sig, func() { n.release(key, t) }
+	n.kick()
+	return &watch{n: n, t: t}
 }
 
-func (n *notifier) release(key string, t *topic) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	t.refs--
-	if t.refs > 0 || n.topics[key] != t {
+// kick tells run that the topics changed. n.mu is held.
+func (n *notifier) kick() {
+	select {
+	case n.wake <- struct{}{}:
+	default:
+	}
+}
+
+// signal returns the signal of the next message on the channel.
+func (w *watch) signal() *signal {
+	if w.t == nil {
+		return &signal{fired: make(chan struct{})}
+	}
+	w.n.mu.Lock()
+	defer w.n.mu.Unlock()
+	if w.t.cur == nil {
+		w.t.cur = &signal{fired: make(chan struct{})}
+	}
+	return w.t.cur
+}
+
+// confirmed returns a channel closed when the subscription is in place on
+// the current connection (a new channel after the connection is replaced).
+func (w *watch) confirmed() <-chan struct{} {
+	if w.t == nil {
+		return nil
+	}
+	w.n.mu.Lock()
+	defer w.n.mu.Unlock()
+	return w.t.confirmed
+}
+
+// release ends the interest; the last waiter's release lets run unsubscribe.
+func (w *watch) release() {
+	if w.t == nil {
 		return
 	}
-	delete(n.topics, key)
-	if n.ps != nil && !n.closed {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		_ = n.ps.Unsubscribe(ctx, key)
+	w.n.mu.Lock()
+	defer w.n.mu.Unlock()
+	w.t.refs--
+	if w.t.refs == 0 {
+		w.n.kick()
 	}
 }
 
-// receive dispatches messages until the PubSub is closed. go-redis
-// reconnects and resubscribes by itself after a connection error.
-func (n *notifier) receive(ps *redis.PubSub, done chan struct{}) {
-	defer close(done)
+// run owns the subscription connection until close: it opens one, serves it
+// until it breaks, and replaces it.
+func (n *notifier) run() {
+	defer close(n.done)
 	backoff := 50 * time.Millisecond
 	for {
-		msg, err := ps.Receive(context.Background())
-		if err != nil {
-			if err == redis.ErrClosed {
-				return
-			}
-			select { // Redis is away; do not spin
-			case <-n.stop:
-				return
-			case <-time.After(backoff):
-			}
-			if backoff < time.Second {
-				backoff *= 2
-			}
-			continue
+		began := time.Now()
+		err := n.serve(n.rdb.Subscribe(context.Background()))
+		if errors.Is(err, errStopped) {
+			return
 		}
-		backoff = 50 * time.Millisecond
+		n.obs.notificationFailure(notifyConnectionReplaced)
+		if n.replacedLog.Allow() {
+			n.log.Warn("idempotency: the pub/sub connection that wakes waiting duplicates failed; replacing it (waiters poll meanwhile)",
+				zap.Error(err))
+		}
+		if time.Since(began) > 10*time.Second {
+			backoff = 50 * time.Millisecond
+		}
+		select { // Redis may be away: do not spin
+		case <-n.stop:
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+var (
+	errStopped = errors.New("notifier closed")
+	errSilent  = errors.New("no reply on the pub/sub connection within StoreTimeout")
+)
+
+// conn is the state of one subscription connection.
+type conn struct {
+	ps     *redis.PubSub
+	broken chan struct{} // closed by receive when the connection fails
+	err    error         // why, set before broken is closed
+
+	mu       sync.Mutex
+	awaiting time.Time // when the oldest command still unanswered was sent
+	heard    time.Time // when the connection last delivered anything
+}
+
+func (c *conn) sent() {
+	c.mu.Lock()
+	if c.awaiting.IsZero() {
+		c.awaiting = time.Now()
+	}
+	c.mu.Unlock()
+}
+
+func (c *conn) received() {
+	c.mu.Lock()
+	c.awaiting, c.heard = time.Time{}, time.Now()
+	c.mu.Unlock()
+}
+
+// silent reports whether a command went unanswered for longer than timeout,
+// and whether the connection has been quiet for pingAfter.
+func (c *conn) silent(timeout time.Duration) (dead, idle bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.awaiting.IsZero() {
+		return time.Since(c.awaiting) > timeout, false
+	}
+	return false, time.Since(c.heard) > pingAfter
+}
+
+// serve runs one connection until it breaks or the notifier closes.
+func (n *notifier) serve(ps *redis.PubSub) error {
+	c := &conn{ps: ps, broken: make(chan struct{}), heard: time.Now()}
+	n.mu.Lock()
+	for _, t := range n.topics { // a new connection: every channel anew
+		t.sent = false
+		if t.acked {
+			t.acked, t.confirmed = false, make(chan struct{})
+		}
+	}
+	n.mu.Unlock()
+	received := make(chan struct{})
+	go func() { defer close(received); n.receive(c) }()
+	defer func() { _ = ps.Close(); <-received }()
+
+	tick := time.NewTicker(min(max(n.timeout/4, 10*time.Millisecond), 250*time.Millisecond))
+	defer tick.Stop()
+	for {
+		if err := n.sync(c); err != nil {
+			return err
+		}
+		select {
+		case <-n.stop:
+			return errStopped
+		case <-c.broken:
+			return c.err
+		case <-n.wake:
+		case <-tick.C:
+			dead, idle := c.silent(n.timeout)
+			if dead {
+				return errSilent
+			}
+			if idle {
+				if err := n.command(c, func(ctx context.Context) error { return ps.Ping(ctx) }); err != nil {
+					return err
+				}
+			}
+		}
+	}
+}
+
+// sync subscribes to the channels of new topics and unsubscribes from those
+// nobody waits on any more.
+func (n *notifier) sync(c *conn) error {
+	var sub, unsub []string
+	n.mu.Lock()
+	for key, t := range n.topics {
+		switch {
+		case t.refs == 0:
+			delete(n.topics, key)
+			if t.sent {
+				unsub = append(unsub, key)
+			}
+		case !t.sent:
+			t.sent = true
+			sub = append(sub, key)
+		}
+	}
+	n.mu.Unlock()
+	if len(unsub) > 0 {
+		if err := n.command(c, func(ctx context.Context) error { return c.ps.Unsubscribe(ctx, unsub...) }); err != nil {
+			return err
+		}
+	}
+	if len(sub) > 0 {
+		if err := n.command(c, func(ctx context.Context) error { return c.ps.Subscribe(ctx, sub...) }); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// command sends one command on the connection, bounded by timeout; its
+// reply comes through receive.
+func (n *notifier) command(c *conn, send func(context.Context) error) error {
+	c.sent()
+	ctx, cancel := context.WithTimeout(context.Background(), n.timeout)
+	defer cancel()
+	return send(ctx)
+}
+
+// receive dispatches what the connection delivers until it fails or is
+// closed.
+func (n *notifier) receive(c *conn) {
+	for {
+		msg, err := c.ps.Receive(context.Background())
+		if err != nil {
+			var reply redis.Error
+			if errors.As(err, &reply) { // Redis answered, with an error
+				c.received()
+				n.refused(err)
+				continue
+			}
+			c.err = err
+			close(c.broken)
+			return
+		}
+		c.received()
 		switch m := msg.(type) {
 		case *redis.Subscription:
 			if m.Kind == "subscribe" {
 				n.mu.Lock()
-				if t := n.topics[m.Channel]; t != nil && !t.ack {
-					t.ack = true
+				if t := n.topics[m.Channel]; t != nil && t.sent && !t.acked {
+					t.acked = true
 					close(t.confirmed)
 				}
 				n.mu.Unlock()
@@ -145,7 +343,20 @@ func (n *notifier) receive(ps *redis.PubSub, done chan struct{}) {
 	}
 }
 
-// close ends the subscription and waits for the receive loop to exit.
+// refused handles an error reply on the subscription connection: a
+// SUBSCRIBE refused because the Redis user may not use the channel.
+func (n *notifier) refused(err error) {
+	if strings.HasPrefix(err.Error(), "NOPERM") {
+		n.obs.notificationFailure(notifySubscribeDenied)
+	}
+	if n.deniedLog.Allow() {
+		n.log.Warn("idempotency: Redis refused the subscription that wakes waiting duplicates; they fall back to polling every PollInterval. "+
+			"Grant the Redis user the channels of KeyPrefix (ACL SETUSER <user> &<KeyPrefix>*)", zap.Error(err))
+	}
+}
+
+// close ends the subscription and waits for run to return. Waiters still
+// waiting go on polling until their WaitTimeout.
 func (n *notifier) close() {
 	n.mu.Lock()
 	if n.closed {
@@ -154,17 +365,30 @@ func (n *notifier) close() {
 	}
 	n.closed = true
 	close(n.stop)
-	ps, done := n.ps, n.done
+	running := n.running
 	n.mu.Unlock()
-	if ps != nil {
-		_ = ps.Close()
-		<-done
+	if running {
+		<-n.done
 	}
 }
 
-// topicCount is the number of channels subscribed to (for tests).
+// topicCount is the number of channels with a topic (for tests).
 func (n *notifier) topicCount() int {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return len(n.topics)
+}
+
+// confirmedCount is the number of channels whose subscription Redis has
+// confirmed on the current connection (for tests).
+func (n *notifier) confirmedCount() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	k := 0
+	for _, t := range n.topics {
+		if t.acked {
+			k++
+		}
+	}
+	return k
 }

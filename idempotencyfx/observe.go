@@ -6,8 +6,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/redisfx/redisfx/plugintrace"
 )
 
 // Outcome is what the idempotency layer did with one request. It is a span
@@ -39,19 +40,29 @@ const (
 // AttrOutcome is the span attribute that carries the Outcome.
 const AttrOutcome = "redisfx.idempotency.outcome"
 
+// Reasons of idempotency_notification_failures_total: what went wrong with
+// the pub/sub notification that wakes waiting duplicates. None loses an
+// outcome (waiters poll); each slows wake-ups down to PollInterval.
+const (
+	notifySubscribeDenied    = "subscribe_denied"    // Redis refused a SUBSCRIBE (NOPERM: no channel permission)
+	notifyPublishFailed      = "publish_failed"      // a completion was recorded, but its PUBLISH failed
+	notifyConnectionReplaced = "connection_replaced" // the subscription connection failed or went silent and was replaced
+)
+
 // observer records outcomes as metrics and span attributes. Every method is
 // a no-op for the parts that are not configured.
 type observer struct {
-	requests *prometheus.CounterVec
-	wait     prometheus.Histogram
-	tracer   trace.Tracer
+	requests       *prometheus.CounterVec
+	wait           prometheus.Histogram
+	notifyFailures *prometheus.CounterVec
+	tracer         trace.TracerProvider
+	// outcomes are the children of requests, made at start; read only.
+	outcomes map[Outcome]prometheus.Counter
 }
 
 func newObserver(reg prometheus.Registerer, tp trace.TracerProvider) (*observer, error) {
-	o := &observer{}
-	if tp != nil {
-		o.tracer = tp.Tracer("github.com/redisfx/redisfx/idempotencyfx")
-	}
+	o := &observer{outcomes: map[Outcome]prometheus.Counter{}}
+	o.tracer = tp
 	if reg == nil {
 		return o, nil
 	}
@@ -64,7 +75,11 @@ func newObserver(reg prometheus.Registerer, tp trace.TracerProvider) (*observer,
 		Help:    "Time concurrent duplicates waited for the first request.",
 		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 	})
-	for _, c := range []prometheus.Collector{o.requests, o.wait} {
+	o.notifyFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "idempotency_notification_failures_total",
+		Help: "Failures of the pub/sub notification that wakes waiting duplicates (they poll instead), by reason.",
+	}, []string{"reason"})
+	for _, c := range []prometheus.Collector{o.requests, o.wait, o.notifyFailures} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -73,13 +88,24 @@ func newObserver(reg prometheus.Registerer, tp trace.TracerProvider) (*observer,
 	for _, oc := range []Outcome{OutcomeNew, OutcomeReplay, OutcomeWaitedReplay, OutcomeMismatch,
 		OutcomeInProgress, OutcomePreviousFailed, OutcomeNotReplayable, OutcomeTakeover, OutcomeStaleOwner,
 		OutcomeBypass, OutcomeStoreError, OutcomeFailOpen, OutcomeInvalidKey, OutcomeKeyRequired, OutcomeUnreplicated} {
-		o.requests.WithLabelValues(string(oc))
+		o.outcomes[oc] = o.requests.WithLabelValues(string(oc))
+	}
+	for _, r := range []string{notifySubscribeDenied, notifyPublishFailed, notifyConnectionReplaced} {
+		o.notifyFailures.WithLabelValues(r)
 	}
 	return o, nil
 }
 
+func (o *observer) notificationFailure(reason string) {
+	if o.notifyFailures != nil {
+		o.notifyFailures.WithLabelValues(reason).Inc()
+	}
+}
+
 func (o *observer) outcome(ctx context.Context, oc Outcome) {
-	if o.requests != nil {
+	if c := o.outcomes[oc]; c != nil { // every outcome's counter, looked up once
+		c.Inc()
+	} else if o.requests != nil {
 		o.requests.WithLabelValues(string(oc)).Inc()
 	}
 	if span := trace.SpanFromContext(ctx); span.IsRecording() {
@@ -87,25 +113,41 @@ func (o *observer) outcome(ctx context.Context, oc Outcome) {
 	}
 }
 
-// startWait opens the idempotency.wait plugin span, when plugin tracing is on.
-func (o *observer) startWait(ctx context.Context) (context.Context, trace.Span) {
+// Attributes of the idempotency.wait span, beside those of every plugin
+// span (redisfx.plugin, db.system, db.operation, redisfx.duration_ms, and
+// redisfx.error on failure).
+const (
+	// AttrWaitTimeoutMS is the WaitTimeout the wait ran under, in ms.
+	AttrWaitTimeoutMS = "redisfx.idempotency.wait_timeout_ms"
+)
+
+// startWait opens the idempotency.wait plugin span, when plugin tracing is
+// on. Its Redis operation is the SUBSCRIBE that waits for the completion.
+func (o *observer) startWait(ctx context.Context, timeout time.Duration) (context.Context, *plugintrace.Span) {
 	if o.tracer == nil {
 		return ctx, nil
 	}
-	return o.tracer.Start(ctx, "idempotency.wait", trace.WithSpanKind(trace.SpanKindInternal),
-		trace.WithAttributes(attribute.String("redisfx.plugin", "idempotency"), attribute.String("db.system", "redis")))
+	return plugintrace.Start(ctx, o.tracer, "idempotency", "idempotency.wait", "SUBSCRIBE",
+		attribute.Int64(AttrWaitTimeoutMS, timeout.Milliseconds()))
 }
 
-func (o *observer) waited(_ context.Context, span trace.Span, d time.Duration, err error) {
+// waited records a wait that ended with outcome (or err): the histogram, and
+// the span's outcome and status. The status is OK when the wait learnt the
+// first request's fate (a replay, a failure, a mismatch, a takeover) and
+// ERROR when it did not: WaitTimeout ran out, Redis failed, or the client
+// went away.
+func (o *observer) waited(span *plugintrace.Span, d time.Duration, oc Outcome, err error) {
 	if o.wait != nil {
 		o.wait.Observe(d.Seconds())
 	}
 	if span == nil {
 		return
 	}
-	span.SetAttributes(attribute.Float64("redisfx.duration_ms", float64(d.Microseconds())/1000))
-	if err != nil {
-		span.SetStatus(codes.Error, err.Error())
+	if oc != "" {
+		span.SetAttributes(attribute.String(AttrOutcome, string(oc)))
 	}
-	span.End()
+	if oc != "" && oc != OutcomeInProgress {
+		err = nil // an answer about the first request: the wait did its work
+	}
+	span.Finish(err)
 }

@@ -12,7 +12,7 @@ import (
 	"github.com/redisfx/redisfx/internal/redistest"
 )
 
-// One test per row of the spec's outcome table (rows already covered by the
+// One test per row of the outcome table (docs/idempotency.md; rows already covered by the
 // state tests are not repeated).
 
 func TestOutcome_NoKeyHeader_HandlerRunsNoRecordNoError(t *testing.T) {
@@ -352,11 +352,16 @@ func TestTwoInstances_OneRedis_BehaveAsOne(t *testing.T) {
 
 // A handler slower than LockTimeout runs once: its lease is renewed.
 func TestLease_SlowHandlerOutlivesLockTimeout_RunsOnce(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t, Config{LockTimeout: 150 * time.Millisecond, WaitTimeout: 5 * time.Second, PollInterval: 20 * time.Millisecond}, nil)
+	// Not parallel: it runs before the package's parallel tests (the
+	// checker among them), so they do not starve its renewals.
+	// 1s, renewed every 333ms: shorter leases were taken over when the
+	// whole -race suite starved the process of CPU for two thirds of a
+	// lease (liveness of renewal under load, which docs/idempotency.md
+	// states as a limit; not what this tests).
+	e := newEnv(t, Config{LockTimeout: time.Second, WaitTimeout: 10 * time.Second, PollInterval: 20 * time.Millisecond}, nil)
 	e.setHandler(func(w http.ResponseWriter, r *http.Request) {
 		e.calls.Add(1)
-		time.Sleep(600 * time.Millisecond) // four lease lifetimes
+		time.Sleep(3 * time.Second) // three lease lifetimes
 		w.WriteHeader(201)
 	})
 	first := make(chan reply)
@@ -364,6 +369,9 @@ func TestLease_SlowHandlerOutlivesLockTimeout_RunsOnce(t *testing.T) {
 	waitFor(t, func() bool { return e.calls.Load() == 1 })
 	second := e.post("/payments", "slow", `{}`) // polls every 20ms across lease expiries
 	if (<-first).status != 201 || second.status != 201 || e.calls.Load() != 1 {
+		for _, l := range e.logs.All() {
+			t.Logf("%s %s %v", l.Time.Format("15:04:05.000"), l.Message, l.ContextMap())
+		}
 		t.Fatalf("slow handler ran %d times (second %d)", e.calls.Load(), second.status)
 	}
 }
@@ -375,8 +383,15 @@ func TestLease_DeadOwner_TakenOverExactlyOnce(t *testing.T) {
 	ctx := context.Background()
 	key := e.svc.StoreKey("", "abandoned")
 	fp := fingerprintOf(t, `{}`)
-	if c, _, err := e.svc.store.claim(ctx, key, fp, "dead-process:1", 200*time.Millisecond, false); err != nil || c.kind != 'n' {
+	// A long lease, then its deadline moved into the past: the record is
+	// abandoned but cannot expire before the requests arrive, however slow
+	// the machine (a 200 ms lease would leave the record only 400 ms).
+	c, _, err := e.svc.store.claim(ctx, key, fp, "dead-process:1", time.Minute, false)
+	if err != nil || c.kind != 'n' {
 		t.Fatalf("claim %+v %v", c, err)
+	}
+	if err := e.rdb.HSet(ctx, key, "l", 1).Err(); err != nil {
+		t.Fatal(err)
 	}
 	var wg sync.WaitGroup
 	tokens := make(chan int64, 10)
@@ -393,8 +408,8 @@ func TestLease_DeadOwner_TakenOverExactlyOnce(t *testing.T) {
 	if e.calls.Load() != 1 {
 		t.Fatalf("abandoned key taken over %d times", e.calls.Load())
 	}
-	if tok := <-tokens; tok != 2 {
-		t.Fatalf("fencing token of the takeover = %d, want 2", tok)
+	if tok := <-tokens; tok <= c.token {
+		t.Fatalf("fencing token of the takeover = %d, want above the abandoned owner's %d", tok, c.token)
 	}
 }
 
@@ -405,20 +420,35 @@ func TestLease_StaleOwnerWrite_Rejected(t *testing.T) {
 	ctx := context.Background()
 	key := e.svc.StoreKey("", "k")
 	fp := fingerprintOf(t, `{}`)
-	if c, _, _ := e.svc.store.claim(ctx, key, fp, "stale:1", 100*time.Millisecond, false); c.kind != 'n' {
+	// A long lease whose deadline is then moved into the past: abandoned,
+	// but it cannot expire before the takeover on a slow machine (a 100ms
+	// lease left the record 200ms, and a late first poll found none).
+	if c, _, _ := e.svc.store.claim(ctx, key, fp, "stale:1", time.Minute, false); c.kind != 'n' {
 		t.Fatal("claim")
+	}
+	if err := e.rdb.HSet(ctx, key, "l", 1).Err(); err != nil {
+		t.Fatal(err)
 	}
 	waitFor(t, func() bool {
 		c, _, _ := e.svc.store.claim(ctx, key, fp, "new:1", 10*time.Second, false)
 		return c.kind == 't'
 	})
-	ok, err := e.svc.store.complete(ctx, key, "stale:1", StateCompleted, encodeResponse(200, nil, nil, []byte("stale")), time.Hour)
-	if err != nil || ok {
-		t.Fatalf("stale complete = %v, %v; want refused", ok, err)
+	done, err := e.svc.store.complete(ctx, key, "stale:1", StateCompleted, mustEncode(200, nil, []byte("stale")), time.Hour)
+	if err != nil || done != completionRefused {
+		t.Fatalf("stale complete = %v, %v; want refused", done, err)
 	}
-	ok, err = e.svc.store.complete(ctx, key, "new:1", StateCompleted, encodeResponse(201, nil, nil, []byte("new")), time.Hour)
-	if err != nil || !ok {
-		t.Fatalf("owner complete = %v, %v", ok, err)
+	done, err = e.svc.store.complete(ctx, key, "new:1", StateCompleted, mustEncode(201, nil, []byte("new")), time.Hour)
+	if err != nil || done != completionRecorded {
+		t.Fatalf("owner complete = %v, %v", done, err)
+	}
+	// A retry of the same completion (its reply lost) is recognised, and
+	// the stale owner stays refused.
+	done, err = e.svc.store.complete(ctx, key, "new:1", StateCompleted, mustEncode(201, nil, []byte("new")), time.Hour)
+	if err != nil || done != completionRecorded {
+		t.Fatalf("retried owner complete = %v, %v", done, err)
+	}
+	if done, _ = e.svc.store.complete(ctx, key, "stale:1", StateFailed, nil, time.Hour); done != completionRefused {
+		t.Fatalf("stale complete after completion = %v; want refused", done)
 	}
 	if r := e.post("/payments", "k", `{}`); r.body != "new" {
 		t.Fatalf("replay %q, want the new owner's", r.body)
@@ -442,22 +472,6 @@ func TestExpiry_NoKeyWithoutTTL(t *testing.T) {
 			t.Fatalf("key %s has TTL %v", k, ttl)
 		}
 	}
-}
-
-func TestNeverExpire_TTLZero_PersistsAndWarns(t *testing.T) {
-	t.Parallel()
-	srv := redistest.Start(t)
-	e := newEnv(t, Config{DefaultTTL: time.Hour}, srv)
-	e.svc.cfg.DefaultTTL = 0 // as if configured 0
-	_ = e.svc.Start(context.Background())
-	e.post("/payments", "forever", `{}`)
-	if ttl := e.rdb.PTTL(context.Background(), e.svc.StoreKey("", "forever")).Val(); ttl != -1*time.Nanosecond && ttl >= 0 {
-		t.Fatalf("TTL %v, want none", ttl)
-	}
-	if e.logs.FilterMessageSnippet("never expire").Len() == 0 {
-		t.Fatal("no warning for DefaultTTL 0")
-	}
-	e.rdb.Del(context.Background(), e.svc.StoreKey("", "forever"))
 }
 
 func fingerprintOf(t *testing.T, body string) string {

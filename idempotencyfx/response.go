@@ -25,6 +25,12 @@ const (
 // smaller ones gain nothing after Redis's allocation rounding.
 const compressAbove = 512
 
+// maxRecordBytes is the largest encoded response (status, headers and body,
+// before compression) that is recorded and read back: a body of
+// MaxResponseBytesLimit and 1 MiB of headers. encodeResponse refuses more,
+// and so does the reader, so a replay is never shorter than its record.
+const maxRecordBytes = MaxResponseBytesLimit + 1<<20
+
 var errBadRecord = errors.New("idempotencyfx: unreadable recorded response")
 
 // encodeResponse serialises a response in one compact binary blob, so a
@@ -33,7 +39,10 @@ var errBadRecord = errors.New("idempotencyfx: unreadable recorded response")
 //	format byte, uvarint status, uvarint header count,
 //	per header: name (uvarint length + bytes), uvarint value count, values,
 //	then the body to the end.
-func encodeResponse(status int, header http.Header, skip map[string]struct{}, body []byte) []byte {
+//
+// ok is false when the encoding is larger than maxRecordBytes: such a
+// response cannot be recorded.
+func encodeResponse(status int, header http.Header, skip map[string]struct{}, body []byte) (blob []byte, ok bool) {
 	size := 1 + 3 + 2 + len(body)
 	n := 0
 	for k, vs := range header {
@@ -60,13 +69,16 @@ func encodeResponse(status int, header http.Header, skip map[string]struct{}, bo
 			b = appendString(b, v)
 		}
 	}
+	if len(b)+len(body) > maxRecordBytes {
+		return nil, false
+	}
 	b = append(b, body...)
 	if len(b) > compressAbove {
 		if z := deflate(b); len(z) < len(b)*9/10 {
-			return z
+			return z, true
 		}
 	}
-	return b
+	return b, true
 }
 
 func appendString(b []byte, s string) []byte {

@@ -2,12 +2,9 @@ package idempotencyfx
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"errors"
 	"fmt"
-	"net/url"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -16,6 +13,7 @@ import (
 
 	"github.com/redisfx/redisfx/httpfx"
 	"github.com/redisfx/redisfx/internal/idemscript"
+	"github.com/redisfx/redisfx/internal/randid"
 	"github.com/redisfx/redisfx/internal/scripts"
 	"github.com/redisfx/redisfx/internal/throttle"
 )
@@ -34,16 +32,30 @@ type Service struct {
 	obs    *observer
 	errors *httpfx.Errors
 
-	ownerPrefix string
-	ownerSeq    atomic.Uint64
-	failOpenLog throttle.Every // the fail-open warning, at most every 10s
+	ownerPrefix    string
+	ownerSeq       atomic.Uint64
+	failOpenLog    throttle.Every // the fail-open warning, at most every 10s
+	refusedLog     throttle.Every // the fail-closed error, at most every 10s
+	unpublishedLog throttle.Every // the failed-notification warning, at most every 10s
+
+	// onWaitPoll, set only by tests before any request, is called after
+	// every poll of a waiting duplicate: a test that needs the waiter
+	// parked (its confirmation poll done) waits for it instead of racing it.
+	onWaitPoll func()
 }
 
 // New builds a Service on a Redis client, without Fx. Options add a logger,
 // tracing, metrics and the HTTP error chain.
+//
+// The client must honour context deadlines, so that StoreTimeout bounds every
+// Redis call: a go-redis client needs ContextTimeoutEnabled (storefx.New
+// sets it); New refuses one without it.
 func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Service, error) {
 	st, err := cfg.normalize()
 	if err != nil {
+		return nil, err
+	}
+	if err := checkClient(rdb); err != nil {
 		return nil, err
 	}
 	var o options
@@ -53,20 +65,20 @@ func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Service, error
 	if o.log == nil {
 		o.log = zap.NewNop()
 	}
-	var id [8]byte
-	_, _ = rand.Read(id[:])
 	s := &Service{
-		failOpenLog: throttle.Every{Interval: 10 * time.Second},
-		cfg:         st,
-		store:       store{rdb: rdb, acks: st.ReplicaAcks, ackTimeout: st.ReplicaAckTimeout},
-		notify:      newNotifier(rdb, o.log),
-		log:         o.log,
-		ownerPrefix: hex.EncodeToString(id[:]) + ":",
+		failOpenLog:    throttle.Every{Interval: 10 * time.Second},
+		refusedLog:     throttle.Every{Interval: 10 * time.Second},
+		unpublishedLog: throttle.Every{Interval: 10 * time.Second},
+		cfg:            st,
+		store:          store{rdb: rdb, acks: st.ReplicaAcks, ackTimeout: st.ReplicaAckTimeout},
+		log:            o.log,
+		ownerPrefix:    randid.Hex(8) + ":",
 	}
 	s.obs, err = newObserver(o.registerer, o.tracer)
 	if err != nil {
 		return nil, err
 	}
+	s.notify = newNotifier(rdb, o.log, s.obs, st.StoreTimeout)
 	s.errors = o.errors
 	if s.errors == nil {
 		s.errors = httpfx.NewErrors(o.log, httpfx.RegisteredErrorFilter{Name: "idempotency", Filter: httpfx.ErrorFilter(DefaultErrorFilter)})
@@ -74,16 +86,65 @@ func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Service, error
 	return s, nil
 }
 
-// Start preloads the scripts (so the first request pays no SCRIPT LOAD) and
-// warns about records that never expire.
+// Start preloads the scripts (so the first request pays no SCRIPT LOAD),
+// warns about records that never expire, and checks that the Redis user may
+// use the channels that wake waiting duplicates.
 func (s *Service) Start(ctx context.Context) error {
-	if s.cfg.DefaultTTL == 0 {
-		s.log.Warn("idempotency: DefaultTTL is 0, so completed records never expire and accumulate in Redis; set a TTL (payments: 24-48h)")
+	if s.cfg.DefaultTTL == NeverExpire {
+		s.log.Warn("idempotency: DefaultTTL is NeverExpire, so completed records never expire and accumulate in Redis; set a TTL (payments: 24-48h)")
 	}
 	if err := scripts.Preload(ctx, s.store.rdb, idemscript.All...); err != nil {
 		s.log.Warn("idempotency: could not preload a script; it will be loaded on first use", zap.Error(err))
 	}
+	s.checkChannels(ctx)
+	s.checkEviction(ctx)
 	return nil
+}
+
+// checkChannels publishes on a channel under KeyPrefix that no record uses
+// (KeyPrefix + ":": a record's key after the prefix is never empty before a
+// ':'), to find out at start whether the Redis user has channel permission.
+// Redis 7 gives none by default (acl-pubsub-default resetchannels) to an
+// ACL user made without "&…" or "allchannels". Without it, waiting
+// duplicates are not woken by notification and fall back to polling: the
+// service works, slower, so this is a warning, not a start-up failure.
+func (s *Service) checkChannels(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.StoreTimeout)
+	defer cancel()
+	err := s.store.rdb.Publish(ctx, s.cfg.KeyPrefix+":", "").Err()
+	if err == nil || !strings.HasPrefix(err.Error(), "NOPERM") {
+		return
+	}
+	s.obs.notificationFailure(notifySubscribeDenied)
+	s.log.Warn("idempotency: the Redis user may not use the pub/sub channels "+s.cfg.KeyPrefix+"*, so waiting duplicates "+
+		"are not woken by notification and poll every PollInterval instead. Grant them: ACL SETUSER <user> &"+
+		s.cfg.KeyPrefix+"* (or allchannels, or acl-pubsub-default allchannels)", zap.Error(err))
+}
+
+// checkEviction warns when Redis may evict idempotency records: every record
+// has a TTL, so any volatile-* or allkeys-* maxmemory policy can drop one,
+// and an evicted record lets a retry (or a concurrent duplicate) run the
+// handler again. It reads INFO (allowed where CONFIG is not, as on managed
+// Redis); on a Cluster one node answers.
+func (s *Service) checkEviction(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.StoreTimeout)
+	defer cancel()
+	info, err := s.store.rdb.Info(ctx).Result()
+	if err != nil {
+		s.log.Debug("idempotency: could not read the maxmemory policy", zap.Error(err))
+		return
+	}
+	field := func(name string) string {
+		_, rest, _ := strings.Cut(info, "\n"+name+":")
+		value, _, _ := strings.Cut(rest, "\n")
+		return strings.TrimSpace(value)
+	}
+	maxmemory, policy := field("maxmemory"), field("maxmemory_policy")
+	if maxmemory != "" && maxmemory != "0" && policy != "" && policy != "noeviction" {
+		s.log.Warn("idempotency: Redis has maxmemory-policy "+policy+", which can evict idempotency records (they all have a TTL); "+
+			"an evicted record lets a retry run the handler again. Use maxmemory-policy noeviction, or a dedicated Redis",
+			zap.String("maxmemory", maxmemory))
+	}
 }
 
 // Close stops the completion subscription. In-flight requests should be
@@ -96,14 +157,11 @@ func (s *Service) Close() error {
 // Config returns the effective configuration, defaults applied.
 func (s *Service) Config() Config { return s.cfg.Config }
 
-// StoreKey returns the Redis key of an idempotency key, in a scope ("" for none):
-// KeyPrefix + key, or KeyPrefix + escaped scope + ":" + key. The scope is
-// query-escaped, so it contains no ':' and two scopes can never collide.
+// StoreKey returns the Redis key of an idempotency key in a scope ("" for
+// none). The layout (see storeKey) is an unambiguous encoding of the pair:
+// no two (scope, key) pairs share a Redis key.
 func (s *Service) StoreKey(scope, key string) string {
-	if scope == "" {
-		return s.cfg.KeyPrefix + key
-	}
-	return s.cfg.KeyPrefix + url.QueryEscape(scope) + ":" + key
+	return storeKey(s.cfg.KeyPrefix, scope, key)
 }
 
 func (s *Service) newOwner() string {
@@ -128,13 +186,13 @@ func (s *Service) acquire(ctx context.Context, storeKey, key, fp string) (grant,
 	if err != nil {
 		return grant{}, err
 	}
-	if c.kind != 'p' {
+	if c.kind != claimInProgress {
 		return s.grantFor(c, storeKey, key, owner, false)
 	}
 	if !waiting {
 		return grant{outcome: OutcomeInProgress}, newTimeout(key, c.wait)
 	}
-	return s.wait(ctx, storeKey, key, fp, owner)
+	return s.wait(ctx, storeKey, key, fp, owner, c.wait)
 }
 
 func (s *Service) claimOnce(ctx context.Context, storeKey, fp, owner string, waiting bool) (claim, error) {
@@ -153,35 +211,58 @@ func (s *Service) claimOnce(ctx context.Context, storeKey, fp, owner string, wai
 	return c, nil
 }
 
-// wait waits for the in-flight request of storeKey: woken by its completion
-// message, or by a slow fallback poll (which also notices an owner whose
-// lease ran out, and takes over). It gives up with 409 after WaitTimeout,
-// and at once when ctx ends (the client went away).
-func (s *Service) wait(ctx context.Context, storeKey, key, fp, owner string) (grant, error) {
+// wait waits for the in-flight request of storeKey, whose lease had
+// leaseLeft to run: woken by its completion message, or by polling, which
+// also notices an owner whose lease ran out, and takes over.
+//
+// WaitTimeout bounds the wait whatever pub/sub does: the waiter never waits
+// for the network to subscribe. It polls at once when its subscription is
+// confirmed (a completion before that was not published to it), and every
+// PollInterval (or when the lease runs out, if sooner) in any case, so a
+// lost message, a refused or silent subscription only slows it down. A
+// claim in flight at the deadline is let finish (it may take over the
+// record, which must not be left orphaned): a wait lasts at most
+// WaitTimeout plus one claim, bounded by StoreTimeout. It ends at once when
+// ctx ends (the client went away).
+func (s *Service) wait(ctx context.Context, storeKey, key, fp, owner string, leaseLeft time.Duration) (grant, error) {
 	began := time.Now()
-	ctx, span := s.obs.startWait(ctx)
+	ctx, span := s.obs.startWait(ctx, s.cfg.WaitTimeout)
 	deadline := time.NewTimer(s.cfg.WaitTimeout)
 	defer deadline.Stop()
-	sig, release := s.notify.watch(ctx, storeKey)
-	defer release()
+	w := s.notify.watch(storeKey)
+	defer w.release()
 	g, err := func() (grant, error) {
-		poll := time.NewTimer(0) // re-claim at once: the subscription is now in place
+		poll := time.NewTimer(s.pollAfter(leaseLeft))
 		defer poll.Stop()
-		leaseLeft := s.cfg.LockTimeout // what the last claim said is left of the owner's lease
+		var polledOn <-chan struct{} // the confirmation already answered with a poll
 		for {
+			sig := w.signal()
+			confirmed := w.confirmed()
+			if confirmed == polledOn {
+				confirmed = nil
+			}
 			select {
 			case <-sig.fired:
-				return s.grantFromMessage(sig.payload, key)
+				if g, ok, err := s.grantFromMessage(sig.payload, key, fp); ok {
+					return g, err
+				}
+				poll.Reset(0) // not this request's outcome: ask Redis
+			case <-confirmed:
+				polledOn = confirmed
+				poll.Reset(0)
 			case <-poll.C:
 				c, err := s.claimOnce(ctx, storeKey, fp, owner, true)
+				if s.onWaitPoll != nil {
+					s.onWaitPoll()
+				}
 				if err != nil {
 					return grant{}, err
 				}
-				if c.kind != 'p' {
+				if c.kind != claimInProgress {
 					return s.grantFor(c, storeKey, key, owner, true)
 				}
 				leaseLeft = c.wait
-				poll.Reset(min(s.cfg.PollInterval, max(c.wait, time.Millisecond)))
+				poll.Reset(s.pollAfter(c.wait))
 			case <-deadline.C:
 				// Retry after the owner's lease at the latest: by then it has
 				// finished, or its key can be taken over.
@@ -191,42 +272,59 @@ func (s *Service) wait(ctx context.Context, storeKey, key, fp, owner string) (gr
 			}
 		}
 	}()
-	s.obs.waited(ctx, span, time.Since(began), err)
+	s.obs.waited(span, time.Since(began), g.outcome, err)
 	return g, err
+}
+
+// pollAfter is when a waiter polls next, given the owner's lease left.
+func (s *Service) pollAfter(leaseLeft time.Duration) time.Duration {
+	return min(s.cfg.PollInterval, max(leaseLeft, time.Millisecond))
 }
 
 // grantFor turns a claim reply into a grant or an error.
 func (s *Service) grantFor(c claim, storeKey, key, owner string, waited bool) (grant, error) {
 	switch c.kind {
-	case 'n':
+	case claimNew:
 		return grant{outcome: OutcomeNew, lease: s.newLease(storeKey, owner, c.token)}, nil
-	case 't':
+	case claimTakeover:
 		return grant{outcome: OutcomeTakeover, lease: s.newLease(storeKey, owner, c.token)}, nil
-	case 'c':
+	case claimCompleted:
 		return grant{outcome: replayOutcome(waited), resp: c.resp}, nil
-	case 'f':
+	case claimFailed:
 		return grant{outcome: OutcomePreviousFailed}, newFailed(key, c.wait)
-	case 'u':
+	case claimNotReplayable:
 		return grant{outcome: OutcomeNotReplayable}, newNotReplayable(key, c.wait)
-	case 'm':
+	case claimMismatch:
 		return grant{outcome: OutcomeMismatch}, newMismatch(key)
 	}
 	return grant{}, newStoreError(fmt.Errorf("unexpected claim reply %q", c.kind))
 }
 
-// grantFromMessage reads a completion message: state byte + response.
-func (s *Service) grantFromMessage(payload, key string) (grant, error) {
+// grantFromMessage reads a completion message (see idemscript.Complete):
+// state byte, fingerprint length, ':', fingerprint, response. ok is false
+// for a message this waiter cannot use: not well formed, or the outcome of
+// another fingerprint (the record was deleted and taken by another request
+// while this one waited); the waiter then asks Redis.
+func (s *Service) grantFromMessage(payload, key, fp string) (g grant, ok bool, err error) {
 	if payload == "" {
-		return grant{}, newStoreError(errors.New("empty completion message"))
+		return grant{}, false, nil
 	}
-	switch State(payload[:1]) {
+	state, rest := State(payload[:1]), payload[1:]
+	n, rest, found := strings.Cut(rest, ":")
+	size, convErr := strconv.Atoi(n)
+	if !found || convErr != nil || size != len(fp) || !strings.HasPrefix(rest, fp) {
+		return grant{}, false, nil
+	}
+	resp := rest[len(fp):]
+	switch state {
 	case StateCompleted:
-		return grant{outcome: OutcomeWaitedReplay, resp: payload[1:]}, nil
+		return grant{outcome: OutcomeWaitedReplay, resp: resp}, true, nil
 	case StateFailed:
-		return grant{outcome: OutcomePreviousFailed}, newFailed(key, s.cfg.LockTimeout)
-	default:
-		return grant{outcome: OutcomeNotReplayable}, newNotReplayable(key, s.cfg.DefaultTTL)
+		return grant{outcome: OutcomePreviousFailed}, true, newFailed(key, s.cfg.LockTimeout)
+	case StateNotReplayable:
+		return grant{outcome: OutcomeNotReplayable}, true, newNotReplayable(key, max(s.cfg.DefaultTTL, 0))
 	}
+	return grant{}, false, nil
 }
 
 func replayOutcome(waited bool) Outcome {
@@ -241,19 +339,29 @@ func replayOutcome(waited bool) Outcome {
 // caller's response is not affected.
 func (s *Service) finish(ctx context.Context, l *lease, state State, resp []byte) {
 	ttl := s.cfg.DefaultTTL
-	if state == StateFailed {
+	switch {
+	case state == StateFailed:
 		ttl = s.cfg.LockTimeout
+	case ttl == NeverExpire:
+		ttl = 0 // the script's "no expiry"
 	}
-	owned, err := l.complete(ctx, state, resp, ttl)
+	done, err := l.complete(ctx, state, resp, ttl)
 	switch {
 	case err != nil:
 		s.obs.outcome(ctx, OutcomeStoreError)
 		s.log.Error("idempotency: the outcome could not be recorded; a retry may run the handler again after the lease expires",
 			zap.String("record", l.key), zap.Error(err))
-	case !owned:
+	case done == completionRefused:
 		s.obs.outcome(ctx, OutcomeStaleOwner)
 		s.log.Warn("idempotency: the lease was taken over while the handler ran; this outcome was not recorded",
 			zap.String("record", l.key), zap.Int64("fencing_token", l.token))
+	case done == completionUnpublished:
+		s.obs.notificationFailure(notifyPublishFailed)
+		if s.unpublishedLog.Allow() {
+			s.log.Warn("idempotency: an outcome was recorded, but Redis refused to publish it to the waiting duplicates "+
+				"(they poll every PollInterval instead); grant the Redis user the channels "+s.cfg.KeyPrefix+"*",
+				zap.String("record", l.key))
+		}
 	}
 }
 
@@ -268,9 +376,12 @@ func (s *Service) warnFailOpen(err error) {
 type fenceKey struct{}
 
 // FencingToken returns the fencing token of the idempotent work running in
-// ctx: 1 for the first attempt at a key, and one more at each takeover of an
-// abandoned attempt. Pass it to downstream writes so that they can refuse a
-// stale attempt. It is 0 outside idempotent work.
+// ctx. It strictly increases at every new owner of a (scope, key): Redis
+// TIME in microseconds at the claim, or the previous owner's token + 1 if
+// that is higher (a takeover within the same microsecond, a Redis clock set
+// back), so it also increases after the record expired, was deleted or was
+// lost. Pass it to downstream writes so that they can refuse a stale
+// attempt. It is 0 outside idempotent work.
 func FencingToken(ctx context.Context) int64 {
 	t, _ := ctx.Value(fenceKey{}).(int64)
 	return t

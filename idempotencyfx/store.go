@@ -15,8 +15,7 @@ import (
 // State is the state of an idempotency record.
 type State string
 
-// Record states. The spec names them none, in progress, completed and
-// failed; NotReplayable is a completed outcome whose response could not be
+// Record states: none, in progress, completed and failed; NotReplayable is a completed outcome whose response could not be
 // recorded.
 const (
 	StateNone          State = ""
@@ -51,9 +50,24 @@ type store struct {
 	ackTimeout time.Duration
 }
 
+// claimKind is the first element of the claim script's reply: what the
+// record said (internal/idemscript.Claim documents the replies).
+type claimKind byte
+
+// Claim replies.
+const (
+	claimNew           claimKind = 'n' // no record: ours now, fencing token 1
+	claimTakeover      claimKind = 't' // an expired lease taken over, with the next token
+	claimCompleted     claimKind = 'c' // completed: the encoded response follows
+	claimInProgress    claimKind = 'p' // another owner's lease runs: the time left follows
+	claimFailed        claimKind = 'f' // a failed record: its time to live follows
+	claimNotReplayable claimKind = 'u' // completed, not replayable: its time to live follows
+	claimMismatch      claimKind = 'm' // the record has another fingerprint
+)
+
 // claim is the reply of claimScript.
 type claim struct {
-	kind  byte          // n t c p f u m
+	kind  claimKind
 	token int64         // fencing token for n and t
 	resp  string        // encoded response for c
 	wait  time.Duration // lease left for p, record TTL for f and u
@@ -84,7 +98,7 @@ func (s store) claim(ctx context.Context, key, fp, owner string, lease time.Dura
 	if err != nil {
 		return claim{}, false, err
 	}
-	if conn != nil && len(v) > 0 && (v[0] == "n" || v[0] == "t") {
+	if conn != nil && len(v) > 0 && (v[0] == string(claimNew) || v[0] == string(claimTakeover)) {
 		if acked, err := conn.Wait(ctx, s.acks, s.ackTimeout).Result(); err != nil || acked < int64(s.acks) {
 			unreplicated = true
 		}
@@ -96,11 +110,11 @@ func (s store) claim(ctx context.Context, key, fp, owner string, lease time.Dura
 	if len(kind) != 1 {
 		return claim{}, false, fmt.Errorf("idempotencyfx: bad claim reply %v", v)
 	}
-	c = claim{kind: kind[0]}
+	c = claim{kind: claimKind(kind[0])}
 	if len(v) > 1 {
 		switch x := v[1].(type) {
 		case int64:
-			if c.kind == 'n' || c.kind == 't' {
+			if c.kind == claimNew || c.kind == claimTakeover {
 				c.token = x
 			} else {
 				c.wait = time.Duration(x) * time.Millisecond
@@ -136,9 +150,18 @@ func (s store) renew(ctx context.Context, key, owner string, lease time.Duration
 	return n == 1, err
 }
 
-func (s store) complete(ctx context.Context, key, owner string, state State, resp []byte, ttl time.Duration) (bool, error) {
+// completion is the reply of the Complete script.
+type completion int
+
+const (
+	completionRefused     completion = 0 // another owner holds the record: nothing written
+	completionRecorded    completion = 1
+	completionUnpublished completion = 2 // recorded; the notification to waiters failed
+)
+
+func (s store) complete(ctx context.Context, key, owner string, state State, resp []byte, ttl time.Duration) (completion, error) {
 	n, err := idemscript.Complete.Run(ctx, s.rdb, []string{key}, owner, string(state), resp, ttl.Milliseconds()).Int()
-	return n == 1, err
+	return completion(n), err
 }
 
 // Record is a stored idempotency record, as read by Service.Get.
@@ -146,7 +169,7 @@ type Record struct {
 	Key          string // the Redis key
 	State        State
 	Fingerprint  string
-	FencingToken int64
+	FencingToken int64 // see FencingToken
 	// LeaseLeft is the time left on an in-progress lease.
 	LeaseLeft time.Duration
 	// TTL is the time until the record expires; -1 when it never does.
@@ -171,7 +194,7 @@ func (s store) get(ctx context.Context, key string) (*Record, error) {
 	v := hm.Val()
 	st, _ := v[0].(string)
 	if st == "" {
-		return nil, nil
+		return nil, nil //nolint:nilnil // no record is not an error: Service.Get documents nil for it
 	}
 	rec := &Record{Key: key, State: State(st), TTL: pttl.Val()}
 	rec.Fingerprint, _ = v[1].(string)

@@ -1,0 +1,181 @@
+package idempotencyfx_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/redisfx/redisfx/idempotencyfx"
+	"github.com/redisfx/redisfx/internal/redistest"
+	"github.com/redisfx/redisfx/storefx"
+)
+
+// Regression tests of what an adversary reproduced against the public API
+// (query names escaped differently, DoInScope with a quoted key, a route
+// bound twice around a wrapper without Unwrap).
+
+type advEnv struct {
+	srv   *redistest.Server
+	svc   *idempotencyfx.Service
+	url   string
+	calls atomic.Int64
+}
+
+// advNew builds a Service on a private Redis and a chi router with h on
+// POST /p (Idempotent) behind outer (optional).
+func advNew(t *testing.T, cfg idempotencyfx.Config, h http.HandlerFunc, outer func(http.Handler) http.Handler) *advEnv {
+	t.Helper()
+	e := &advEnv{srv: redistest.StartPrivate(t)}
+	client, err := storefx.New("default", storefx.Config{URL: e.srv.URL(), ConnectTimeout: time.Second, ReadTimeout: time.Second, DialTimeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.KeyPrefix == "" {
+		cfg.KeyPrefix = redistest.Prefix(t)
+	}
+	e.svc, err = idempotencyfx.New(client, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = e.svc.Start(context.Background())
+	r := chi.NewRouter()
+	r.Use(e.svc.Install)
+	if outer != nil {
+		r.Use(outer)
+	}
+	r.With(idempotencyfx.Idempotent()).Post("/p", func(w http.ResponseWriter, r *http.Request) {
+		e.calls.Add(1)
+		h(w, r)
+	})
+	srv := httptest.NewServer(r)
+	e.url = srv.URL
+	t.Cleanup(func() { srv.Close(); _ = e.svc.Close(); _ = client.Close() })
+	return e
+}
+
+type advReply struct {
+	status int
+	header http.Header
+	body   string
+}
+
+func (e *advEnv) do(t *testing.T, path, key, ctype, body string) advReply {
+	req, _ := http.NewRequest(http.MethodPost, e.url+path, strings.NewReader(body))
+	if ctype != "" {
+		req.Header.Set("Content-Type", ctype)
+	}
+	if key != "" {
+		req.Header["Idempotency-Key"] = []string{key}
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return advReply{status: -1, body: err.Error()}
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return advReply{resp.StatusCode, resp.Header, string(b)}
+}
+
+// The fingerprint sorts query parameters by their *raw* name, but the
+// handler sees decoded names: "a" and "%61" are one parameter to it, and the
+// order of its values changes when the two are swapped. Two requests that
+// the handler reads differently share a fingerprint: the second is replayed
+// the first's answer instead of 422.
+func TestFingerprint_QueryNamesEscapedDifferently_Get422(t *testing.T) {
+	e := advNew(t, idempotencyfx.Config{}, func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(201)
+		_, _ = io.WriteString(w, "charged amount="+r.URL.Query().Get("amount"))
+	}, nil)
+	first := e.do(t, "/p?amount=1&%61mount=100", "k1", "", "")
+	second := e.do(t, "/p?%61mount=100&amount=1", "k1", "", "")
+	t.Logf("first:  %d %q", first.status, first.body)
+	t.Logf("second: %d %q replayed=%q", second.status, second.body, second.header.Get("Idempotent-Replayed"))
+	if second.status != 422 {
+		t.Errorf("second request (handler would read amount=100) got %d %q, replayed=%s; want 422",
+			second.status, second.body, second.header.Get("Idempotent-Replayed"))
+	}
+}
+
+// The middleware unquotes an sf-string key ("a b" is the key a b); Do
+// validates its key with ParseKey but then uses the raw, quoted string: a
+// job that passes on the header's value reaches another record and runs
+// again; and the key a b itself is refused by Do.
+func TestDoInScope_QuotedKey_UsesTheMiddlewaresRecord(t *testing.T) {
+	e := advNew(t, idempotencyfx.Config{}, func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "http charged")
+	}, nil)
+	const header = `"order 42"`
+	first := e.do(t, "/p", header, "application/json", `{}`)
+	if first.status != 200 {
+		t.Fatalf("%d %s", first.status, first.body)
+	}
+	req, _ := http.NewRequest(http.MethodPost, "/p", strings.NewReader(`{}`))
+	req.Header.Set("Content-Type", "application/json")
+	fp, _ := idempotencyfx.DefaultFingerprint(req, []byte(`{}`))
+	ran := 0
+	out, replayed, err := e.svc.DoInScope(context.Background(), "", header, fp, func(context.Context) ([]byte, error) {
+		ran++
+		return []byte("job charged"), nil
+	})
+	if err != nil || ran != 0 || !replayed || string(out) != "http charged" {
+		t.Errorf("DoInScope(%q) = %q, replayed %v, %v (work ran %d times); want the middleware's record replayed", header, out, replayed, err, ran)
+	}
+	for _, k := range []string{header, "order 42"} {
+		if rec, err := e.svc.Get(context.Background(), "", k); err != nil || rec == nil {
+			t.Errorf("Get(%q) = %v, %v; want the middleware's record", k, rec, err)
+		}
+	}
+	if ok, err := e.svc.Delete(context.Background(), "", "order 42"); err != nil || !ok {
+		t.Errorf("Delete(unquoted) = %v, %v; want the record deleted", ok, err)
+	}
+}
+
+// plainWriter wraps a ResponseWriter without Unwrap.
+type plainWriter struct{ http.ResponseWriter } // a wrapper without Unwrap
+
+// Bound twice with an ordinary response-writer wrapper between: the inner
+// binding does not see the outer's recorder, claims the same record, and
+// waits on its own request.
+// A route bound twice with a wrapper without Unwrap in between engages
+// once: before, the inner binding waited on the outer one's record and
+// the outer recorded its 409 for DefaultTTL.
+func TestIdempotent_BoundTwiceAroundAPlainWrapper_EngagesOnce(t *testing.T) {
+	srv := redistest.StartPrivate(t)
+	client, _ := storefx.New("default", storefx.Config{URL: srv.URL()})
+	defer client.Close()
+	svc, err := idempotencyfx.New(client, idempotencyfx.Config{KeyPrefix: redistest.Prefix(t), WaitTimeout: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc.Close()
+	wrap := func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { next.ServeHTTP(plainWriter{w}, r) })
+	}
+	r := chi.NewRouter()
+	r.Use(svc.Install)
+	var calls atomic.Int64
+	r.With(idempotencyfx.Idempotent(), wrap, idempotencyfx.Idempotent()).Post("/p", func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		_, _ = io.WriteString(w, "ok")
+	})
+	hs := httptest.NewServer(r)
+	defer hs.Close()
+	req, _ := http.NewRequest(http.MethodPost, hs.URL+"/p", strings.NewReader("x"))
+	req.Header.Set("Idempotency-Key", "twice")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || calls.Load() != 1 {
+		t.Fatalf("first request with the route bound twice: %d %s (calls %d)", resp.StatusCode, b, calls.Load())
+	}
+}

@@ -1,0 +1,197 @@
+package idempotencyfx
+
+import (
+	"bytes"
+	"encoding/json"
+	"math/rand/v2"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+// deepArrays is the issue's body: nested arrays depth levels deep, each
+// level holding a run of numbers, about size bytes in all.
+func deepArrays(depth, size int) []byte {
+	per := max(size/depth-3, 0) / 2
+	var b bytes.Buffer
+	for range depth {
+		b.WriteByte('[')
+		b.WriteString(strings.Repeat("1,", per))
+	}
+	b.WriteByte('1')
+	b.WriteString(strings.Repeat("]", depth))
+	return b.Bytes()
+}
+
+// Issue 14, item 3: canonicalisation re-scanned each subtree once per
+// ancestor, O(size × depth): a 1 MiB body of arrays 9,999 deep took about
+// two minutes of CPU. It is linear now. The bound is generous (the work is
+// ~20 ms, ~0.3 s under -race) and far below the quadratic time.
+func TestFingerprint_DeepNesting_LinearTime(t *testing.T) {
+	t.Parallel()
+	body := deepArrays(9999, 1<<20)
+	if !json.Valid(body) {
+		t.Fatal("the test body is not JSON")
+	}
+	done := make(chan string, 1)
+	began := time.Now()
+	go func() { done <- fp(t, DefaultFingerprint, "POST", "/p", "application/json", string(body)) }()
+	select {
+	case <-done:
+		t.Logf("1 MiB, 9,999 deep: %v", time.Since(began))
+	case <-time.After(10 * time.Second):
+		t.Fatalf("fingerprint of a 1 MiB body 9,999 deep still running after 10s")
+	}
+}
+
+// Bodies nested deeper than MaxJSONDepth get 400 idempotency_body_too_deep,
+// before any Redis command, and the handler does not run.
+func TestDefaultFingerprint_TooDeep_400BeforeAnyStoreCall(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{}, nil)
+	before := e.cmds.n.Load()
+	deep := strings.Repeat("[", MaxJSONDepth+1) + strings.Repeat("]", MaxJSONDepth+1)
+	wantStatus(t, e.post("/payments", "deep", deep), 400, CodeBodyTooDeep)
+	if e.cmds.n.Load() != before || e.calls.Load() != 0 {
+		t.Fatal("store called or handler ran")
+	}
+	// At the limit the body is fingerprinted as usual.
+	atLimit := strings.Repeat("[", MaxJSONDepth) + strings.Repeat("]", MaxJSONDepth)
+	wantStatus(t, e.post("/payments", "at-limit", atLimit), 201, "")
+}
+
+// Issue 14, item 6: object keys that differ only in case decode into the
+// same struct field (encoding/json matches case-insensitively, last one
+// wins), so their order matters and must not be canonicalised away.
+func TestFingerprint_KeysDifferingOnlyInCase_Differ(t *testing.T) {
+	t.Parallel()
+	for _, pair := range [][2]string{
+		{`{"amount":1,"Amount":100}`, `{"Amount":100,"amount":1}`},
+		{`{"a":{"k":1,"K":2}}`, `{"a":{"K":2,"k":1}}`},
+		{`{"k":1,"\u212a":2}`, `{"\u212a":2,"k":1}`}, // KELVIN SIGN folds to k
+		{`[{"Id":1,"ID":2,"x":0}]`, `[{"x":0,"ID":2,"Id":1}]`},
+	} {
+		a := fp(t, DefaultFingerprint, "POST", "/p", "application/json", pair[0])
+		b := fp(t, DefaultFingerprint, "POST", "/p", "application/json", pair[1])
+		if a == b {
+			t.Errorf("%s and %s have the same fingerprint but decode differently", pair[0], pair[1])
+		}
+	}
+	// Order still does not matter for keys that do not collide, in the same
+	// object as colliding ones too.
+	for _, pair := range [][2]string{
+		{`{"amount":1,"currency":"EUR"}`, `{"currency":"EUR","amount":1}`},
+		{`{"b":0,"amount":1,"Amount":2,"c":3}`, `{"c":3,"amount":1,"b":0,"Amount":2}`},
+		{`{"a":1,"A":5,"a":2}`, `{"A":5,"a":2}`}, // an earlier duplicate is overwritten either way
+	} {
+		a := fp(t, DefaultFingerprint, "POST", "/p", "application/json", pair[0])
+		b := fp(t, DefaultFingerprint, "POST", "/p", "application/json", pair[1])
+		if a != b {
+			t.Errorf("%s and %s decode alike but have different fingerprints", pair[0], pair[1])
+		}
+	}
+}
+
+// Through the middleware: the second body gets 422, not the first one's
+// charge replayed.
+func TestCaseCollidingKeys_SecondBodyGets422(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{}, nil)
+	wantStatus(t, e.post("/payments", "case", `{"amount":1,"Amount":100}`), 201, "")
+	wantStatus(t, e.post("/payments", "case", `{"Amount":100,"amount":1}`), 422, CodeKeyReused)
+}
+
+// Soundness of the canonical form: two objects with equal canonical forms
+// decode alike, into a map and into a struct (case-insensitive field
+// matching). Every ordering of small objects over colliding keys is tried.
+func TestCanonicalJSON_EqualFormsDecodeAlike(t *testing.T) {
+	t.Parallel()
+	type target struct{ A, B, K int }
+	keys := []string{"a", "A", "b", "k", "K", "\u212a"}
+	rng := rand.New(rand.NewPCG(14, 6))
+	byForm := map[string][]string{}
+	for range 20000 {
+		n := 1 + rng.IntN(4)
+		var b strings.Builder
+		b.WriteByte('{')
+		for i := range n {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(`"` + keys[rng.IntN(len(keys))] + `":` + string(rune('0'+rng.IntN(3))))
+		}
+		b.WriteByte('}')
+		form, ok := CanonicalJSON([]byte(b.String()))
+		if !ok {
+			t.Fatalf("%s not JSON", b.String())
+		}
+		byForm[string(form)] = append(byForm[string(form)], b.String())
+	}
+	for _, docs := range byForm {
+		var m0 map[string]int
+		var s0 target
+		_ = json.Unmarshal([]byte(docs[0]), &m0)
+		_ = json.Unmarshal([]byte(docs[0]), &s0)
+		for _, d := range docs[1:] {
+			var m map[string]int
+			var s target
+			_ = json.Unmarshal([]byte(d), &m)
+			_ = json.Unmarshal([]byte(d), &s)
+			if !reflect.DeepEqual(m, m0) || s != s0 {
+				t.Fatalf("%s and %s share a canonical form but decode as %v %+v and %v %+v", docs[0], d, m0, s0, m, s)
+			}
+		}
+	}
+}
+
+// The canonical form of ordinary bodies is unchanged by the linear rewrite,
+// so fingerprints recorded before it still match their retries. The
+// expected values were computed with the previous implementation.
+func TestCanonicalJSON_FingerprintsOfOrdinaryBodiesUnchanged(t *testing.T) {
+	t.Parallel()
+	for body, want := range recordedFingerprints {
+		if got := fp(t, DefaultFingerprint, "POST", "/payments?x=1", "application/json", body); got != want {
+			t.Errorf("fingerprint of %s = %s, was %s", body, got, want)
+		}
+	}
+	ignoring := IgnoreJSONFields("meta.request_id", "items[].ts", "sent_at")
+	for body, want := range recordedIgnoringFingerprints {
+		if got := fp(t, ignoring, "POST", "/payments", "application/json", body); got != want {
+			t.Errorf("fingerprint ignoring fields of %s = %s, was %s", body, got, want)
+		}
+	}
+}
+
+// Fingerprints computed by the canonicaliser before its linear rewrite.
+var recordedFingerprints = map[string]string{
+	"{\"amount\":1250,\"currency\":\"EUR\",\"card\":\"4242424242424242\"}":                                     "f6b21456e3418e200df69850a2bc2efe0675adee1653d2df73e8beeb0492ebf0",
+	"{ \"currency\" : \"EUR\", \"amount\" : 1250 , \"card\":\"4242424242424242\" }":                            "f6b21456e3418e200df69850a2bc2efe0675adee1653d2df73e8beeb0492ebf0",
+	"{\"a\":{\"b\":{\"c\":[1,2,{\"d\":\"e\"}]}},\"list\":[true,false,null,-0.5E+3,\"\\u00e9\\ud83d\\ude00\"]}": "e3619e772bb38c96d25425b6aa9df58c4ae2693942093ff462cd7c279c49b56b",
+	"[]":           "ddbeaa844567b0b38859a6a731a53ee05dfa2606e4d49c45f3db7a667ce21424",
+	"{}":           "286c375f6df3e4a13c724996cb1a5b5cf641ef9e265c6ff0dbeabc27183a50b8",
+	"\"str\"":      "7722a4d1351e8e045785e62aabd4fac98f3dc269da9afb8581fdd9a2ce693277",
+	"12.50":        "753d0593a27662afb4219d979066a52753e627cc0823f668922d02e808fd6448",
+	"null":         "1181f7d6a07d46c2fb426ac97f5a8a9b5776a94a9df48e91693b8727367fcb6a",
+	"[[],[[]],{}]": "357a79a9d14acb3c5715f836248de802bfbd871e9b9b2c886845e1b66d0a4b39",
+	"{\"a\":1,\"a\":2,\"b\":[{\"x\":\"\\n\\t\\\"\\\\\"}]}":                                                                                                                 "d0d121ff3f0e4ff09d6ac820b32b9a7f8435363fc480959e0ed010530915a964",
+	"{\"Name\":\"Zoë\",\"ünï\":\"\\u00fc\",\"AMOUNT\":1,\"zz\":{\"Ab\":1,\"aC\":2}}":                                                                                       "ec7a6ef90eb36f7a971870203d2a9a37d238ba7921f8e33cd6c18507b2c46d17",
+	"{\"items\":[{\"sku\":\"A1\",\"qty\":2,\"ts\":\"2026-01-01\"},{\"sku\":\"B2\",\"qty\":1,\"ts\":\"x\"}],\"meta\":{\"request_id\":\"r-1\",\"k\":1},\"sent_at\":\"now\"}": "f59e1625b92d0a3fcc9a870c19ef53d0e91d4b1f0f2efb840c2fb5c5bafd02fa",
+	"{\"bad\":\"\xff\xfe\"}": "44b8191a2a8d95b3c5b38b83bec811e09736bd7692e4eab8afc8e2508791aeb3",
+}
+
+var recordedIgnoringFingerprints = map[string]string{
+	"{\"amount\":1250,\"currency\":\"EUR\",\"card\":\"4242424242424242\"}":                                     "27b485b533ece89c660ae52666fc45a56da98615388ca5a338ec97bcb69a21da",
+	"{ \"currency\" : \"EUR\", \"amount\" : 1250 , \"card\":\"4242424242424242\" }":                            "27b485b533ece89c660ae52666fc45a56da98615388ca5a338ec97bcb69a21da",
+	"{\"a\":{\"b\":{\"c\":[1,2,{\"d\":\"e\"}]}},\"list\":[true,false,null,-0.5E+3,\"\\u00e9\\ud83d\\ude00\"]}": "a87ba5130ff48703e673a49731b138bf7a8881687b79c9db43ef9447bc860bbc",
+	"[]":           "7db07fd1bcd5f1d7e8230c9b6657f4ae7fc14ede890a6ea1573500636ef2356d",
+	"{}":           "14cdbe1aa1808dcc60922a600d7c275faaf79eb8c88795d30851eea1a39d02a6",
+	"\"str\"":      "bcf161b4bd91e97f5173ff3424703baf3f67b833a9f3c1e7899dd9b775d9045c",
+	"12.50":        "5e33b2014c827ee0718b1cec49c68e38c7a6fc78c308bfa294dc42385199e136",
+	"null":         "1cfd9b422a6467a4fa38527303753699aa2a2d40f9c86c14dd2ed4990a4fb6f1",
+	"[[],[[]],{}]": "a39865697954a622f1d3bf4ada1a700b5552145ed94bde567c14f9cfabda11f5",
+	"{\"a\":1,\"a\":2,\"b\":[{\"x\":\"\\n\\t\\\"\\\\\"}]}":                                                                                                                 "fd0bd1ea0e98796f1ca3cf5ca350a1bfdf650a7a7a026c30ea12b70bf3951548",
+	"{\"Name\":\"Zoë\",\"ünï\":\"\\u00fc\",\"AMOUNT\":1,\"zz\":{\"Ab\":1,\"aC\":2}}":                                                                                       "c7929c4d3016afa83cc2c37772294f8d4fc962d2bf9628019aef49d368a5603d",
+	"{\"items\":[{\"sku\":\"A1\",\"qty\":2,\"ts\":\"2026-01-01\"},{\"sku\":\"B2\",\"qty\":1,\"ts\":\"x\"}],\"meta\":{\"request_id\":\"r-1\",\"k\":1},\"sent_at\":\"now\"}": "cd2a511dddb678468168073ed5fa3e5fd0deed58ae3e92af94a26aea6380b4f0",
+	"{\"bad\":\"\xff\xfe\"}": "d832a175a31e781df7489aed0835b60724abe802cebc2247b65e6fb628b4f80f",
+}

@@ -1,0 +1,6 @@
+//go:build !race
+
+package idempotencyfx
+
+// raceDetector reports a build with -race (timing bounds are skipped).
+const raceDetector = false
