@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"sort"
 
 	"go.uber.org/fx"
 	"go.uber.org/zap"
@@ -52,13 +51,7 @@ type Errors struct {
 
 // NewErrors builds the chain from registered filters, sorted by Order then Name.
 func NewErrors(log *zap.Logger, filters ...RegisteredErrorFilter) *Errors {
-	fs := append([]RegisteredErrorFilter(nil), filters...)
-	sort.SliceStable(fs, func(i, j int) bool {
-		if fs[i].Order != fs[j].Order {
-			return fs[i].Order < fs[j].Order
-		}
-		return fs[i].Name < fs[j].Name
-	})
+	fs := ordered(filters, func(f RegisteredErrorFilter) (int, string) { return f.Order, f.Name })
 	if log == nil {
 		log = zap.NewNop()
 	}

@@ -32,6 +32,9 @@ func ErrorsFrom(ctx context.Context) *Errors {
 	if e, ok := ctx.Value(errorsKey{}).(*Errors); ok {
 		return e
 	}
+	if s, ok := ctx.Value(requestStateKey{}).(*requestState); ok {
+		return s.errors
+	}
 	return fallbackErrors
 }
 

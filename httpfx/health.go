@@ -5,6 +5,10 @@ import (
 	"encoding/json"
 	"net/http"
 	"time"
+
+	"go.uber.org/fx"
+
+	"github.com/redisfx/redisfx/plugintrace"
 )
 
 // ReadinessCheck is one check of /readyz. storefx's clients are checked
@@ -19,6 +23,30 @@ type ReadinessCheck struct {
 // ReadinessGroup is the value group of ReadinessCheck.
 const ReadinessGroup = "redisfx.http.readiness"
 
+// AsReadinessCheck annotates a constructor of a ReadinessCheck so that its
+// result joins the checks of /readyz.
+func AsReadinessCheck(constructor any) any {
+	return fx.Annotate(constructor, fx.ResultTags(`group:"`+ReadinessGroup+`"`))
+}
+
+// Probe paths: the health, readiness and metrics endpoints that machines
+// poll. Their requests make no SERVER span (a probe every few seconds is
+// not a trace anyone reads) and their access log lines are at debug level.
+const (
+	HealthPath  = "/healthz"
+	ReadyPath   = "/readyz"
+	MetricsPath = "/metrics"
+)
+
+// isProbe reports whether r polls a probe path.
+func isProbe(r *http.Request) bool {
+	switch r.URL.Path {
+	case HealthPath, ReadyPath, MetricsPath:
+		return true
+	}
+	return false
+}
+
 func healthz(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
@@ -27,10 +55,10 @@ func healthz(w http.ResponseWriter, _ *http.Request) {
 
 // readyz answers 200 when every check passes within a second, else 503
 // naming the failing checks (without error details, which may hold
-// addresses; those go to the log).
+// addresses; those go to the log). The checks' Redis commands make no span.
 func readyz(checks []ReadinessCheck) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
+		ctx, cancel := context.WithTimeout(plugintrace.WithoutCommandSpans(r.Context()), time.Second)
 		defer cancel()
 		failed := []string{}
 		for _, c := range checks {

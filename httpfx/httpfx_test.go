@@ -13,13 +13,19 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxtest"
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/redisfx/redisfx/httpfx"
+	"github.com/redisfx/redisfx/internal/redistest"
+	"github.com/redisfx/redisfx/storefx"
+	"github.com/redisfx/redisfx/tracingfx"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -192,5 +198,108 @@ func TestConfig_NegativeTimeoutFailsNamingTheField(t *testing.T) {
 	a := fx.New(fx.NopLogger, fx.Provide(zap.NewNop), fx.Supply(&httpfx.Config{IdleTimeout: -1}), httpfx.Module)
 	if err := a.Err(); err == nil || !strings.Contains(err.Error(), "IdleTimeout") {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestRequestIDFromContext(t *testing.T) {
+	seen := make(chan string, 2)
+	a, srv, _ := app(t, fx.Provide(httpfx.AsRoutes(func() httpfx.Routes {
+		return func(r chi.Router) {
+			r.Get("/id", func(w http.ResponseWriter, r *http.Request) { seen <- httpfx.RequestIDFromContext(r.Context()) })
+		}
+	})))
+	defer a.RequireStop()
+	req, _ := http.NewRequest("GET", srv.URL()+"/id", nil)
+	req.Header.Set("X-Request-Id", "client-chosen-1")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if id := <-seen; id != "client-chosen-1" {
+		t.Fatalf("handler saw %q, want the client's id", id)
+	}
+	_, h, _ := get(t, srv.URL()+"/id")
+	if id := <-seen; id == "" || id != h.Get("X-Request-Id") {
+		t.Fatalf("handler saw %q, response header %q", id, h.Get("X-Request-Id"))
+	}
+	if id := httpfx.RequestIDFromContext(context.Background()); id != "" {
+		t.Fatalf("outside a request: %q", id)
+	}
+}
+
+func TestMissingLoggerNamesWhatToProvide(t *testing.T) {
+	err := fx.New(fx.NopLogger, httpfx.Module).Err()
+	want := "httpfx.Module needs a *zap.Logger: provide one, e.g. fx.Provide(zap.NewProduction)"
+	if err == nil || !strings.HasSuffix(err.Error(), want) {
+		t.Fatalf("error %v\nwant one ending %q", err, want)
+	}
+}
+
+func TestConfigByValue(t *testing.T) {
+	var srv *httpfx.Server
+	a := fxtest.New(t, fx.NopLogger, fx.Supply(zap.NewNop()), httpfx.Module,
+		fx.Supply(httpfx.Config{Addr: "127.0.0.1:0"}), fx.Populate(&srv))
+	a.RequireStart()
+	defer a.RequireStop()
+	if !strings.HasPrefix(srv.Addr(), "127.0.0.1:") || strings.HasSuffix(srv.Addr(), ":8080") {
+		t.Fatalf("listening on %s: a Config supplied by value was ignored", srv.Addr())
+	}
+}
+
+func TestAppReadinessCheck(t *testing.T) {
+	var ready atomic.Bool
+	a, srv, _ := app(t, fx.Provide(httpfx.AsReadinessCheck(func() httpfx.ReadinessCheck {
+		return httpfx.ReadinessCheck{Name: "ledger", Check: func(context.Context) error {
+			if !ready.Load() {
+				return errors.New("ledger not loaded")
+			}
+			return nil
+		}}
+	})))
+	defer a.RequireStop()
+	if code, _, body := get(t, srv.URL()+"/readyz"); code != 503 || !strings.Contains(body, `"ledger"`) {
+		t.Fatalf("not ready: %d %s", code, body)
+	}
+	ready.Store(true)
+	if code, _, body := get(t, srv.URL()+"/readyz"); code != 200 {
+		t.Fatalf("ready: %d %s", code, body)
+	}
+}
+
+// Health, readiness and metrics probes make no SERVER span and no Redis
+// command span, and their access log lines are at debug level: a probe
+// every few seconds is not a trace anyone reads.
+func TestProbes_NotTraced_LoggedAtDebug(t *testing.T) {
+	t.Parallel()
+	rds := redistest.Start(t)
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+	debug, debugLogs := observer.New(zap.DebugLevel)
+	a, srv, logs := app(t,
+		tracingfx.Module, tracingfx.UseTracerProvider(func() *sdktrace.TracerProvider { return tp }),
+		fx.Supply(storefx.Config{URL: rds.URL()}), storefx.Module,
+		fx.Decorate(func(l *zap.Logger) *zap.Logger { return zap.New(zapcore.NewTee(l.Core(), debug)) }))
+	for _, path := range []string{"/healthz", "/readyz", "/metrics", "/items/7"} {
+		if code, _, _ := get(t, srv.URL()+path); code != 200 {
+			t.Fatalf("%s: %d", path, code)
+		}
+	}
+	a.RequireStop()
+	var names []string
+	for _, s := range exp.GetSpans() {
+		names = append(names, s.Name)
+	}
+	if len(names) != 1 || names[0] != "GET /items/{id}" {
+		t.Fatalf("spans %v, want only the request's", names)
+	}
+	for _, e := range logs.FilterMessage("request").All() {
+		if e.ContextMap()["route"] != "/items/{id}" {
+			t.Fatalf("a probe logged at info: %v", e.ContextMap())
+		}
+	}
+	if n := debugLogs.FilterMessage("request").FilterLevelExact(zap.DebugLevel).Len(); n != 3 {
+		t.Fatalf("%d probe lines at debug, want 3", n)
 	}
 }

@@ -1,8 +1,10 @@
 package httpfx
 
 import (
+	"context"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -17,21 +19,33 @@ import (
 // well-formed one is sent, else generated; it is echoed on the response.
 const RequestIDHeader = "X-Request-Id"
 
-// requestID sets X-Request-Id on the response.
-func requestID(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id := r.Header.Get(RequestIDHeader)
-		if !validRequestID(id) {
-			// Unique, not secret: math/rand/v2's per-thread ChaCha8 avoids a
-			// getrandom system call per request.
-			var b [12]byte
-			binary.LittleEndian.PutUint64(b[:8], rand.Uint64())
-			binary.LittleEndian.PutUint32(b[8:], rand.Uint32())
-			id = hex.EncodeToString(b[:])
-		}
-		w.Header().Set(RequestIDHeader, id)
-		next.ServeHTTP(w, r)
-	})
+// requestState is what the router keeps about one request, in one context
+// value: its id and the application's error chain.
+type requestState struct {
+	id     string
+	errors *Errors
+}
+
+type requestStateKey struct{}
+
+// newRequestID returns 24 hex digits. Unique, not secret: math/rand/v2's
+// per-thread ChaCha8 avoids a getrandom system call per request.
+func newRequestID() string {
+	var b [12]byte
+	binary.LittleEndian.PutUint64(b[:8], rand.Uint64())
+	binary.LittleEndian.PutUint32(b[8:], rand.Uint32())
+	return hex.EncodeToString(b[:])
+}
+
+// RequestIDFromContext returns the id of the request being served in ctx:
+// the client's X-Request-Id when it sent a well-formed one (1-128 visible
+// ASCII characters), else one the router generated. It is "" outside a
+// request served by httpfx's router.
+func RequestIDFromContext(ctx context.Context) string {
+	if s, ok := ctx.Value(requestStateKey{}).(*requestState); ok {
+		return s.id
+	}
+	return ""
 }
 
 func validRequestID(id string) bool {
@@ -57,7 +71,7 @@ func recoverer(log *zap.Logger) func(http.Handler) http.Handler {
 				if p == nil {
 					return
 				}
-				if p == http.ErrAbortHandler {
+				if err, ok := p.(error); ok && errors.Is(err, http.ErrAbortHandler) {
 					panic(p)
 				}
 				err, ok := p.(error)
@@ -72,16 +86,6 @@ func recoverer(log *zap.Logger) func(http.Handler) http.Handler {
 				NewProblem(http.StatusInternalServerError, "internal_error", "The server could not complete the request.").Write(w)
 			}()
 			next.ServeHTTP(w, r)
-		})
-	}
-}
-
-// installErrors puts the application's error chain in the request context
-// for HandlerFunc.
-func installErrors(e *Errors) func(http.Handler) http.Handler {
-	return func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			next.ServeHTTP(w, r.WithContext(WithErrors(r.Context(), e)))
 		})
 	}
 }

@@ -11,12 +11,12 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/fx"
 	"go.uber.org/zap"
 
+	"github.com/redisfx/redisfx/internal/fxconfig"
 	"github.com/redisfx/redisfx/storefx"
 )
 
@@ -29,6 +29,7 @@ import (
 // prometheus.Registerer and prometheus.Gatherer (from metricsfx) for request
 // metrics and /metrics, and storefx's *storefx.Registry for /readyz.
 var Module = fx.Module("redisfx.http",
+	fx.Invoke(checkCollaborators),
 	fx.Provide(
 		newErrors,
 		newRouter,
@@ -38,54 +39,67 @@ var Module = fx.Module("redisfx.http",
 	fx.Invoke(func(*Server) {}),
 )
 
-// ErrorsParams are the inputs of the error chain.
-type ErrorsParams struct {
+// collaborators are what the module needs from the app, optional here only so
+// that a missing one gets a message naming what to add (Fx's own names only
+// the type). The constructors below still require them, so Fx's graph shows
+// the dependency.
+type collaborators struct {
+	fx.In
+	Log *zap.Logger `optional:"true"`
+}
+
+// checkCollaborators runs before the module's constructors.
+func checkCollaborators(c collaborators) error {
+	if c.Log == nil {
+		return errors.New("httpfx.Module needs a *zap.Logger: provide one, e.g. fx.Provide(zap.NewProduction)")
+	}
+	return nil
+}
+
+type errorsParams struct {
 	fx.In
 	Log     *zap.Logger
 	Filters []RegisteredErrorFilter `group:"redisfx.http.error_filters"`
 }
 
-func newErrors(p ErrorsParams) *Errors { return NewErrors(p.Log, p.Filters...) }
+func newErrors(p errorsParams) *Errors { return NewErrors(p.Log, p.Filters...) }
 
-// RouterParams are the inputs of the router.
-type RouterParams struct {
+type routerParams struct {
 	fx.In
-	Config     *Config `optional:"true"`
-	Log        *zap.Logger
-	Errors     *Errors
-	Routes     []Routes                      `group:"redisfx.http.routes"`
-	Middleware []Middleware                  `group:"redisfx.http.middleware"`
-	Readiness  []ReadinessCheck              `group:"redisfx.http.readiness"`
-	Store      *storefx.Registry             `optional:"true"`
-	Tracer     trace.TracerProvider          `optional:"true"`
-	Propagator propagation.TextMapPropagator `optional:"true"`
-	Registerer prometheus.Registerer         `optional:"true"`
-	Gatherer   prometheus.Gatherer           `optional:"true"`
+	// The app's configuration, in either form (at most one of them).
+	Config      *Config `optional:"true"`
+	ConfigValue Config  `optional:"true"`
+	Log         *zap.Logger
+	Errors      *Errors
+	Routes      []Routes                      `group:"redisfx.http.routes"`
+	Middleware  []Middleware                  `group:"redisfx.http.middleware"`
+	Readiness   []ReadinessCheck              `group:"redisfx.http.readiness"`
+	Store       *storefx.Registry             `optional:"true"`
+	Tracer      trace.TracerProvider          `optional:"true"`
+	Propagator  propagation.TextMapPropagator `optional:"true"`
+	Registerer  prometheus.Registerer         `optional:"true"`
+	Gatherer    prometheus.Gatherer           `optional:"true"`
 }
 
-func newRouter(p RouterParams) (*chi.Mux, error) {
-	cfg, err := configOf(p.Config)
+func newRouter(p routerParams) (*chi.Mux, error) {
+	cfg, err := configOf(p.Config, p.ConfigValue)
 	if err != nil {
 		return nil, err
 	}
-	metrics, err := newRequestMetrics(p.Registerer)
-	if err != nil {
-		return nil, fmt.Errorf("httpfx: registering request metrics: %w", err)
+	var metrics *requestMetrics // nil without a registry: no route metrics
+	if p.Registerer != nil {
+		if metrics, err = newRequestMetrics(p.Registerer); err != nil {
+			return nil, fmt.Errorf("httpfx: registering request metrics: %w", err)
+		}
 	}
 	r := chi.NewRouter()
-	r.Use(requestID)
+	f := &front{errors: p.Errors, propagator: p.Propagator, log: p.Log, metrics: metrics}
 	if p.Tracer != nil {
-		opts := []otelhttp.Option{otelhttp.WithTracerProvider(p.Tracer),
-			otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return r.Method })}
-		if p.Propagator != nil {
-			opts = append(opts, otelhttp.WithPropagators(p.Propagator))
-		}
-		r.Use(otelhttp.NewMiddleware("http.server", opts...))
+		f.tracer = p.Tracer.Tracer(TracerName)
 	}
-	r.Use(observe(p.Log, metrics))
+	r.Use(f.wrap)
 	r.Use(recoverer(p.Log))
-	r.Use(installErrors(p.Errors))
-	for _, m := range sortMiddleware(p.Middleware) {
+	for _, m := range ordered(p.Middleware, middlewareOrder) {
 		r.Use(m.Wrap)
 	}
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
@@ -95,17 +109,17 @@ func newRouter(p RouterParams) (*chi.Mux, error) {
 		NewProblem(http.StatusMethodNotAllowed, "method_not_allowed", r.Method+" is not allowed on "+r.URL.Path+".").Write(w)
 	})
 	if !cfg.DisableHealth {
-		r.Get("/healthz", healthz)
+		r.Get(HealthPath, healthz)
 	}
 	if !cfg.DisableReady {
 		checks := append([]ReadinessCheck(nil), p.Readiness...)
 		if p.Store != nil {
-			checks = append(checks, ReadinessCheck{Name: "redis", Check: p.Store.Ping})
+			checks = append(checks, ReadinessCheck{Name: "redis", Check: p.Store.Ready})
 		}
-		r.Get("/readyz", readyz(checks))
+		r.Get(ReadyPath, readyz(checks))
 	}
 	if !cfg.DisableMetrics && p.Gatherer != nil {
-		r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(p.Gatherer, promhttp.HandlerOpts{}))
+		r.Method(http.MethodGet, MetricsPath, promhttp.HandlerFor(p.Gatherer, promhttp.HandlerOpts{}))
 	}
 	for _, routes := range p.Routes {
 		routes(r)
@@ -113,21 +127,22 @@ func newRouter(p RouterParams) (*chi.Mux, error) {
 	return r, nil
 }
 
-func configOf(c *Config) (Config, error) {
-	if c == nil {
-		return Config{}.withDefaults()
+func configOf(ptr *Config, val Config) (Config, error) {
+	c, err := fxconfig.Pick(ptr, val)
+	if err != nil {
+		return Config{}, fmt.Errorf("httpfx: %w", err)
 	}
 	return c.withDefaults()
 }
 
-// ServerParams are the inputs of the server.
-type ServerParams struct {
+type serverParams struct {
 	fx.In
-	Config     *Config `optional:"true"`
-	Router     *chi.Mux
-	Log        *zap.Logger
-	Lifecycle  fx.Lifecycle
-	Shutdowner fx.Shutdowner
+	Config      *Config `optional:"true"`
+	ConfigValue Config  `optional:"true"`
+	Router      *chi.Mux
+	Log         *zap.Logger
+	Lifecycle   fx.Lifecycle
+	Shutdowner  fx.Shutdowner
 }
 
 // newServer builds the http.Server. OnStart listens synchronously, so a
@@ -138,8 +153,8 @@ type ServerParams struct {
 // (the router needs the idempotency service, which needs Redis, which needs
 // tracing), and Fx stops in reverse order: the server drains first, then
 // Redis closes, then spans are flushed.
-func newServer(p ServerParams) (*Server, error) {
-	cfg, err := configOf(p.Config)
+func newServer(p serverParams) (*Server, error) {
+	cfg, err := configOf(p.Config, p.ConfigValue)
 	if err != nil {
 		return nil, err
 	}

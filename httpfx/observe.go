@@ -1,14 +1,22 @@
 package httpfx
 
 import (
+	"context"
+	"net"
 	"net/http"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/felixge/httpsnoop"
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 )
@@ -21,12 +29,46 @@ const UnmatchedRoute = "unmatched"
 type requestMetrics struct {
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
+	// The children of matched routes, looked up once: routes and their
+	// methods are the app's, so the caches stay as small as the router.
+	counters  sync.Map // counterKey → prometheus.Counter
+	durations sync.Map // durationKey → prometheus.Observer
 }
 
-func newRequestMetrics(reg prometheus.Registerer) (*requestMetrics, error) {
-	if reg == nil {
-		return nil, nil
+type durationKey struct{ method, route string }
+
+type counterKey struct {
+	method, route string
+	code          int
+}
+
+// observe counts a request and records its duration.
+func (m *requestMetrics) observe(method, route string, code int, took time.Duration) {
+	if route == UnmatchedRoute { // anything a scanner sends: not cached
+		m.requests.WithLabelValues(method, route, strconv.Itoa(code)).Inc()
+		m.duration.WithLabelValues(method, route).Observe(took.Seconds())
+		return
 	}
+	ck := counterKey{method, route, code}
+	c, ok := m.counters.Load(ck)
+	if !ok {
+		c, _ = m.counters.LoadOrStore(ck, m.requests.WithLabelValues(method, route, strconv.Itoa(code)))
+	}
+	if counter, ok := c.(prometheus.Counter); ok {
+		counter.Inc()
+	}
+	dk := durationKey{method, route}
+	d, ok := m.durations.Load(dk)
+	if !ok {
+		d, _ = m.durations.LoadOrStore(dk, m.duration.WithLabelValues(method, route))
+	}
+	if obs, ok := d.(prometheus.Observer); ok {
+		obs.Observe(took.Seconds())
+	}
+}
+
+// newRequestMetrics registers the metrics with reg, which must not be nil.
+func newRequestMetrics(reg prometheus.Registerer) (*requestMetrics, error) {
 	m := &requestMetrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "http_requests_total",
@@ -57,36 +99,151 @@ func routePattern(r *http.Request) string {
 	return UnmatchedRoute
 }
 
-// observe is the access log, the request metrics, and the naming of the
-// SERVER span after routing: "METHOD /route/pattern" with http.route.
-func observe(log *zap.Logger, m *requestMetrics) func(http.Handler) http.Handler {
-	return func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			began := time.Now()
-			metrics := httpsnoop.CaptureMetricsFn(w, func(w http.ResponseWriter) { next.ServeHTTP(w, r) })
-			route := routePattern(r)
-			span := trace.SpanFromContext(r.Context())
-			if span.IsRecording() {
-				if route != UnmatchedRoute {
-					span.SetName(r.Method + " " + route)
-					span.SetAttributes(attribute.String("http.route", route))
-				}
-			}
-			if m != nil {
-				m.requests.WithLabelValues(r.Method, route, strconv.Itoa(metrics.Code)).Inc()
-				m.duration.WithLabelValues(r.Method, route).Observe(time.Since(began).Seconds())
-			}
-			if ce := log.Check(zap.InfoLevel, "request"); ce != nil {
-				fields := []zap.Field{
-					zap.String("method", r.Method), zap.String("route", route), zap.String("path", r.URL.Path),
-					zap.Int("status", metrics.Code), zap.Duration("duration", metrics.Duration),
-					zap.Int64("bytes", metrics.Written), zap.String("request_id", w.Header().Get(RequestIDHeader)),
-				}
-				if sc := span.SpanContext(); sc.IsValid() {
-					fields = append(fields, zap.String("trace_id", sc.TraceID().String()), zap.String("span_id", sc.SpanID().String()))
-				}
-				ce.Write(fields...)
-			}
-		})
+// front is the router's first middleware, in one request copy and one
+// response-writer wrap: the request id (X-Request-Id, taken or made), the
+// SERVER span (when the app has a TracerProvider; not for probes), the error
+// chain in the context, and after the handler the span's route, status and
+// name, the route metrics and the access log. Probes are logged at debug.
+//
+// The span's request attributes are built only when the span records (it
+// is sampled): an unsampled request pays for its ids and nothing else.
+type front struct {
+	errors     *Errors
+	tracer     trace.Tracer                  // nil: no SERVER spans
+	propagator propagation.TextMapPropagator // nil: the global one, read per request
+	log        *zap.Logger
+	metrics    *requestMetrics // nil: no route metrics
+}
+
+func (f *front) wrap(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { f.serve(w, r, next) })
+}
+
+var serverKind = trace.WithSpanKind(trace.SpanKindServer)
+
+// TracerName is the instrumentation scope of the SERVER spans.
+const TracerName = "github.com/redisfx/redisfx/httpfx"
+
+func (f *front) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	id := r.Header.Get(RequestIDHeader)
+	if !validRequestID(id) {
+		id = newRequestID()
 	}
+	w.Header()[RequestIDHeader] = []string{id} // canonical already: no Set
+	ctx := r.Context()
+	probe := isProbe(r)
+	var span trace.Span
+	if f.tracer != nil && !probe {
+		prop := f.propagator
+		if prop == nil {
+			prop = otel.GetTextMapPropagator()
+		}
+		ctx = prop.Extract(ctx, propagation.HeaderCarrier(r.Header))
+		ctx, span = f.tracer.Start(ctx, r.Method, serverKind)
+		defer span.End()
+		if span.IsRecording() {
+			span.SetAttributes(requestAttributes(r)...)
+		}
+	}
+	ctx = context.WithValue(ctx, requestStateKey{}, &requestState{id: id, errors: f.errors})
+	r = r.WithContext(ctx)
+	metrics := httpsnoop.CaptureMetricsFn(w, func(w http.ResponseWriter) { next.ServeHTTP(w, r) })
+	route := routePattern(r)
+	if span != nil && span.IsRecording() {
+		attrs := make([]attribute.KeyValue, 0, 3)
+		if route != UnmatchedRoute {
+			span.SetName(r.Method + " " + route)
+			attrs = append(attrs, semconv.HTTPRoute(route))
+		}
+		attrs = append(attrs, semconv.HTTPResponseStatusCode(metrics.Code), semconv.HTTPResponseBodySize(int(metrics.Written)))
+		span.SetAttributes(attrs...)
+		if metrics.Code >= http.StatusInternalServerError {
+			span.SetStatus(codes.Error, "")
+		}
+	}
+	if f.metrics != nil {
+		f.metrics.observe(r.Method, route, metrics.Code, metrics.Duration)
+	}
+	level := zap.InfoLevel
+	if probe {
+		level = zap.DebugLevel // polled every few seconds: below the app's info lines
+	}
+	if ce := f.log.Check(level, "request"); ce != nil {
+		fields := []zap.Field{
+			zap.String("method", r.Method), zap.String("route", route), zap.String("path", r.URL.Path),
+			zap.Int("status", metrics.Code), zap.Duration("duration", metrics.Duration),
+			zap.Int64("bytes", metrics.Written), zap.String("request_id", id),
+		}
+		if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+			fields = append(fields, zap.String("trace_id", sc.TraceID().String()), zap.String("span_id", sc.SpanID().String()))
+		}
+		ce.Write(fields...)
+	}
+}
+
+// requestAttributes are the SERVER span's request attributes (OpenTelemetry
+// HTTP semantic conventions), built only for a recording span.
+func requestAttributes(r *http.Request) []attribute.KeyValue {
+	attrs := make([]attribute.KeyValue, 0, 12)
+	method, known := r.Method, knownMethods[r.Method]
+	if !known {
+		method = "_OTHER"
+		attrs = append(attrs, semconv.HTTPRequestMethodOriginal(r.Method))
+	}
+	attrs = append(attrs, semconv.HTTPRequestMethodKey.String(method))
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	attrs = append(attrs, semconv.URLScheme(scheme), semconv.URLPath(r.URL.Path))
+	if host, port := splitHostPort(r.Host); host != "" {
+		attrs = append(attrs, semconv.ServerAddress(host))
+		if port > 0 {
+			attrs = append(attrs, semconv.ServerPort(port))
+		}
+	}
+	if peer, port := splitHostPort(r.RemoteAddr); peer != "" {
+		attrs = append(attrs, semconv.NetworkPeerAddress(peer))
+		if port > 0 {
+			attrs = append(attrs, semconv.NetworkPeerPort(port))
+		}
+		client := peer
+		if fwd := r.Header.Get("X-Forwarded-For"); fwd != "" {
+			if i := strings.IndexByte(fwd, ','); i >= 0 {
+				fwd = fwd[:i]
+			}
+			client = strings.TrimSpace(fwd)
+		}
+		attrs = append(attrs, semconv.ClientAddress(client))
+	}
+	if ua := r.UserAgent(); ua != "" {
+		attrs = append(attrs, semconv.UserAgentOriginal(ua))
+	}
+	if r.ProtoMajor > 0 {
+		v := strconv.Itoa(r.ProtoMajor)
+		if r.ProtoMajor == 1 {
+			v += "." + strconv.Itoa(r.ProtoMinor)
+		}
+		attrs = append(attrs, semconv.NetworkProtocolVersion(v))
+	}
+	return attrs
+}
+
+var knownMethods = map[string]bool{
+	http.MethodGet: true, http.MethodHead: true, http.MethodPost: true, http.MethodPut: true, http.MethodPatch: true,
+	http.MethodDelete: true, http.MethodConnect: true, http.MethodOptions: true, http.MethodTrace: true,
+}
+
+// splitHostPort splits "host:port", "[v6]:port" or a bare host; port is -1
+// when absent or invalid.
+func splitHostPort(hp string) (string, int) {
+	host, port, err := net.SplitHostPort(hp)
+	if err != nil {
+		return strings.Trim(hp, "[]"), -1
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p <= 0 || p > 65535 {
+		return host, -1
+	}
+	return host, p
 }

@@ -30,6 +30,69 @@ type Problem struct {
 	// RetryAfter, when positive, is sent as a Retry-After header (whole
 	// seconds, rounded up).
 	RetryAfter time.Duration `json:"-"`
+	// Extensions are extension members (RFC 9457 §3.2), written beside the
+	// standard members: {"balance": 30, "accounts": [...]}. A key that names
+	// a member above (type, title, status, detail, instance, code) is
+	// ignored, so an extension can never change the meaning of a problem.
+	// Values must marshal to JSON.
+	Extensions map[string]any `json:"-"`
+}
+
+// problemMembers are the members Problem writes itself.
+var problemMembers = map[string]bool{"type": true, "title": true, "status": true, "detail": true, "instance": true, "code": true}
+
+// problemJSON is Problem without its methods, for encoding/json.
+type problemJSON Problem
+
+// MarshalJSON writes the standard members, then the extension members in
+// key order.
+func (p Problem) MarshalJSON() ([]byte, error) {
+	body, err := json.Marshal(problemJSON(p))
+	if err != nil || len(p.Extensions) == 0 {
+		return body, err
+	}
+	ext := make(map[string]any, len(p.Extensions))
+	for k, v := range p.Extensions {
+		if !problemMembers[k] {
+			ext[k] = v
+		}
+	}
+	if len(ext) == 0 {
+		return body, nil
+	}
+	more, err := json.Marshal(ext)
+	if err != nil {
+		return nil, err
+	}
+	return append(append(body[:len(body)-1], ','), more[1:]...), nil
+}
+
+// UnmarshalJSON reads a problem, keeping members it does not know in
+// Extensions.
+func (p *Problem) UnmarshalJSON(data []byte) error {
+	var std problemJSON
+	if err := json.Unmarshal(data, &std); err != nil {
+		return err
+	}
+	var all map[string]json.RawMessage
+	if err := json.Unmarshal(data, &all); err != nil {
+		return err
+	}
+	*p = Problem(std)
+	for k, raw := range all {
+		if problemMembers[k] {
+			continue
+		}
+		var v any
+		if err := json.Unmarshal(raw, &v); err != nil {
+			return err
+		}
+		if p.Extensions == nil {
+			p.Extensions = map[string]any{}
+		}
+		p.Extensions[k] = v
+	}
+	return nil
 }
 
 // NewProblem returns a problem of type about:blank with the status phrase as
@@ -59,7 +122,12 @@ func (p Problem) Write(w http.ResponseWriter) {
 		secs := int64((p.RetryAfter + time.Second - 1) / time.Second)
 		h.Set("Retry-After", strconv.FormatInt(secs, 10))
 	}
-	body, _ := json.Marshal(p) // cannot fail: strings and ints only
+	body, err := json.Marshal(p)
+	if err != nil {
+		// An extension that does not marshal: the problem without them.
+		p.Extensions = nil
+		body, _ = json.Marshal(p) // cannot fail: strings and ints only
+	}
 	w.WriteHeader(p.Status)
 	_, _ = w.Write(append(body, '\n'))
 }

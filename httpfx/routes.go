@@ -1,8 +1,10 @@
 package httpfx
 
 import (
+	"cmp"
 	"net/http"
-	"sort"
+	"slices"
+	"strings"
 
 	"github.com/go-chi/chi/v5"
 	"go.uber.org/fx"
@@ -45,13 +47,16 @@ func AsMiddleware(constructor any) any {
 	return fx.Annotate(constructor, fx.ResultTags(`group:"`+MiddlewareGroup+`"`))
 }
 
-func sortMiddleware(ms []Middleware) []Middleware {
-	ms = append([]Middleware(nil), ms...)
-	sort.SliceStable(ms, func(i, j int) bool {
-		if ms[i].Order != ms[j].Order {
-			return ms[i].Order < ms[j].Order
-		}
-		return ms[i].Name < ms[j].Name
+// ordered returns a sorted copy of items, by Order then Name: the order in
+// which registered middleware wraps and registered error filters are asked.
+func ordered[T any](items []T, key func(T) (order int, name string)) []T {
+	out := slices.Clone(items)
+	slices.SortStableFunc(out, func(a, b T) int {
+		ao, an := key(a)
+		bo, bn := key(b)
+		return cmp.Or(cmp.Compare(ao, bo), strings.Compare(an, bn))
 	})
-	return ms
+	return out
 }
+
+func middlewareOrder(m Middleware) (int, string) { return m.Order, m.Name }

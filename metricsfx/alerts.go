@@ -4,16 +4,23 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 )
 
-// Alert is one Prometheus alerting rule of the tracing spec, for a given
-// metric prefix. Expr holds the placeholder "P_" for the prefix.
+// Alert is one Prometheus alerting rule for the redisfx metrics. Expr holds
+// placeholders: "P_" for "<prefix>_", "$job" for the application's scrape
+// job, and every duration (rate windows, For, KeepFiringFor) is the
+// production value, divided by Profile.Speedup when rendered.
 type Alert struct {
 	Name     string
 	Severity string // critical or warning
-	Expr     string // with P_ standing for "<prefix>_"
+	Expr     string
 	For      string
-	Summary  string
+	// KeepFiringFor keeps a critical alert firing that long after its
+	// condition clears, so that even a short episode outlives the pager
+	// route's group_interval and is sent (see PagerGroupInterval).
+	KeepFiringFor string
+	Summary       string
 	// Metrics are the metric names (without prefix) the rule reads.
 	Metrics []string
 	// Fire and Calm are promtool inputs: series that hold the condition
@@ -23,18 +30,52 @@ type Alert struct {
 	EvalAt string
 	// Labels are the extra labels the firing alert carries.
 	Labels map[string]string
+	// Hold, when set, is a promtool input where the condition held and then
+	// the series vanished (as they do while Redis is down): the alert must
+	// still fire at HoldAt.
+	Hold   []Series
+	HoldAt string
 }
 
 // Series is a promtool input series; P_ stands for the prefix.
 type Series struct{ Name, Values string }
 
-func ratio(num, den string) string {
-	return fmt.Sprintf("sum(rate(P_%s[5m])) / %s", num, den)
-}
+// Routing timings of the pager route (critical alerts), in production.
+// Every critical alert's KeepFiringFor must exceed PagerGroupInterval by at
+// least one evaluation and one send: an alert that fires and clears between
+// two flushes of its group is otherwise never sent (Alertmanager compares
+// the firing set at each flush, and a set that was empty at the last flush
+// and is empty again has not changed).
+const (
+	PagerGroupWait      = 10 * time.Second
+	PagerGroupInterval  = time.Minute
+	PagerRepeatInterval = time.Hour
+	ChatGroupWait       = 30 * time.Second
+	ChatGroupInterval   = 5 * time.Minute
+	ChatRepeatInterval  = 4 * time.Hour
+	// keepFiring is every critical alert's KeepFiringFor.
+	keepFiring = "2m"
+)
 
-const hitRatio = "sum(rate(P_cache_hits_total[5m])) / (sum(rate(P_cache_hits_total[5m])) + sum(rate(P_cache_misses_total[5m])))"
-const rejectRatio = "sum(rate(P_ratelimit_rejected_total[5m])) / (sum(rate(P_ratelimit_allowed_total[5m])) + sum(rate(P_ratelimit_rejected_total[5m])))"
-const lockP99 = "histogram_quantile(0.99, sum by (le) (rate(P_lock_wait_seconds_bucket[5m])))"
+const (
+	hitRatio    = "sum(rate(P_cache_hits_total[5m])) / (sum(rate(P_cache_hits_total[5m])) + sum(rate(P_cache_misses_total[5m])))"
+	rejectRatio = "sum(rate(P_ratelimit_rejected_total[5m])) / (sum(rate(P_ratelimit_allowed_total[5m])) + sum(rate(P_ratelimit_rejected_total[5m])))"
+	lockP99     = "histogram_quantile(0.99, sum by (le) (rate(P_lock_wait_seconds_bucket[5m])))"
+	// lockTimeoutRatio: of the acquisitions that ended (acquired, or gave
+	// up after WaitTimeout), the share that gave up. lock_attempts_total
+	// counts every retry, so it is no denominator: three acquisitions that
+	// all timed out after thousands of retries would read 0.001.
+	lockTimeoutRatio = "sum(rate(P_lock_timeouts_total[5m])) / (sum(rate(P_lock_acquisitions_total[5m])) + sum(rate(P_lock_timeouts_total[5m])))"
+	redisErrorRatio  = "sum(rate(P_errors_total[5m])) / sum(rate(P_commands_total[5m]))"
+	serverErrorRatio = `sum(rate(P_http_requests_total{code=~"5.."}[5m])) / sum(rate(P_http_requests_total[5m]))`
+	storeErrorRatio  = `sum(rate(P_idempotency_requests_total{outcome="store_error"}[5m])) / sum(rate(P_idempotency_requests_total[5m]))`
+	// The stream gauges keep their last value through an outage (streamfx),
+	// and the rules read them through last_over_time as well, so a series
+	// that vanishes (a restart, a scrape that failed) does not resolve a
+	// lag or dead-letter alert whose cause is still there.
+	lag = "last_over_time(P_stream_consumer_lag[1h])"
+	dlq = `last_over_time(P_stream_length{stream=~".+:dlq"}[1h])`
+)
 
 func counters(pairs ...string) []Series {
 	var s []Series
@@ -63,91 +104,225 @@ func lockWait(edge string, below int) []Series {
 	return s
 }
 
-// Alerts are the rules of the tracing spec's rule table, plus the levels of
-// its threshold table that the rule table lacks. Rate-limit rejection: the
-// rule table says 0.2 for the warning, the threshold table 10 % (warning)
-// and 30 % (critical); we follow the threshold table (see docs/monitoring.md).
+// target is one scrape target of the job, as promtool inputs label it.
+const target = `{job="$job",instance="app:8080"}`
+
+// Alerts are the rules: the plugins' signals at a warning and a critical
+// level, and what an on-call engineer of a payments service needs besides
+// (a target that stops answering or vanishes, Redis command errors,
+// idempotency store errors and fail-open executions, server errors, failing
+// trace export). docs/monitoring.md says why each level is what it is.
 var Alerts = []Alert{
-	{Name: "StoreConnectionLost", Severity: "critical", Expr: "P_store_up == 0", For: "1m",
+	{Name: "StoreConnectionLost", Severity: "critical", Expr: "P_store_up == 0", For: "1m", KeepFiringFor: keepFiring,
 		Summary: "Redis is unreachable from the application", Metrics: []string{"store_up"},
 		Fire: []Series{{`P_store_up{client="default"}`, "0x10"}}, Calm: []Series{{`P_store_up{client="default"}`, "1x10"}},
 		EvalAt: "5m", Labels: map[string]string{"client": "default"}},
-	{Name: "CacheHitRateCritical", Severity: "critical", Expr: hitRatio + " < 0.7", For: "5m",
+	{Name: "CacheHitRateCritical", Severity: "critical", Expr: hitRatio + " < 0.7", For: "5m", KeepFiringFor: keepFiring,
 		Summary: "Cache hit rate below 70%", Metrics: []string{"cache_hits_total", "cache_misses_total"},
 		Fire: counters("P_cache_hits_total", "69", "P_cache_misses_total", "31"), Calm: counters("P_cache_hits_total", "71", "P_cache_misses_total", "29"), EvalAt: "20m"},
-	{Name: "LockTimeoutRateCritical", Severity: "critical", Expr: ratio("lock_timeouts_total", "sum(rate(P_lock_attempts_total[5m]))") + " > 0.1", For: "5m",
-		Summary: "More than 10% of lock attempts time out", Metrics: []string{"lock_timeouts_total", "lock_attempts_total"},
-		Fire: counters("P_lock_timeouts_total", "11", "P_lock_attempts_total", "100"), Calm: counters("P_lock_timeouts_total", "9", "P_lock_attempts_total", "100"), EvalAt: "20m"},
-	{Name: "StreamConsumerLagCritical", Severity: "critical", Expr: "P_stream_consumer_lag > 10000", For: "5m",
+	{Name: "LockTimeoutRateCritical", Severity: "critical", Expr: lockTimeoutRatio + " > 0.1", For: "5m", KeepFiringFor: keepFiring,
+		Summary: "More than 10% of lock acquisitions time out", Metrics: []string{"lock_timeouts_total", "lock_acquisitions_total"},
+		Fire: counters("P_lock_timeouts_total", "11", "P_lock_acquisitions_total", "89"), Calm: counters("P_lock_timeouts_total", "9", "P_lock_acquisitions_total", "91"), EvalAt: "20m"},
+	{Name: "StreamConsumerLagCritical", Severity: "critical", Expr: lag + " > 10000", For: "5m", KeepFiringFor: keepFiring,
 		Summary: "Stream consumers are more than 10000 messages behind", Metrics: []string{"stream_consumer_lag"},
-		Fire: []Series{{"P_stream_consumer_lag", "10001x20"}}, Calm: []Series{{"P_stream_consumer_lag", "10000x20"}}, EvalAt: "10m"},
+		Fire: []Series{{"P_stream_consumer_lag", "10001x20"}}, Calm: []Series{{"P_stream_consumer_lag", "10000x20"}}, EvalAt: "10m",
+		Hold: []Series{{"P_stream_consumer_lag", "10001x10 _x30"}}, HoldAt: "35m"},
 	{Name: "CacheHitRateLow", Severity: "warning", Expr: hitRatio + " < 0.85", For: "10m",
 		Summary: "Cache hit rate below 85%", Metrics: []string{"cache_hits_total", "cache_misses_total"},
 		Fire: counters("P_cache_hits_total", "84", "P_cache_misses_total", "16"), Calm: counters("P_cache_hits_total", "86", "P_cache_misses_total", "14"), EvalAt: "25m"},
 	{Name: "LockContentionHigh", Severity: "warning", Expr: lockP99 + " > 0.5", For: "10m",
 		Summary: "Lock wait p99 above 500ms", Metrics: []string{"lock_wait_seconds"},
 		Fire: lockWait("0.5", 985), Calm: lockWait("0.5", 995), EvalAt: "25m"},
-	{Name: "DLQNotEmpty", Severity: "warning", Expr: `P_stream_length{stream=~".+:dlq"} > 0`, For: "5m",
+	{Name: "DLQNotEmpty", Severity: "warning", Expr: dlq + " > 0", For: "5m",
 		Summary: "A dead-letter stream has messages", Metrics: []string{"stream_length"},
 		Fire: []Series{{`P_stream_length{stream="orders:dlq"}`, "1x20"}}, Calm: []Series{{`P_stream_length{stream="orders:dlq"}`, "0x20"}, {`P_stream_length{stream="orders"}`, "500x20"}},
-		EvalAt: "10m", Labels: map[string]string{"stream": "orders:dlq"}},
+		EvalAt: "10m", Labels: map[string]string{"stream": "orders:dlq"},
+		Hold: []Series{{`P_stream_length{stream="orders:dlq"}`, "1x10 _x30"}}, HoldAt: "35m"},
 	{Name: "RateLimitRejectionHigh", Severity: "warning", Expr: rejectRatio + " > 0.1", For: "10m",
 		Summary: "More than 10% of requests are rate limited", Metrics: []string{"ratelimit_rejected_total", "ratelimit_allowed_total"},
 		Fire: counters("P_ratelimit_rejected_total", "11", "P_ratelimit_allowed_total", "89"), Calm: counters("P_ratelimit_rejected_total", "9", "P_ratelimit_allowed_total", "91"), EvalAt: "25m"},
 	// The threshold table's other levels.
-	{Name: "LockTimeoutRateHigh", Severity: "warning", Expr: ratio("lock_timeouts_total", "sum(rate(P_lock_attempts_total[5m]))") + " > 0.05", For: "10m",
-		Summary: "More than 5% of lock attempts time out", Metrics: []string{"lock_timeouts_total", "lock_attempts_total"},
-		Fire: counters("P_lock_timeouts_total", "6", "P_lock_attempts_total", "100"), Calm: counters("P_lock_timeouts_total", "4", "P_lock_attempts_total", "100"), EvalAt: "25m"},
-	{Name: "LockContentionCritical", Severity: "critical", Expr: lockP99 + " > 2", For: "5m",
+	{Name: "LockTimeoutRateHigh", Severity: "warning", Expr: lockTimeoutRatio + " > 0.05", For: "10m",
+		Summary: "More than 5% of lock acquisitions time out", Metrics: []string{"lock_timeouts_total", "lock_acquisitions_total"},
+		Fire: counters("P_lock_timeouts_total", "6", "P_lock_acquisitions_total", "94"), Calm: counters("P_lock_timeouts_total", "4", "P_lock_acquisitions_total", "96"), EvalAt: "25m"},
+	{Name: "LockContentionCritical", Severity: "critical", Expr: lockP99 + " > 2", For: "5m", KeepFiringFor: keepFiring,
 		Summary: "Lock wait p99 above 2s", Metrics: []string{"lock_wait_seconds"},
 		Fire: lockWait("2", 985), Calm: lockWait("2", 995), EvalAt: "20m"},
-	{Name: "StreamConsumerLagHigh", Severity: "warning", Expr: "P_stream_consumer_lag > 1000", For: "10m",
+	{Name: "StreamConsumerLagHigh", Severity: "warning", Expr: lag + " > 1000", For: "10m",
 		Summary: "Stream consumers are more than 1000 messages behind", Metrics: []string{"stream_consumer_lag"},
 		Fire: []Series{{"P_stream_consumer_lag", "1001x30"}}, Calm: []Series{{"P_stream_consumer_lag", "1000x30"}}, EvalAt: "15m"},
-	{Name: "DLQSizeCritical", Severity: "critical", Expr: `P_stream_length{stream=~".+:dlq"} > 100`, For: "5m",
+	{Name: "DLQSizeCritical", Severity: "critical", Expr: dlq + " > 100", For: "5m", KeepFiringFor: keepFiring,
 		Summary: "A dead-letter stream holds more than 100 messages", Metrics: []string{"stream_length"},
 		Fire: []Series{{`P_stream_length{stream="orders:dlq"}`, "101x20"}}, Calm: []Series{{`P_stream_length{stream="orders:dlq"}`, "100x20"}},
 		EvalAt: "10m", Labels: map[string]string{"stream": "orders:dlq"}},
-	{Name: "RateLimitRejectionCritical", Severity: "critical", Expr: rejectRatio + " > 0.3", For: "5m",
+	{Name: "RateLimitRejectionCritical", Severity: "critical", Expr: rejectRatio + " > 0.3", For: "5m", KeepFiringFor: keepFiring,
 		Summary: "More than 30% of requests are rate limited", Metrics: []string{"ratelimit_rejected_total", "ratelimit_allowed_total"},
 		Fire: counters("P_ratelimit_rejected_total", "31", "P_ratelimit_allowed_total", "69"), Calm: counters("P_ratelimit_rejected_total", "29", "P_ratelimit_allowed_total", "71"), EvalAt: "20m"},
+	// What an on-call engineer of a payments service needs besides.
+	{Name: "TargetDown", Severity: "critical", Expr: `up{job="$job"} == 0`, For: "1m", KeepFiringFor: keepFiring,
+		Summary: "Prometheus cannot scrape the application (process down, or /metrics failing)", Metrics: []string{},
+		Fire: []Series{{"up" + target, "0x10"}}, Calm: []Series{{"up" + target, "1x10"}},
+		EvalAt: "5m", Labels: map[string]string{"job": "$job", "instance": "app:8080"}},
+	{Name: "TargetMissing", Severity: "critical", Expr: `absent(up{job="$job"})`, For: "5m", KeepFiringFor: keepFiring,
+		Summary: "Prometheus has no target for the application's job: nothing about it is monitored", Metrics: []string{},
+		Fire: []Series{{`up{job="other",instance="x:1"}`, "1x10"}}, Calm: []Series{{"up" + target, "1x10"}},
+		EvalAt: "8m", Labels: map[string]string{"job": "$job"}},
+	{Name: "StoreUpMissing", Severity: "warning", Expr: `up{job="$job"} == 1 unless on (job, instance) P_store_up`, For: "5m",
+		Summary: "The application answers scrapes but exports no store_up: StoreConnectionLost cannot fire (wrong metric prefix, or storefx missing)", Metrics: []string{"store_up"},
+		Fire: []Series{{"up" + target, "1x10"}}, Calm: []Series{{"up" + target, "1x10"}, {`P_store_up{job="$job",instance="app:8080",client="default"}`, "1x10"}},
+		EvalAt: "8m", Labels: map[string]string{"job": "$job", "instance": "app:8080"}},
+	{Name: "RedisErrorRateHigh", Severity: "warning", Expr: redisErrorRatio + " > 0.01", For: "5m",
+		Summary: "More than 1% of Redis commands fail", Metrics: []string{"errors_total", "commands_total"},
+		Fire: counters("P_errors_total", "2", `P_commands_total{command="GET"}`, "100"), Calm: counters("P_errors_total", "1", `P_commands_total{command="GET"}`, "200"), EvalAt: "20m"},
+	{Name: "IdempotencyStoreErrors", Severity: "warning", Expr: `sum(increase(P_idempotency_requests_total{outcome="store_error"}[5m])) > 0`, For: "1m",
+		Summary: "Idempotent requests were refused because Redis failed (fail-closed: the client got 500)", Metrics: []string{"idempotency_requests_total"},
+		Fire: counters(`P_idempotency_requests_total{outcome="store_error"}`, "1", `P_idempotency_requests_total{outcome="new"}`, "1000"),
+		Calm: counters(`P_idempotency_requests_total{outcome="store_error"}`, "0", `P_idempotency_requests_total{outcome="new"}`, "1000"), EvalAt: "20m"},
+	{Name: "IdempotencyStoreErrorsCritical", Severity: "critical", Expr: storeErrorRatio + " > 0.01", For: "2m", KeepFiringFor: keepFiring,
+		Summary: "More than 1% of idempotent requests fail because Redis fails", Metrics: []string{"idempotency_requests_total"},
+		Fire: counters(`P_idempotency_requests_total{outcome="store_error"}`, "2", `P_idempotency_requests_total{outcome="new"}`, "98"),
+		Calm: counters(`P_idempotency_requests_total{outcome="store_error"}`, "1", `P_idempotency_requests_total{outcome="new"}`, "199"), EvalAt: "20m"},
+	{Name: "IdempotencyFailOpen", Severity: "critical", Expr: `sum(increase(P_idempotency_requests_total{outcome="fail_open"}[5m])) > 0`, For: "0s", KeepFiringFor: keepFiring,
+		Summary: "Handlers ran without duplicate protection (fail-open with Redis failing): a retried payment may be charged twice", Metrics: []string{"idempotency_requests_total"},
+		Fire: counters(`P_idempotency_requests_total{outcome="fail_open"}`, "1", `P_idempotency_requests_total{outcome="new"}`, "1000"),
+		Calm: counters(`P_idempotency_requests_total{outcome="fail_open"}`, "0", `P_idempotency_requests_total{outcome="new"}`, "1000"), EvalAt: "20m"},
+	{Name: "HTTPServerErrorRateHigh", Severity: "warning", Expr: serverErrorRatio + " > 0.05", For: "5m",
+		Summary: "More than 5% of requests answer 5xx", Metrics: []string{"http_requests_total"},
+		Fire: counters(`P_http_requests_total{code="500"}`, "6", `P_http_requests_total{code="201"}`, "94"),
+		Calm: counters(`P_http_requests_total{code="500"}`, "4", `P_http_requests_total{code="201"}`, "96"), EvalAt: "20m"},
+	{Name: "HTTPServerErrorRateCritical", Severity: "critical", Expr: serverErrorRatio + " > 0.2", For: "2m", KeepFiringFor: keepFiring,
+		Summary: "More than 20% of requests answer 5xx", Metrics: []string{"http_requests_total"},
+		Fire: counters(`P_http_requests_total{code="503"}`, "21", `P_http_requests_total{code="201"}`, "79"),
+		Calm: counters(`P_http_requests_total{code="503"}`, "19", `P_http_requests_total{code="201"}`, "81"), EvalAt: "20m"},
+	{Name: "TraceExportFailing", Severity: "warning", Expr: "sum(rate(P_tracing_export_errors_total[5m])) > 0", For: "15m",
+		Summary: "Spans have failed to reach the trace backend for 15 minutes (traces are being lost)", Metrics: []string{"tracing_export_errors_total"},
+		Fire: []Series{{"P_tracing_export_errors_total", "0+1x40"}}, Calm: []Series{{"P_tracing_export_errors_total", "0x10 1x30"}}, EvalAt: "30m"},
+}
+
+// Profile is how the rules and the routing are rendered.
+type Profile struct {
+	// Prefix is the application's metric prefix (metricsfx.Config.Prefix).
+	Prefix string
+	// Job is the Prometheus scrape job of the application, which the
+	// TargetDown and TargetMissing rules select. Default: Prefix.
+	Job string
+	// Speedup divides every duration: rate and hold windows, for,
+	// keep_firing_for and the Alertmanager timings. 0 or 1 is production;
+	// the end-to-end test uses 60, so that 5 minutes become 5 seconds.
+	Speedup int
+}
+
+func (p Profile) job() string {
+	if p.Job != "" {
+		return p.Job
+	}
+	return p.Prefix
+}
+
+func (p Profile) speedup() int64 { return int64(max(p.Speedup, 1)) }
+
+// scale divides a duration written as Prometheus does ("5m", "1h", "0s").
+func (p Profile) scale(d string) string {
+	v, err := time.ParseDuration(d)
+	if err != nil {
+		panic("metricsfx: bad duration " + d)
+	}
+	return promDuration(v / time.Duration(p.speedup()))
+}
+
+// promDuration prints d in the largest unit that divides it, as Prometheus
+// and Alertmanager read durations.
+func promDuration(d time.Duration) string {
+	if d == 0 {
+		return "0s"
+	}
+	for _, u := range []struct {
+		unit time.Duration
+		name string
+	}{{time.Hour, "h"}, {time.Minute, "m"}, {time.Second, "s"}, {time.Millisecond, "ms"}} {
+		if d%u.unit == 0 {
+			return fmt.Sprintf("%d%s", d/u.unit, u.name)
+		}
+	}
+	return fmt.Sprintf("%dms", d.Milliseconds())
+}
+
+// expr renders an expression for the profile: prefix, job, windows.
+func (p Profile) expr(e string) string {
+	e = strings.ReplaceAll(withPrefix(e, p.Prefix), "$job", p.job())
+	var out strings.Builder
+	for {
+		open := strings.Index(e, "[")
+		if open < 0 {
+			out.WriteString(e)
+			return out.String()
+		}
+		end := strings.Index(e[open:], "]")
+		out.WriteString(e[:open+1] + p.scale(e[open+1:open+end]) + "]")
+		e = e[open+end+1:]
+	}
 }
 
 func withPrefix(s, prefix string) string { return strings.ReplaceAll(s, "P_", prefix+"_") }
 
-// AlertRules renders the Prometheus rule file for a metric prefix.
-func AlertRules(prefix string) []byte {
+func (p Profile) header(flags string) string {
+	cmd := "go run ./cmd/redisfx-alerts -prefix " + p.Prefix
+	if p.Job != "" && p.Job != p.Prefix {
+		cmd += " -job " + p.Job
+	}
+	if p.speedup() > 1 {
+		cmd += fmt.Sprintf(" -speedup %d", p.speedup())
+	}
+	return "# Generated by: " + cmd + flags + "\n"
+}
+
+// AlertRules renders the Prometheus rule file.
+func AlertRules(p Profile) []byte {
 	var b strings.Builder
-	b.WriteString("# Generated by: go run ./cmd/redisfx-alerts -prefix " + prefix + "\n")
+	b.WriteString(p.header(""))
 	b.WriteString("groups:\n  - name: redisfx\n    rules:\n")
 	for _, a := range Alerts {
-		fmt.Fprintf(&b, "      - alert: %s\n        expr: %s\n        for: %s\n        labels:\n          severity: %s\n",
-			a.Name, quoteYAML(withPrefix(a.Expr, prefix)), a.For, a.Severity)
+		fmt.Fprintf(&b, "      - alert: %s\n        expr: %s\n        for: %s\n", a.Name, quoteYAML(p.expr(a.Expr)), p.scale(a.For))
+		if a.KeepFiringFor != "" {
+			fmt.Fprintf(&b, "        keep_firing_for: %s\n", p.scale(a.KeepFiringFor))
+		}
+		fmt.Fprintf(&b, "        labels:\n          severity: %s\n", a.Severity)
 		fmt.Fprintf(&b, "        annotations:\n          summary: %s\n          runbook: %s\n",
 			quoteYAML(a.Summary), quoteYAML("docs/monitoring.md#"+strings.ToLower(a.Name)))
 	}
 	return []byte(b.String())
 }
 
-// AlertRuleTests renders a promtool test file for rules.yml of the same
-// prefix: for every alert, it fires after its For when the condition holds
-// just past the threshold, and stays silent just short of it.
-func AlertRuleTests(prefix, rulesFile string) []byte {
+// AlertRuleTests renders a promtool test file for the production rules of
+// the same prefix and job: for every alert, it fires after its For when the
+// condition holds just past the threshold, stays silent just short of it,
+// and (where the rule reads a gauge through last_over_time) still fires
+// after the series vanished.
+func AlertRuleTests(p Profile, rulesFile string) []byte {
+	p.Speedup = 1
 	var b strings.Builder
-	b.WriteString("# Generated by: go run ./cmd/redisfx-alerts -prefix " + prefix + " -tests\n")
+	b.WriteString(p.header(" -tests"))
 	fmt.Fprintf(&b, "rule_files:\n  - %s\nevaluation_interval: 1m\ntests:\n", rulesFile)
 	for _, a := range Alerts {
-		for _, fire := range []bool{true, false} {
-			in := a.Calm
-			if fire {
-				in = a.Fire
-			}
+		cases := []struct {
+			in   []Series
+			at   string
+			fire bool
+		}{{a.Fire, a.EvalAt, true}, {a.Calm, a.EvalAt, false}}
+		if a.Hold != nil {
+			cases = append(cases, struct {
+				in   []Series
+				at   string
+				fire bool
+			}{a.Hold, a.HoldAt, true})
+		}
+		for _, c := range cases {
 			b.WriteString("  - interval: 1m\n    input_series:\n")
-			for _, s := range in {
-				fmt.Fprintf(&b, "      - series: %s\n        values: %s\n", quoteYAML(withPrefix(s.Name, prefix)), quoteYAML(s.Values))
+			for _, s := range c.in {
+				fmt.Fprintf(&b, "      - series: %s\n        values: %s\n", quoteYAML(p.expr(s.Name)), quoteYAML(s.Values))
 			}
-			fmt.Fprintf(&b, "    alert_rule_test:\n      - eval_time: %s\n        alertname: %s\n", a.EvalAt, a.Name)
-			if !fire {
+			fmt.Fprintf(&b, "    alert_rule_test:\n      - eval_time: %s\n        alertname: %s\n", c.at, a.Name)
+			if !c.fire {
 				b.WriteString("        exp_alerts: []\n")
 				continue
 			}
@@ -159,7 +334,7 @@ func AlertRuleTests(prefix, rulesFile string) []byte {
 			}
 			sort.Strings(keys)
 			for _, k := range keys {
-				fmt.Fprintf(&b, "              %s: %s\n", k, quoteYAML(a.Labels[k]))
+				fmt.Fprintf(&b, "              %s: %s\n", k, quoteYAML(p.expr(a.Labels[k])))
 			}
 			fmt.Fprintf(&b, "            exp_annotations:\n              summary: %s\n              runbook: %s\n",
 				quoteYAML(a.Summary), quoteYAML("docs/monitoring.md#"+strings.ToLower(a.Name)))
@@ -168,29 +343,65 @@ func AlertRuleTests(prefix, rulesFile string) []byte {
 	return []byte(b.String())
 }
 
-// AlertmanagerConfig is the routing of the spec: critical alerts to a
-// paging receiver (and matching continues), warnings to a chat receiver,
-// everything else to a default receiver. Receivers hold placeholders.
-func AlertmanagerConfig() []byte {
-	return []byte(`# Routing of the redisfx alerts (tracing spec): replace the receivers' endpoints.
-route:
+// Receivers are the webhook URLs of the three receivers; an empty URL
+// renders a placeholder (pager, chat) or no webhook (default).
+type Receivers struct{ Pager, Chat, Default string }
+
+// AlertmanagerConfig is the routing: critical alerts page (pager receiver)
+// and continue to the team's chat, warnings go to chat, everything else to
+// the default receiver. Timings are the production ones divided by
+// p.Speedup (see docs/monitoring.md for why each is what it is).
+func AlertmanagerConfig(p Profile, r Receivers) []byte {
+	d := func(v time.Duration) string { return promDuration(v / time.Duration(p.speedup())) }
+	if r.Pager == "" {
+		r.Pager = "http://pager.invalid/<API_KEY>"
+	}
+	if r.Chat == "" {
+		r.Chat = "http://chat.invalid/<ACCESS_TOKEN>"
+	}
+	var b strings.Builder
+	b.WriteString(p.header(" -alertmanager"))
+	b.WriteString("# Routing of the redisfx alerts: replace the receivers' endpoints.\n")
+	fmt.Fprintf(&b, `route:
   receiver: default
   group_by: [alertname]
+  group_wait: %s
+  group_interval: %s
+  repeat_interval: %s
   routes:
+    # Page at once for every critical alert, every time it fires: a short
+    # group_wait, and a group_interval shorter than every critical alert's
+    # keep_firing_for, so a second short outage is sent too.
     - matchers: ['severity="critical"']
       receiver: pager
+      group_wait: %s
+      group_interval: %s
+      repeat_interval: %s
       continue: true
-    - matchers: ['severity="warning"']
+    # The team's channel sees warnings, and the pages too.
+    - matchers: ['severity=~"warning|critical"']
       receiver: chat
+      group_wait: %s
+      group_interval: %s
+      repeat_interval: %s
 receivers:
   - name: default
-  - name: pager
+`, d(ChatGroupWait), d(ChatGroupInterval), d(ChatRepeatInterval),
+		d(PagerGroupWait), d(PagerGroupInterval), d(PagerRepeatInterval),
+		d(ChatGroupWait), d(ChatGroupInterval), d(ChatRepeatInterval))
+	if r.Default != "" {
+		fmt.Fprintf(&b, "    webhook_configs:\n      - url: %s\n        send_resolved: true\n", quoteYAML(r.Default))
+	}
+	fmt.Fprintf(&b, `  - name: pager
     webhook_configs:
-      - url: http://pager.invalid/<API_KEY>
+      - url: %s
+        send_resolved: true
   - name: chat
     webhook_configs:
-      - url: http://chat.invalid/<ACCESS_TOKEN>
-`)
+      - url: %s
+        send_resolved: true
+`, quoteYAML(r.Pager), quoteYAML(r.Chat))
+	return []byte(b.String())
 }
 
 func quoteYAML(s string) string {

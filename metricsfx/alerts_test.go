@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 )
 
 // tool returns the path of a Prometheus tool; CI installs them, so there
@@ -29,9 +30,9 @@ func tool(t *testing.T, name string) string {
 // The checked-in files are what the generator prints.
 func TestCheckedInFilesAreGenerated(t *testing.T) {
 	for file, want := range map[string][]byte{
-		"rules.yml":        AlertRules(DefaultPrefix),
-		"rules_test.yml":   AlertRuleTests(DefaultPrefix, "rules.yml"),
-		"alertmanager.yml": AlertmanagerConfig(),
+		"rules.yml":        AlertRules(Profile{Prefix: DefaultPrefix}),
+		"rules_test.yml":   AlertRuleTests(Profile{Prefix: DefaultPrefix}, "rules.yml"),
+		"alertmanager.yml": AlertmanagerConfig(Profile{Prefix: DefaultPrefix}, Receivers{}),
 	} {
 		got, err := os.ReadFile(filepath.Join("..", "docs", "monitoring", file))
 		if err != nil || !bytes.Equal(got, want) {
@@ -41,33 +42,80 @@ func TestCheckedInFilesAreGenerated(t *testing.T) {
 }
 
 // Every alert fires just past its threshold after its For, and stays silent
-// just short of it: promtool test rules, on rules generated for a prefix.
+// just short of it: promtool test rules, on rules generated for a prefix and
+// job. The sped-up rules of the end-to-end test are valid rules too.
 func TestPromtool_RulesCheckAndUnitTests(t *testing.T) {
 	promtool := tool(t, "promtool")
 	dir := t.TempDir()
-	for _, prefix := range []string{DefaultPrefix, "payments"} {
-		rules := filepath.Join(dir, prefix+"_rules.yml")
-		tests := filepath.Join(dir, prefix+"_rules_test.yml")
-		_ = os.WriteFile(rules, AlertRules(prefix), 0o644)
-		_ = os.WriteFile(tests, AlertRuleTests(prefix, filepath.Base(rules)), 0o644)
+	for _, p := range []Profile{{Prefix: DefaultPrefix}, {Prefix: "payments", Job: "payments-api"}} {
+		rules := filepath.Join(dir, p.Prefix+"_rules.yml")
+		tests := filepath.Join(dir, p.Prefix+"_rules_test.yml")
+		_ = os.WriteFile(rules, AlertRules(p), 0o644)
+		_ = os.WriteFile(tests, AlertRuleTests(p, filepath.Base(rules)), 0o644)
 		if out, err := exec.Command(promtool, "check", "rules", rules).CombinedOutput(); err != nil {
-			t.Fatalf("promtool check rules (%s): %v\n%s", prefix, err, out)
+			t.Fatalf("promtool check rules (%s): %v\n%s", p.Prefix, err, out)
 		}
 		if out, err := exec.Command(promtool, "test", "rules", tests).CombinedOutput(); err != nil {
-			t.Fatalf("promtool test rules (%s): %v\n%s", prefix, err, out)
+			t.Fatalf("promtool test rules (%s): %v\n%s", p.Prefix, err, out)
+		}
+	}
+	fast := filepath.Join(dir, "fast_rules.yml")
+	_ = os.WriteFile(fast, AlertRules(Profile{Prefix: "payments", Speedup: 60}), 0o644)
+	if out, err := exec.Command(promtool, "check", "rules", fast).CombinedOutput(); err != nil {
+		t.Fatalf("promtool check rules (speedup 60): %v\n%s", err, out)
+	}
+}
+
+// The sped-up profile divides every duration, and nothing else.
+func TestSpeedupDividesEveryDuration(t *testing.T) {
+	rules := string(AlertRules(Profile{Prefix: "payments", Speedup: 60}))
+	for _, want := range []string{"rate(payments_lock_timeouts_total[5s])", "last_over_time(payments_stream_consumer_lag[1m])",
+		"for: 1s", "for: 10s", "keep_firing_for: 2s", `up{job="payments"} == 0`} {
+		if !strings.Contains(rules, want) {
+			t.Errorf("sped-up rules lack %q", want)
+		}
+	}
+	if strings.Contains(rules, "[5m]") || strings.Contains(rules, "for: 5m") {
+		t.Error("a production duration survived the speedup")
+	}
+	am := string(AlertmanagerConfig(Profile{Speedup: 60}, Receivers{Pager: "http://127.0.0.1:1/pager"}))
+	for _, want := range []string{"group_interval: 1s", "group_wait: 166ms", "url: 'http://127.0.0.1:1/pager'"} {
+		if !strings.Contains(am, want) {
+			t.Errorf("sped-up routing lacks %q:\n%s", want, am)
 		}
 	}
 }
 
-// amtool accepts the routing, and each severity reaches its receiver.
+// A critical alert that fires and clears between two flushes of its
+// Alertmanager group is never sent. Every critical alert therefore keeps
+// firing for longer than the pager's group_interval plus one evaluation
+// and one send (a minute of margin in production).
+func TestEveryCriticalAlertOutlivesThePagerGroupInterval(t *testing.T) {
+	for _, a := range Alerts {
+		if a.Severity != "critical" {
+			if a.KeepFiringFor != "" {
+				t.Errorf("%s: keep_firing_for on a %s alert only delays its resolution", a.Name, a.Severity)
+			}
+			continue
+		}
+		keep, err := time.ParseDuration(a.KeepFiringFor)
+		if err != nil || keep < PagerGroupInterval+time.Minute {
+			t.Errorf("%s: keep_firing_for %q, want at least the pager group_interval %v plus a minute", a.Name, a.KeepFiringFor, PagerGroupInterval)
+		}
+	}
+}
+
+// amtool accepts the routing, and each severity reaches its receivers:
+// critical pages and reaches the team's chat, warning reaches chat, the
+// rest the default receiver.
 func TestAmtool_RoutingPerSeverity(t *testing.T) {
 	amtool := tool(t, "amtool")
 	cfg := filepath.Join(t.TempDir(), "alertmanager.yml")
-	_ = os.WriteFile(cfg, AlertmanagerConfig(), 0o644)
+	_ = os.WriteFile(cfg, AlertmanagerConfig(Profile{}, Receivers{}), 0o644)
 	if out, err := exec.Command(amtool, "check-config", cfg).CombinedOutput(); err != nil {
 		t.Fatalf("amtool check-config: %v\n%s", err, out)
 	}
-	for severity, want := range map[string]string{"critical": "pager", "warning": "chat", "info": "default"} {
+	for severity, want := range map[string]string{"critical": "pager,chat", "warning": "chat", "info": "default"} {
 		out, err := exec.Command(amtool, "config", "routes", "test", "--config.file="+cfg, "severity="+severity).Output() // stdout: stderr has a flag warning
 		if err != nil || strings.TrimSpace(string(out)) != want {
 			t.Errorf("severity=%s routes to %q (%v), want %s", severity, strings.TrimSpace(string(out)), err, want)
@@ -75,8 +123,8 @@ func TestAmtool_RoutingPerSeverity(t *testing.T) {
 	}
 }
 
-// Every alert has both a firing and a calm test input, and the spec's eight
-// alerts are all there.
+// Every alert has both a firing and a calm test input, and the eight alerts of
+// the threshold table (docs/monitoring.md) are all there.
 func TestEveryAlertIsTestedBothWays(t *testing.T) {
 	names := map[string]bool{}
 	for _, a := range Alerts {
@@ -104,10 +152,10 @@ var (
 		"lock_acquisitions_total": "lockfx", "locks_active": "lockfx", "lock_wait_duration_seconds": "lockfx",
 		"cache_hits_total": "cachefx", "cache_misses_total": "cachefx", "cache_stampede_prevented_total": "cachefx", "cache_size": "cachefx",
 		"ratelimit_rejected_total": "ratelimitfx", "ratelimit_allowed_total": "ratelimitfx", "ratelimit_requests_total": "ratelimitfx",
-		"stream_consumer_lag": "streamfx", "stream_length": "streamfx",
+		"stream_consumer_lag": "streamfx", "stream_length": "streamfx", "tracing_export_errors_total": "tracingfx",
 	}
 	// notYetBuilt lists metrics that rules or the dashboard read but no
-	// module exports yet. Every plugin of the spec is built: it is empty.
+	// module exports yet. Every plugin is built: it is empty.
 	notYetBuilt = map[string]string{}
 )
 

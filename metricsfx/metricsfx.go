@@ -1,6 +1,3 @@
-// Package metricsfx provides the application's Prometheus registry and the
-// prefixed Registerer that every redisfx module registers its collectors
-// with, so that every metric is named <prefix>_<name>.
 package metricsfx
 
 import (
@@ -10,6 +7,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.uber.org/fx"
+
+	"github.com/redisfx/redisfx"
+	"github.com/redisfx/redisfx/internal/fxconfig"
 )
 
 // DefaultPrefix is the metric prefix when the application chooses none.
@@ -17,8 +17,8 @@ const DefaultPrefix = "redisfx"
 
 // Config configures the metrics.
 type Config struct {
-	// Prefix is put before every metric name, with an underscore: the
-	// spec's <metric_prefix>. Default "redisfx".
+	// Prefix is put before every metric name, with an underscore
+	// (<prefix>_<name>). Default "redisfx".
 	Prefix string
 	// Registry is the application's registry. Default: a new one with the
 	// Go runtime and process collectors (never the global default registry).
@@ -34,13 +34,26 @@ type Metrics struct {
 
 var validPrefix = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]*$`)
 
+// ValidPrefix reports whether prefix can start a Prometheus metric name
+// ([a-zA-Z_][a-zA-Z0-9_]*).
+func ValidPrefix(prefix string) bool { return validPrefix.MatchString(prefix) }
+
+// Validate reports an invalid field, naming it.
+func (c Config) Validate() error {
+	if c.Prefix != "" && !ValidPrefix(c.Prefix) {
+		return redisfx.NewConfigError("metricsfx", "Config.Prefix",
+			fmt.Sprintf("%q is not a Prometheus name ([a-zA-Z_][a-zA-Z0-9_]*)", c.Prefix))
+	}
+	return nil
+}
+
 // New builds the registry and the prefixed registerer.
 func New(cfg Config) (*Metrics, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	if cfg.Prefix == "" {
 		cfg.Prefix = DefaultPrefix
-	}
-	if !validPrefix.MatchString(cfg.Prefix) {
-		return nil, fmt.Errorf("metricsfx: invalid Config.Prefix: %q is not a Prometheus name ([a-zA-Z_][a-zA-Z0-9_]*)", cfg.Prefix)
 	}
 	reg := cfg.Registry
 	if reg == nil {
@@ -52,20 +65,30 @@ func New(cfg Config) (*Metrics, error) {
 
 // Module provides *Metrics, the prometheus.Registerer that modules register
 // with (prefixed) and the prometheus.Gatherer that httpfx serves at /metrics.
-// The configuration is an optional *Config in the graph.
+// The configuration is a Config or *Config in the graph (fx.Supply either).
 //
 // Adding a module's collectors is one line in its constructor:
 //
 //	reg.MustRegister(myCounter) // reg is the injected prometheus.Registerer
 var Module = fx.Module("redisfx.metrics",
 	fx.Provide(
-		fx.Annotate(func(c *Config) (*Metrics, error) {
-			if c == nil {
-				return New(Config{})
-			}
-			return New(*c)
-		}, fx.ParamTags(`optional:"true"`)),
+		newFromParams,
 		func(m *Metrics) prometheus.Registerer { return m.Registerer },
 		func(m *Metrics) prometheus.Gatherer { return m.Registry },
 	),
 )
+
+type params struct {
+	fx.In
+	// The app's configuration, in either form (at most one of them).
+	Config      *Config `optional:"true"`
+	ConfigValue Config  `optional:"true"`
+}
+
+func newFromParams(p params) (*Metrics, error) {
+	cfg, err := fxconfig.Pick(p.Config, p.ConfigValue)
+	if err != nil {
+		return nil, fmt.Errorf("metricsfx: %w", err)
+	}
+	return New(cfg)
+}

@@ -1,10 +1,11 @@
 package metricsfx
 
 import (
-	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/fx"
+	"go.uber.org/fx/fxtest"
 	"go.uber.org/goleak"
 )
 
@@ -27,7 +28,18 @@ func TestPrefixApplied(t *testing.T) {
 }
 
 func TestInvalidPrefixNamesTheField(t *testing.T) {
-	if _, err := New(Config{Prefix: "my-app"}); err == nil || !strings.Contains(err.Error(), "Config.Prefix") {
-		t.Fatalf("err = %v", err)
+	want := `metricsfx: invalid Config.Prefix: "my-app" is not a Prometheus name ([a-zA-Z_][a-zA-Z0-9_]*)`
+	if _, err := New(Config{Prefix: "my-app"}); err == nil || err.Error() != want {
+		t.Fatalf("err = %v\nwant %s", err, want)
+	}
+}
+
+func TestModuleTakesTheConfigByValue(t *testing.T) {
+	var m *Metrics
+	app := fxtest.New(t, fx.NopLogger, Module, fx.Supply(Config{Prefix: "shop"}), fx.Populate(&m))
+	app.RequireStart()
+	defer app.RequireStop()
+	if m.Prefix != "shop" {
+		t.Fatalf("prefix %q: a Config supplied by value was ignored", m.Prefix)
 	}
 }
