@@ -3,84 +3,235 @@ package cachefx
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"math"
+	"net"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redisfx/redisfx/internal/randid"
+	"github.com/redisfx/redisfx/plugintrace"
 )
 
 // broadcaster keeps the first layers of every process coherent: a write or
 // delete publishes the Redis keys it changed, and every other process drops
-// them from its first layer. A message lost while a subscription
-// reconnects is covered by clearing the whole layer on re-subscription; a
-// message lost otherwise is covered by the layer's TTL.
+// them from its first layer.
+//
+// A process trusts its first layer only while its subscription proves
+// itself: it pings over the subscription every interval, and a pong proves
+// that every message Redis handled before the ping has been applied
+// (Redis answers a subscriber in order). A layer whose latest proof is
+// older than window serves nothing; a subscription without a proof for
+// that long is replaced, and the layer is cleared whenever a subscription
+// is (re)confirmed, since messages may have been missed in between.
+//
+// On a Cluster the channel is sharded (SPUBLISH/SSUBSCRIBE): every message
+// and every ping then goes through the one master that owns the channel,
+// which is what makes the order argument hold; a classic channel is
+// relayed between masters with no order.
 type broadcaster struct {
-	rdb     redis.UniversalClient
-	channel string
-	local   *localLayer
-	self    string // this process's id: its own messages are skipped
+	rdb      redis.UniversalClient
+	channel  string
+	sharded  bool
+	local    *localLayer
+	changed  func(keys ...string) // told of every key another process changed
+	self     string               // this process's id: its own messages are skipped
+	interval time.Duration
+	window   time.Duration
+
+	base  time.Time    // monotonic origin of proof
+	proof atomic.Int64 // every message Redis handled before base+proof has been applied
 
 	mu     sync.Mutex
-	pubsub *redis.PubSub
+	ps     *redis.PubSub
+	closed bool
+	stop   chan struct{}
 	done   chan struct{}
 }
 
-func newBroadcaster(rdb redis.UniversalClient, channel string, local *localLayer) *broadcaster {
-	return &broadcaster{rdb: rdb, channel: channel, local: local, self: randid.Hex(16)}
+func newBroadcaster(rdb redis.UniversalClient, channel string, local *localLayer, ttl time.Duration, changed func(keys ...string)) *broadcaster {
+	interval := min(max(ttl/4, 50*time.Millisecond), time.Second)
+	b := &broadcaster{
+		rdb: rdb, channel: channel, sharded: isCluster(rdb), local: local, changed: changed, self: randid.Hex(16),
+		interval: interval, window: 2 * interval, base: time.Now(), stop: make(chan struct{}),
+	}
+	b.proof.Store(math.MinInt64 / 2) // nothing proven before the first subscription
+	return b
 }
 
+// background is the context of the subscription's own traffic: no command
+// spans (an idle process would otherwise start a trace per ping).
+var background = plugintrace.WithoutCommandSpans(context.Background())
+
+func (b *broadcaster) subscribe(ctx context.Context) *redis.PubSub {
+	if b.sharded {
+		return b.rdb.SSubscribe(ctx, b.channel)
+	}
+	return b.rdb.Subscribe(ctx, b.channel)
+}
+
+// start subscribes and waits for the subscription's confirmation.
 func (b *broadcaster) start(ctx context.Context) error {
-	ps := b.rdb.Subscribe(ctx, b.channel)
-	if _, err := ps.Receive(ctx); err != nil { // the subscription is confirmed
+	ps := b.subscribe(plugintrace.WithoutCommandSpans(ctx))
+	m, err := ps.Receive(ctx)
+	if err == nil {
+		if _, ok := m.(*redis.Subscription); !ok {
+			err = errors.New("cachefx: unexpected first message on the invalidation channel")
+		}
+	}
+	if err != nil {
 		_ = ps.Close()
 		return err
 	}
+	b.confirmed()
 	b.mu.Lock()
-	b.pubsub, b.done = ps, make(chan struct{})
+	b.ps, b.done = ps, make(chan struct{})
 	b.mu.Unlock()
-	go b.run(ps.ChannelWithSubscriptions(), b.done)
+	go b.run(b.done)
 	return nil
 }
 
-func (b *broadcaster) run(ch <-chan any, done chan struct{}) {
+func (b *broadcaster) elapsed() int64 { return int64(time.Since(b.base)) }
+
+// trusted reports whether the first layer may answer now.
+func (b *broadcaster) trusted() bool {
+	return b.elapsed()-b.proof.Load() <= int64(b.window)
+}
+
+// confirmed handles a (re)subscription: messages may have been missed
+// before it, so the layer starts empty, and from now on every message
+// reaches this process in order.
+func (b *broadcaster) confirmed() {
+	b.local.clear()
+	b.proved(b.elapsed())
+}
+
+func (b *broadcaster) proved(at int64) {
+	for {
+		old := b.proof.Load()
+		if at <= old || b.proof.CompareAndSwap(old, at) {
+			return
+		}
+	}
+}
+
+func (b *broadcaster) current() *redis.PubSub {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil
+	}
+	return b.ps
+}
+
+func (b *broadcaster) run(done chan struct{}) {
 	defer close(done)
-	for m := range ch {
-		switch m := m.(type) {
+	lastPing, lastReplace := b.elapsed(), b.elapsed()
+	for {
+		ps := b.current()
+		if ps == nil {
+			return
+		}
+		now := b.elapsed()
+		if now-b.proof.Load() > int64(b.window) && now-lastReplace > int64(b.window) {
+			// No proof for a whole window: the connection may be stalled or
+			// silently dropping (a NAT that forgot it). Start afresh.
+			b.replace(ps)
+			lastPing, lastReplace = now, now
+			continue
+		}
+		if now-lastPing >= int64(b.interval) {
+			_ = ps.Ping(background, strconv.FormatInt(now, 10))
+			lastPing = now
+		}
+		wait := time.Duration(int64(b.interval) - (b.elapsed() - lastPing))
+		msg, err := ps.ReceiveTimeout(background, max(wait, time.Millisecond))
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue // time to ping
+			}
+			// Closed, or the connection broke and could not be re-made
+			// (Redis down): go-redis reconnects on the next receive.
+			select {
+			case <-b.stop:
+				return
+			case <-time.After(min(b.interval, 100*time.Millisecond)):
+			}
+			continue
+		}
+		switch m := msg.(type) {
 		case *redis.Subscription:
-			if m.Kind == "subscribe" {
-				b.local.clear() // (re)subscribed: messages may have been missed
+			if m.Kind == "subscribe" || m.Kind == "ssubscribe" {
+				b.confirmed()
+			}
+		case *redis.Pong:
+			if sent, err := strconv.ParseInt(m.Payload, 10, 64); err == nil {
+				b.proved(sent)
 			}
 		case *redis.Message:
-			sender, payload, ok := strings.Cut(m.Payload, "\n")
-			if !ok || sender == b.self {
-				continue
-			}
-			var keys []string
-			if json.Unmarshal([]byte(payload), &keys) == nil {
-				b.local.delete(keys...)
-			}
+			b.receive(m.Payload)
 		}
+	}
+}
+
+// replace closes ps and subscribes on a new connection; its confirmation
+// clears the layer.
+func (b *broadcaster) replace(ps *redis.PubSub) {
+	fresh := b.subscribe(background)
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		_ = fresh.Close()
+		return
+	}
+	b.ps = fresh
+	b.mu.Unlock()
+	_ = ps.Close()
+}
+
+func (b *broadcaster) receive(payload string) {
+	sender, keys, ok := strings.Cut(payload, "\n")
+	if !ok || sender == b.self {
+		return
+	}
+	var changed []string
+	if json.Unmarshal([]byte(keys), &changed) == nil {
+		b.local.delete(changed...)
+		b.changed(changed...)
 	}
 }
 
 func (b *broadcaster) close() error {
 	b.mu.Lock()
-	ps, done := b.pubsub, b.done
-	b.pubsub = nil
+	ps, done := b.ps, b.done
+	already := b.closed
+	b.closed = true
 	b.mu.Unlock()
-	if ps == nil {
+	if already || ps == nil {
 		return nil
 	}
+	close(b.stop)
 	err := ps.Close()
 	<-done
 	return err
 }
 
-// publish tells the other processes that keys changed. Best effort: a
-// failure leaves their copies to expire with the layer's TTL.
-func (b *broadcaster) publish(ctx context.Context, keys ...string) {
+// message is what a change of keys publishes.
+func (b *broadcaster) message(keys []string) string {
 	payload, _ := json.Marshal(keys)
-	_ = b.rdb.Publish(ctx, b.channel, b.self+"\n"+string(payload)).Err()
+	return b.self + "\n" + string(payload)
+}
+
+// publish tells the other processes that keys changed.
+func (b *broadcaster) publish(ctx context.Context, c redis.Cmdable, keys []string) *redis.IntCmd {
+	if b.sharded {
+		return c.SPublish(ctx, b.channel, b.message(keys))
+	}
+	return c.Publish(ctx, b.channel, b.message(keys))
 }

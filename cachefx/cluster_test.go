@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+
 	"github.com/redisfx/redisfx/internal/redistest"
 	"github.com/redisfx/redisfx/storefx"
 )
@@ -55,5 +58,126 @@ func TestCluster_TagsAndGetOrLoadAcrossMasters(t *testing.T) {
 	}
 	if loads.Load() != 1 {
 		t.Fatalf("loader ran %d times on a cluster", loads.Load())
+	}
+}
+
+// One master lost its script cache (SCRIPT FLUSH; a restart or failover
+// does the same): InvalidateByTags ran the whole pipeline of read-and-delete
+// scripts again after NOSCRIPT, the other masters' sets were already empty,
+// and it returned 5, nil with 7 of 12 tagged values alive. Every tagged
+// value must go, or an error must say so.
+func TestCluster_InvalidateByTagsAfterOneMasterLostItsScripts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 3-master cluster")
+	}
+	t.Parallel()
+	cl := redistest.StartCluster(t, 3, 0)
+	client, err := storefx.New("default", storefx.Config{Addrs: cl.Addrs()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	c := newCache(t, client, Config{})
+	ctx := context.Background()
+	tags := make([]string, 12)
+	for i := range tags {
+		tags[i] = fmt.Sprint("tag-", i)
+		if err := c.Set(ctx, fmt.Sprint("item-", i), []byte("v"), time.Hour, tags[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Flush the master of the first tag set: it holds some of the sets,
+	// not all (checked).
+	cc := cl.Client()
+	victim, err := cc.MasterForKey(ctx, c.tagKey(tags[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	onVictim := 0
+	for _, tag := range tags {
+		if m, _ := cc.MasterForKey(ctx, c.tagKey(tag)); m.Options().Addr == victim.Options().Addr {
+			onVictim++
+		}
+	}
+	if onVictim == len(tags) {
+		t.Fatal("every tag set on one master: the test needs them spread")
+	}
+	if err := victim.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	n, err := c.InvalidateByTags(ctx, tags...)
+	alive := 0
+	for i := range tags {
+		if cc.Exists(ctx, c.valueKey(fmt.Sprint("item-", i))).Val() == 1 {
+			alive++
+		}
+	}
+	if err == nil && (n != 12 || alive != 0) {
+		t.Fatalf("InvalidateByTags = %d, nil with %d of 12 tagged values alive", n, alive)
+	}
+	if err != nil {
+		t.Fatalf("InvalidateByTags = %d, %v (%d alive): a lost script cache is not a failure", n, err, alive)
+	}
+}
+
+// On a Cluster a Set's pipeline is split by master and the parts run
+// independently: the key could join its tag set while its value was still
+// on its way to another master. An invalidation in between emptied the set
+// and deleted the old value; then the new value landed, live and in no
+// tag set, and no later invalidation found it. Now the value is stored
+// first and the key joins its tag sets after.
+func TestCluster_ValueNeverLiveOutsideItsTagSets(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 3-master cluster")
+	}
+	t.Parallel()
+	cl := redistest.StartCluster(t, 3, 0)
+	g := newGate(false, commandIs("set", "v2"))
+	hooked := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), DisableIdentity: true, ContextTimeoutEnabled: true,
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+		NewClient: func(opt *redis.Options) *redis.Client {
+			node := redis.NewClient(opt)
+			node.AddHook(g) // on each master's client: holds one master's part of a pipeline
+			return node
+		}})
+	defer hooked.Close()
+	prefix := redistest.Prefix(t)
+	writer := newCache(t, &storefx.Client{UniversalClient: hooked}, Config{KeyPrefix: prefix})
+	plain, err := storefx.New("default", storefx.Config{Addrs: cl.Addrs()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	invalidator := newCache(t, plain, Config{KeyPrefix: prefix})
+	ctx := context.Background()
+	// A tag whose set lives on another master than the value.
+	cc := cl.Client()
+	valueNode, _ := cc.MasterForKey(ctx, writer.valueKey("k"))
+	tag := ""
+	for i := 0; tag == ""; i++ {
+		if n, _ := cc.MasterForKey(ctx, writer.tagKey(fmt.Sprint("t", i))); n.Options().Addr != valueNode.Options().Addr {
+			tag = fmt.Sprint("t", i)
+		}
+	}
+	if err := writer.Set(ctx, "k", []byte("v1"), time.Hour, tag); err != nil {
+		t.Fatal(err)
+	}
+	g.armed.Store(true)
+	done := make(chan error, 1)
+	go func() { done <- writer.Set(ctx, "k", []byte("v2"), time.Hour, tag) }()
+	<-g.reached // v2 is held on its way to the value's master
+	if _, err := invalidator.InvalidateByTags(ctx, tag); err != nil {
+		t.Fatal(err)
+	}
+	close(g.release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	// The Set has returned: an invalidation that starts now must delete v2.
+	if _, err := invalidator.InvalidateByTags(ctx, tag); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := cc.Get(ctx, writer.valueKey("k")).Result(); err == nil {
+		t.Fatalf("%q survived an invalidation of its tag that began after its Set returned", v)
 	}
 }

@@ -3,6 +3,9 @@ package cachefx
 import (
 	"fmt"
 	"time"
+
+	"github.com/redisfx/redisfx"
+	"github.com/redisfx/redisfx/plugintrace"
 )
 
 // Config holds the cache options. Zero fields take the defaults.
@@ -29,6 +32,14 @@ type Config struct {
 	StoreTimeout time.Duration
 	// Local is the optional in-process first layer.
 	Local LocalConfig
+	// KeyAttribute is how keys and tags are written into the
+	// redisfx.cache.key and tags span attributes and into error messages:
+	// a key is often a business identifier (a user id, an e-mail
+	// address). The zero value, plugintrace.RedactKey(), writes
+	// "[redacted]"; plugintrace.HashKey(secret) writes a keyed digest, the
+	// same for the same key, so the spans of one hot key can be found
+	// together; plugintrace.RawKey() writes keys as given.
+	KeyAttribute plugintrace.KeyAttribute
 }
 
 // LocalConfig is the in-process first layer in front of Redis. It is off
@@ -43,11 +54,10 @@ type LocalConfig struct {
 	TTL time.Duration
 }
 
-// ConfigError names the invalid option.
-type ConfigError struct{ Option, Reason string }
-
-// Error implements error.
-func (e *ConfigError) Error() string { return "cachefx: invalid Config." + e.Option + ": " + e.Reason }
+// configError names the invalid field of Config.
+func configError(field, reason string) error {
+	return redisfx.NewConfigError("cachefx", "Config."+field, reason)
+}
 
 // Validate reports the first invalid option.
 func (c Config) Validate() error { _, err := c.normalize(); return err }
@@ -60,13 +70,13 @@ func (c Config) normalize() (Config, error) {
 		c.Namespace = "default"
 	}
 	if c.MaxValueBytes < 0 {
-		return c, &ConfigError{"MaxValueBytes", fmt.Sprintf("%d is negative", c.MaxValueBytes)}
+		return c, configError("MaxValueBytes", fmt.Sprintf("%d is negative", c.MaxValueBytes))
 	}
 	if c.MaxValueBytes == 0 {
 		c.MaxValueBytes = 1 << 20
 	}
 	if c.Local.MaxEntries < 0 {
-		return c, &ConfigError{"Local.MaxEntries", fmt.Sprintf("%d is negative", c.Local.MaxEntries)}
+		return c, configError("Local.MaxEntries", fmt.Sprintf("%d is negative", c.Local.MaxEntries))
 	}
 	for _, d := range []struct {
 		name string
@@ -80,7 +90,7 @@ func (c Config) normalize() (Config, error) {
 		{"Local.TTL", &c.Local.TTL, 5 * time.Second},
 	} {
 		if *d.v < 0 {
-			return c, &ConfigError{d.name, fmt.Sprintf("%v is negative", *d.v)}
+			return c, configError(d.name, fmt.Sprintf("%v is negative", *d.v))
 		}
 		if *d.v == 0 {
 			*d.v = d.def
@@ -90,7 +100,7 @@ func (c Config) normalize() (Config, error) {
 		c.LoadWait = c.LoadGuardTTL
 	}
 	if c.DefaultTTL < time.Millisecond {
-		return c, &ConfigError{"DefaultTTL", "below Redis's 1ms resolution"}
+		return c, configError("DefaultTTL", "below Redis's 1ms resolution")
 	}
 	return c, nil
 }

@@ -23,7 +23,9 @@ func Example() {
 	if addr == "" {
 		addr = "127.0.0.1:6379"
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	// New refuses a go-redis client without ContextTimeoutEnabled: its
+	// Config timeouts could not bound a Redis call. (storefx.New sets it.)
+	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	cache, err := cachefx.New(rdb, cachefx.Config{KeyPrefix: fmt.Sprintf("example:%d:", time.Now().UnixNano()), Namespace: "products"})
 	if err != nil {

@@ -2,21 +2,69 @@ package cachefx
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redisfx/redisfx/internal/randid"
+	"github.com/redisfx/redisfx/plugintrace"
 )
 
 // Loader produces the value of a key that is not cached.
 type Loader func(ctx context.Context) ([]byte, error)
 
-// releaseGuardScript deletes a load guard only if it is still ours.
-var releaseGuardScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+// A load is done under a lease kept in the value's own key: a hash
+// {lease: token} with a TTL of Config.LoadGuardTTL, renewed while the
+// loader runs. Whoever holds the lease loads; the others wait for the
+// value. The loaded value is stored only if the key still holds this
+// lease: a Set, Delete or InvalidateByTags during the load replaces or
+// deletes the lease, so a value loaded before that write can never
+// overwrite it. (A lease in a key of its own could not be checked and
+// replaced in one step on a Cluster, where two keys live on two masters.)
+// Reads see a key holding a lease as missing (MGET answers nil for it).
+
+// leaseScript takes the lease on KEYS[1] for ARGV[1] (token) and ARGV[2]
+// milliseconds. It returns {value, pttl} if the key holds a value, 1 if the
+// lease is ours (taken now, or already: a retried call), 0 if another
+// loader holds it.
+var leaseScript = redis.NewScript(`
+local t = redis.call('TYPE', KEYS[1]).ok
+if t == 'string' then return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1])} end
+if t == 'none' then
+  redis.call('HSET', KEYS[1], 'lease', ARGV[1])
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+if t == 'hash' and redis.call('HGET', KEYS[1], 'lease') == ARGV[1] then return 1 end
+return 0
+`)
+
+// renewLeaseScript extends the lease if it is still ours.
+var renewLeaseScript = redis.NewScript(`
+if redis.call('TYPE', KEYS[1]).ok == 'hash' and redis.call('HGET', KEYS[1], 'lease') == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0
+`)
+
+// storeLeasedScript replaces our lease by the loaded value ARGV[2] for
+// ARGV[3] milliseconds; it returns 0 and stores nothing if the lease is no
+// longer ours.
+var storeLeasedScript = redis.NewScript(`
+if redis.call('TYPE', KEYS[1]).ok == 'hash' and redis.call('HGET', KEYS[1], 'lease') == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+  return 1
+end
+return 0
+`)
+
+// releaseLeaseScript deletes the lease if it is still ours.
+var releaseLeaseScript = redis.NewScript(`
+if redis.call('TYPE', KEYS[1]).ok == 'hash' and redis.call('HGET', KEYS[1], 'lease') == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
 return 0
 `)
 
@@ -24,10 +72,18 @@ return 0
 // its value for ttl (0: Config.DefaultTTL) with tags, and returns it.
 //
 // The loader runs once per key under a stampede: callers in this process
-// share one load (single flight), and across processes a short guard key
-// (Config.LoadGuardTTL) lets one process load while the others wait for its
-// value, at most Config.LoadWait, before loading themselves. Each caller
-// that waits instead of loading counts in cache_stampede_prevented_total.
+// share one load (single flight), and across processes a lease
+// (Config.LoadGuardTTL, renewed while the loader runs) lets one process
+// load while the others wait for its value, at most Config.LoadWait,
+// before loading themselves (without storing: only the lease holder
+// stores). Each caller that waits instead of loading counts in
+// cache_stampede_prevented_total.
+//
+// A loaded value never overwrites a newer write: if Set, Delete or
+// InvalidateByTags (of one of tags) touches key while the loader runs, the
+// loaded value is returned to the callers but not stored. With tags, key
+// joins its tag sets before the loader runs, so an invalidation that
+// starts during the load is seen too.
 //
 // The shared load is not cancelled when the caller that started it gives
 // up, so that the others still get its value; a caller's own ctx bounds only
@@ -37,17 +93,30 @@ return 0
 // costs load, not availability. A value above MaxValueBytes is returned
 // together with its *ValueTooLargeError.
 func (c *Cache) GetOrLoad(ctx context.Context, key string, ttl time.Duration, load Loader, tags ...string) ([]byte, error) {
+	ttl, err := c.ttlOrDefault(key, ttl)
+	if err != nil {
+		return nil, err
+	}
 	v, found, err := c.Get(ctx, key)
 	if err == nil && found {
 		return v, nil
 	}
 	storeDown := err != nil
+	full := c.valueKey(key)
+	// Callers share a load only if they ask with the same tags and no write
+	// of the key or of one of the tags finished between their starts: a
+	// load that began before a write may return older data.
+	flight := full + "\x00" + strconv.FormatUint(c.writeCount(full).Load(), 10)
+	for _, tag := range tags {
+		tk := c.tagKey(tag)
+		flight += "\x00" + tk + "\x00" + strconv.FormatUint(c.writeCount(tk).Load(), 10)
+	}
 	var ran bool // written only by the closure this caller passed, if it ran
-	ch := c.loads.DoChan(c.valueKey(key), func() (v any, err error) {
+	ch := c.loads.DoChan(flight, func() (v any, err error) {
 		ran = true
 		defer func() {
 			if p := recover(); p != nil {
-				err = fmt.Errorf("cachefx: loader for %q panicked: %v", key, p)
+				err = fmt.Errorf("cachefx: loader for %s panicked: %v", c.cfg.KeyAttribute.Quote(key), p)
 			}
 		}()
 		return c.load(context.WithoutCancel(ctx), key, ttl, load, tags, storeDown)
@@ -64,69 +133,189 @@ func (c *Cache) GetOrLoad(ctx context.Context, key string, ttl time.Duration, lo
 	}
 }
 
-// load runs in one goroutine per key and process: it takes the
-// distributed guard and loads, or waits for the process holding it.
-func (c *Cache) load(ctx context.Context, key string, ttl time.Duration, load Loader, tags []string, storeDown bool) ([]byte, error) {
+// load runs in one goroutine per key and process, under a cache.load span
+// that the lease's commands and the loader's own spans nest in.
+func (c *Cache) load(ctx context.Context, key string, ttl time.Duration, load Loader, tags []string, storeDown bool) (v []byte, err error) {
+	ctx, span := c.obs.start(ctx, "cache.load", "", c.ns, key)
+	defer func() { finish(span, err) }()
 	if storeDown {
+		event(span, "store.unavailable")
 		return load(ctx)
 	}
-	guard, token := c.guardKey(key), randid.Hex(16)
+	full, token := c.valueKey(key), randid.Hex(16)
 	deadline := time.Now().Add(c.cfg.LoadWait)
 	backoff := 2 * time.Millisecond
 	for first := true; ; first = false {
-		sctx, cancel := c.storeCtx(ctx)
-		took, err := c.rdb.SetNX(sctx, guard, token, c.cfg.LoadGuardTTL).Result()
-		cancel()
-		if err != nil {
-			return load(ctx) // store failing: serve without caching
-		}
-		if took {
-			defer func() {
-				sctx, cancel := c.storeCtx(ctx)
-				_ = releaseGuardScript.Run(sctx, c.rdb, []string{guard}, token).Err()
-				cancel()
-			}()
-			// Another process may have stored the value between our miss
-			// and our guard.
-			if v, found := c.peek(ctx, key); found {
-				return v, nil
-			}
-			return c.loadAndStore(ctx, key, ttl, load, tags)
+		v, leased, err := c.takeLease(ctx, full, token)
+		switch {
+		case err != nil:
+			event(span, "store.unavailable")
+			return load(ctx) // serve without caching
+		case v != nil:
+			event(span, "value.found") // another process stored it meanwhile
+			return v, nil
+		case leased:
+			return c.loadLeased(ctx, span, key, ttl, load, tags, token)
 		}
 		if first {
 			c.obs.stampedePrevented() // another process is loading this key
+			event(span, "load.waiting")
 		}
 		remaining := time.Until(deadline)
 		if remaining <= 0 {
-			return c.loadAndStore(ctx, key, ttl, load, tags) // it is taking too long: load ourselves
+			event(span, "load.wait_expired")
+			return load(ctx) // it is taking too long: load, but leave storing to the lease holder
 		}
 		time.Sleep(min(backoff, remaining))
 		backoff = min(backoff*2, 100*time.Millisecond)
-		if v, found := c.peek(ctx, key); found {
-			return v, nil
-		}
 	}
 }
 
-func (c *Cache) loadAndStore(ctx context.Context, key string, ttl time.Duration, load Loader, tags []string) ([]byte, error) {
-	v, err := load(ctx)
+// takeLease runs leaseScript: the value if the key holds one (kept in the
+// first layer), or whether the lease is now ours.
+func (c *Cache) takeLease(ctx context.Context, full, token string) ([]byte, bool, error) {
+	sctx, cancel := c.storeCtx(ctx)
+	defer cancel()
+	seen, sent := c.begin()
+	res, err := leaseScript.Run(sctx, c.rdb, []string{full}, token, c.cfg.LoadGuardTTL.Milliseconds()).Result()
+	if err != nil {
+		return nil, false, err
+	}
+	switch r := res.(type) {
+	case int64:
+		return nil, r == 1, nil
+	case []any:
+		v, ttl, err := valueAndTTL(r, c.cfg.Local.TTL)
+		if err != nil {
+			return nil, false, err
+		}
+		if c.local != nil {
+			c.local.fill(full, v, ttl, sent, seen)
+		}
+		return v, false, nil
+	}
+	return nil, false, fmt.Errorf("cachefx: unexpected lease reply %v", res)
+}
+
+// loadLeased runs the loader while holding the lease, then stores its
+// value if the lease is still ours.
+func (c *Cache) loadLeased(ctx context.Context, span *plugintrace.Span, key string, ttl time.Duration, load Loader, tags []string, token string) (v []byte, err error) {
+	full := c.valueKey(key)
+	event(span, "lease.acquired")
+	stored := false
+	defer func() {
+		if !stored { // the loader failed or panicked, or its value was refused: let the next caller load
+			sctx, cancel := c.storeCtx(ctx)
+			_ = releaseLeaseScript.Run(sctx, c.rdb, []string{full}, token).Err()
+			cancel()
+		}
+	}()
+	if len(tags) > 0 {
+		// Tagged before loading (for as long as the lease lives, renewed
+		// with it), so that an invalidation of one of tags during the load
+		// deletes the lease and so refuses the value.
+		sctx, cancel := c.storeCtx(ctx)
+		err := c.tag(sctx, key, c.cfg.LoadGuardTTL, tags)
+		cancel()
+		if err != nil {
+			event(span, "store.unavailable")
+			return load(ctx) // a value in no tag set must not be stored
+		}
+	}
+	stop := c.renewLease(ctx, key, token, tags)
+	v, err = func() ([]byte, error) {
+		defer stop()
+		return load(ctx)
+	}()
 	if err != nil {
 		return nil, err
 	}
-	if err := c.Set(ctx, key, v, ttl, tags...); err != nil {
-		var tooLarge *ValueTooLargeError
-		if errors.As(err, &tooLarge) {
-			return v, err
-		}
+	if err := c.tooLarge(key, len(v)); err != nil {
+		return v, err
+	}
+	stored = c.storeLeased(ctx, key, v, ttl, tags, token)
+	if stored {
+		event(span, "value.stored")
+	} else {
+		event(span, "value.discarded") // the key was written or deleted during the load
 	}
 	return v, nil
 }
 
-// peek reads the value from Redis without counting a hit or a miss (the
-// caller's Get already counted its miss).
-func (c *Cache) peek(ctx context.Context, key string) ([]byte, bool) {
+// renewLease keeps the lease, and key's place in its tag sets, alive while
+// the loader runs; stop ends it.
+func (c *Cache) renewLease(ctx context.Context, key, token string, tags []string) (stop func()) {
+	full := c.valueKey(key)
+	quit, finished := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(finished)
+		tick := time.NewTicker(c.cfg.LoadGuardTTL / 3)
+		defer tick.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-tick.C:
+				sctx, cancel := c.storeCtx(ctx)
+				if renewed, _ := renewLeaseScript.Run(sctx, c.rdb, []string{full}, token, c.cfg.LoadGuardTTL.Milliseconds()).Int(); renewed == 1 && len(tags) > 0 {
+					_ = c.tag(sctx, key, c.cfg.LoadGuardTTL, tags)
+				}
+				cancel()
+			}
+		}
+	}()
+	return func() { close(quit); <-finished }
+}
+
+// storeLeased replaces the lease by v and puts key in its tag sets again
+// (with v's full TTL). It reports whether v is stored.
+func (c *Cache) storeLeased(ctx context.Context, key string, v []byte, ttl time.Duration, tags []string, token string) bool {
+	full := c.valueKey(key)
 	sctx, cancel := c.storeCtx(ctx)
 	defer cancel()
-	v, err := c.rdb.Get(sctx, c.valueKey(key)).Bytes()
-	return v, err == nil
+	seen, sent := c.begin()
+	store := &scriptCall{script: storeLeasedScript, keys: []string{full}, args: []any{token, v, ttl.Milliseconds()}}
+	tagged := c.tagCalls(key, ttl, tags)
+	if c.inOrder {
+		_, _ = c.rdb.Pipelined(sctx, func(p redis.Pipeliner) error {
+			queueAll(sctx, p, append([]*scriptCall{store}, tagged...))
+			return nil
+		})
+		retryNoScript(sctx, c.rdb, append([]*scriptCall{store}, tagged...))
+	} else {
+		_, _ = c.rdb.Pipelined(sctx, func(p redis.Pipeliner) error { queueAll(sctx, p, []*scriptCall{store}); return nil })
+		retryNoScript(sctx, c.rdb, []*scriptCall{store})
+		if n, _ := store.cmd.Int(); n == 1 && len(tagged) > 0 {
+			_, _ = c.rdb.Pipelined(sctx, func(p redis.Pipeliner) error { queueAll(sctx, p, tagged); return nil })
+			retryNoScript(sctx, c.rdb, tagged)
+		}
+	}
+	if n, err := store.cmd.Int(); err != nil || n != 1 {
+		return false
+	}
+	if firstError(tagged) != nil {
+		// Its tag sets list key only for as long as the lease was to live,
+		// not for the value's life: the value goes.
+		_ = c.rdb.Del(sctx, full).Err()
+		c.forget(sctx, full)
+		return false
+	}
+	if c.local != nil {
+		c.local.wrote(full, v, ttl, sent, seen)
+	}
+	return true
+}
+
+// valueAndTTL decodes the {value, pttl} pair that leaseScript returns.
+func valueAndTTL(res []any, noExpiry time.Duration) ([]byte, time.Duration, error) {
+	if len(res) != 2 {
+		return nil, 0, fmt.Errorf("cachefx: unexpected lease reply %v", res)
+	}
+	s, _ := res[0].(string)
+	ms, _ := res[1].(int64)
+	ttl := time.Duration(ms) * time.Millisecond
+	if ms < 0 {
+		ttl = noExpiry
+	}
+	return []byte(s), ttl, nil
 }

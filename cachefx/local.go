@@ -9,6 +9,10 @@ import (
 // localLayer is the in-process first layer: a least-recently-used map
 // bounded in entries, each entry bounded in age. Values are shared, never
 // copied: callers must not modify the bytes they get.
+//
+// It never outlives Redis: an entry expires at the time its Redis request
+// was sent plus the remaining life Redis reported (or the layer's TTL if
+// shorter), which is no later than the moment Redis drops the value.
 type localLayer struct {
 	max int
 	ttl time.Duration
@@ -16,9 +20,10 @@ type localLayer struct {
 	mu    sync.Mutex
 	order *list.List // front = most recently used
 	items map[string]*list.Element
-	// epoch counts writes and invalidations. A value read from Redis is
-	// kept only if no write or invalidation happened while it was being
-	// read, or an older value could outlive a newer one's invalidation.
+	// epoch counts writes and invalidations. A value read from Redis (or
+	// written by this process) is kept only if no write or invalidation
+	// reached this process while the Redis request was in flight:
+	// otherwise an older value could outlive a newer one's invalidation.
 	epoch uint64
 }
 
@@ -28,8 +33,14 @@ type localEntry struct {
 	expires time.Time
 }
 
-func newLocalLayer(max int, ttl time.Duration) *localLayer {
-	return &localLayer{max: max, ttl: ttl, order: list.New(), items: make(map[string]*list.Element, max)}
+func newLocalLayer(maxEntries int, ttl time.Duration) *localLayer {
+	return &localLayer{max: maxEntries, ttl: ttl, order: list.New(), items: make(map[string]*list.Element, maxEntries)}
+}
+
+// entry is the entry an element of l.order holds (only *localEntry ever does).
+func entry(el *list.Element) *localEntry {
+	e, _ := el.Value.(*localEntry)
+	return e
 }
 
 func (l *localLayer) get(key string, now time.Time) ([]byte, bool) {
@@ -39,7 +50,7 @@ func (l *localLayer) get(key string, now time.Time) ([]byte, bool) {
 	if !ok {
 		return nil, false
 	}
-	e := el.Value.(*localEntry)
+	e := entry(el)
 	if !now.Before(e.expires) {
 		l.order.Remove(el)
 		delete(l.items, key)
@@ -49,61 +60,78 @@ func (l *localLayer) get(key string, now time.Time) ([]byte, bool) {
 	return e.value, true
 }
 
-// currentEpoch is read before a Redis read whose value may fill the layer.
+// currentEpoch is read before a Redis request whose result may be kept.
 func (l *localLayer) currentEpoch() uint64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.epoch
 }
 
-// fill keeps a value read from Redis, unless a write or an invalidation
-// happened since seen (then the value may already be stale).
-func (l *localLayer) fill(key string, value []byte, ttl time.Duration, now time.Time, seen uint64) {
+// fill keeps a value read from Redis by a request sent at sent, with ttl
+// left in Redis, unless a write or an invalidation happened since seen
+// (then the value may already be stale).
+func (l *localLayer) fill(key string, value []byte, ttl time.Duration, sent time.Time, seen uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.epoch == seen {
-		l.store(key, value, ttl, now)
+		l.store(key, value, ttl, sent)
 	}
 }
 
-// set stores a value this process just wrote.
-func (l *localLayer) set(key string, value []byte, ttl time.Duration, now time.Time) {
+// wrote records that this process stored value under key in Redis, by a
+// request sent at sent. The value is kept only if nothing else changed the
+// layer while the request was in flight: another write of the same key
+// may have reached Redis after this one, and which of the two Redis kept
+// is unknown here. Otherwise the key is dropped, so the next read asks
+// Redis. Either way the epoch moves, so no read that overlapped this write
+// keeps what it read.
+func (l *localLayer) wrote(key string, value []byte, ttl time.Duration, sent time.Time, seen uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.epoch == seen {
+		l.store(key, value, ttl, sent)
+	} else {
+		l.remove(key)
+	}
 	l.epoch++
-	l.store(key, value, ttl, now)
 }
 
 // store keeps value for at most the layer's TTL and at most ttl (the
-// value's remaining life in Redis). l.mu is held.
-func (l *localLayer) store(key string, value []byte, ttl time.Duration, now time.Time) {
+// value's remaining life in Redis), counted from sent. l.mu is held.
+func (l *localLayer) store(key string, value []byte, ttl time.Duration, sent time.Time) {
 	ttl = min(ttl, l.ttl)
 	if ttl <= 0 {
 		return
 	}
 	if el, ok := l.items[key]; ok {
-		e := el.Value.(*localEntry)
-		e.value, e.expires = value, now.Add(ttl)
+		e := entry(el)
+		e.value, e.expires = value, sent.Add(ttl)
 		l.order.MoveToFront(el)
 		return
 	}
-	l.items[key] = l.order.PushFront(&localEntry{key: key, value: value, expires: now.Add(ttl)})
+	l.items[key] = l.order.PushFront(&localEntry{key: key, value: value, expires: sent.Add(ttl)})
 	for l.order.Len() > l.max {
 		oldest := l.order.Back()
 		l.order.Remove(oldest)
-		delete(l.items, oldest.Value.(*localEntry).key)
+		delete(l.items, entry(oldest).key)
 	}
 }
 
+// delete drops keys: they changed in Redis (or may have).
 func (l *localLayer) delete(keys ...string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.epoch++
 	for _, k := range keys {
-		if el, ok := l.items[k]; ok {
-			l.order.Remove(el)
-			delete(l.items, k)
-		}
+		l.remove(k)
+	}
+}
+
+// remove drops one key. l.mu is held.
+func (l *localLayer) remove(key string) {
+	if el, ok := l.items[key]; ok {
+		l.order.Remove(el)
+		delete(l.items, key)
 	}
 }
 

@@ -2,26 +2,34 @@ package cachefx
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/fx"
+
+	"github.com/redisfx/redisfx/internal/clientcheck"
+	"github.com/redisfx/redisfx/internal/fxconfig"
 )
 
 // Module provides the *Cache. It needs a Redis client (storefx.Module);
-// the configuration is an optional *Config, the metrics registerer
+// the configuration is an optional Config or *Config, the metrics registerer
 // (metricsfx) and the plugin tracer (tracingfx) are used when present.
 // With the first layer on, the invalidation subscription starts and stops
 // with the app.
-var Module = fx.Module("redisfx.cache", fx.Provide(NewFromParams))
+var Module = fx.Module("redisfx.cache", clientcheck.Required("cachefx.Module"), fx.Provide(NewFromParams))
 
 // Params are the inputs of the Cache in an Fx app.
 type Params struct {
 	fx.In
-	Lifecycle  fx.Lifecycle
-	Config     *Config               `optional:"true"`
-	Redis      redis.UniversalClient `optional:"true"`
+	Lifecycle fx.Lifecycle
+	// Config and ConfigValue: the configuration, supplied as *Config or
+	// Config (not both); without either, the defaults.
+	Config      *Config `optional:"true"`
+	ConfigValue Config  `optional:"true"`
+	// Redis is required (storefx.Module provides it).
+	Redis      redis.UniversalClient
 	Registerer prometheus.Registerer `optional:"true"`
 	Tracer     trace.TracerProvider  `name:"redisfx.plugin_tracer" optional:"true"`
 }
@@ -31,9 +39,9 @@ func NewFromParams(p Params) (*Cache, error) {
 	if p.Redis == nil {
 		return nil, errors.New("cachefx.Module needs a Redis client: add storefx.Module to the app")
 	}
-	var cfg Config
-	if p.Config != nil {
-		cfg = *p.Config
+	cfg, err := fxconfig.Pick(p.Config, p.ConfigValue)
+	if err != nil {
+		return nil, fmt.Errorf("cachefx: %w", err)
 	}
 	c, err := New(p.Redis, cfg, WithRegisterer(p.Registerer), WithTracerProvider(p.Tracer))
 	if err != nil {

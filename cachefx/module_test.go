@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/fx"
 
 	"github.com/redisfx/redisfx/internal/redistest"
@@ -20,5 +21,37 @@ func TestModule_InvalidConfigFailsStartNamingTheField(t *testing.T) {
 		storefx.Module, Module, fx.Invoke(func(*Cache) {}))
 	if err := app.Err(); err == nil || !strings.Contains(err.Error(), "Config.Local.TTL") {
 		t.Fatalf("fx.New = %v", err)
+	}
+}
+
+// The Config may be supplied by value or by pointer, not both; a go-redis
+// client that ignores context deadlines is refused, saying how to fix it.
+func TestModule_ConfigByValueAndClientChecks(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	var got *Cache
+	app := fx.New(fx.NopLogger, fx.Supply(&storefx.Config{URL: srv.URL()}, Config{KeyPrefix: "by-value:"}),
+		storefx.Module, Module, fx.Populate(&got))
+	if err := app.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got.cfg.KeyPrefix != "by-value:" {
+		t.Errorf("KeyPrefix %q: the Config value was not used", got.cfg.KeyPrefix)
+	}
+	app = fx.New(fx.NopLogger, fx.Supply(&storefx.Config{URL: srv.URL()}, Config{KeyPrefix: "a:"}, &Config{KeyPrefix: "b:"}),
+		storefx.Module, Module, fx.Invoke(func(*Cache) {}))
+	if err := app.Err(); err == nil || !strings.Contains(err.Error(), "cachefx: both a cachefx.Config and a *cachefx.Config") {
+		t.Errorf("fx.New with both = %v", err)
+	}
+	plain := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { _ = plain.Close() })
+	app = fx.New(fx.NopLogger, fx.Provide(func() redis.UniversalClient { return plain }), Module, fx.Invoke(func(*Cache) {}))
+	if err := app.Err(); err == nil || !strings.Contains(err.Error(), "cachefx: the *redis.Client ignores context deadlines") ||
+		!strings.Contains(err.Error(), "ContextTimeoutEnabled: true") {
+		t.Errorf("fx.New with a plain go-redis client = %v", err)
+	}
+	app = fx.New(fx.NopLogger, Module, fx.Invoke(func(*Cache) {}))
+	if err := app.Err(); err == nil || !strings.Contains(err.Error(), "cachefx.Module needs a Redis client: add storefx.Module") {
+		t.Errorf("fx.New without a store = %v", err)
 	}
 }

@@ -7,7 +7,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/redisfx/redisfx/tracingfx"
+	"github.com/redisfx/redisfx/plugintrace"
 )
 
 // Option adds an optional collaborator to New.
@@ -44,13 +44,14 @@ const (
 // observer measures and traces cache operations; unset parts are no-ops.
 type observer struct {
 	tracer    trace.TracerProvider
+	keys      plugintrace.KeyAttribute
 	hits      *prometheus.CounterVec
 	misses    prometheus.Counter
 	stampedes prometheus.Counter
 }
 
-func newObserver(reg prometheus.Registerer, tp trace.TracerProvider, local *localLayer) (*observer, error) {
-	o := &observer{tracer: tp}
+func newObserver(reg prometheus.Registerer, tp trace.TracerProvider, keys plugintrace.KeyAttribute, local *localLayer) (*observer, error) {
+	o := &observer{tracer: tp, keys: keys}
 	if reg == nil {
 		return o, nil
 	}
@@ -75,14 +76,27 @@ func newObserver(reg prometheus.Registerer, tp trace.TracerProvider, local *loca
 	return o, nil
 }
 
-func (o *observer) start(ctx context.Context, name, op string, attrs ...attribute.KeyValue) (context.Context, *tracingfx.PluginSpan) {
+// start opens a span of namespace ns with redisfx.cache.key set to keys
+// as Config.KeyAttribute writes them (none: no key attribute).
+func (o *observer) start(ctx context.Context, name, op, ns string, keys ...string) (context.Context, *plugintrace.Span) {
 	if o.tracer == nil {
 		return ctx, nil
 	}
-	return tracingfx.StartPluginSpan(ctx, o.tracer, "cache", name, op, attrs...)
+	ctx, span := plugintrace.Start(ctx, o.tracer, "cache", name, op, attribute.String(AttrNamespace, ns))
+	if len(keys) > 0 {
+		span.SetKey(AttrKey, o.keys, keys...)
+	}
+	return ctx, span
 }
 
-func (o *observer) hit(span *tracingfx.PluginSpan, layer string) {
+// tags sets the tags attribute, each tag written as a key is.
+func (o *observer) tags(span *plugintrace.Span, tags []string) {
+	if span != nil && span.IsRecording() {
+		span.SetAttributes(attribute.StringSlice(AttrTags, o.keys.Values(tags)))
+	}
+}
+
+func (o *observer) hit(span *plugintrace.Span, layer string) {
 	if o.hits != nil {
 		o.hits.WithLabelValues(layer).Inc()
 	}
@@ -92,7 +106,7 @@ func (o *observer) hit(span *tracingfx.PluginSpan, layer string) {
 	}
 }
 
-func (o *observer) miss(span *tracingfx.PluginSpan) {
+func (o *observer) miss(span *plugintrace.Span) {
 	if o.misses != nil {
 		o.misses.Inc()
 	}
@@ -108,13 +122,13 @@ func (o *observer) stampedePrevented() {
 	}
 }
 
-func event(span *tracingfx.PluginSpan, name string, attrs ...attribute.KeyValue) {
+func event(span *plugintrace.Span, name string, attrs ...attribute.KeyValue) {
 	if span != nil {
 		span.AddEvent(name, trace.WithAttributes(attrs...))
 	}
 }
 
-func finish(span *tracingfx.PluginSpan, err error) {
+func finish(span *plugintrace.Span, err error) {
 	if span != nil {
 		span.Finish(err)
 	}

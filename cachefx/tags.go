@@ -3,79 +3,195 @@ package cachefx
 import (
 	"context"
 	"fmt"
+	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/attribute"
 
-	"github.com/redisfx/redisfx/tracingfx"
+	"github.com/redisfx/redisfx/plugintrace"
 )
 
-// takeTagScript reads and deletes one tag set atomically. One script per
-// tag, pipelined: each touches one key, so on a Cluster the pipeline is
-// split by node and no command crosses slots.
-var takeTagScript = redis.NewScript(`
-local m = redis.call('SMEMBERS', KEYS[1])
-redis.call('DEL', KEYS[1])
-return m
+// A tag set is a sorted set of keys, scored by when each key's value
+// expires (Redis time, in milliseconds). That keeps it bounded: adding a
+// key prunes the members whose values have expired, and the set itself
+// expires with its last member. Each script touches one key, so on a
+// Cluster every command stays in one slot.
+
+// tagScript adds ARGV[1] (a key) to the tag set KEYS[1] for a value that
+// lives ARGV[2] milliseconds. The score always rises, even for the same
+// expiry, so an invalidation can tell that a key was tagged again after
+// it read the set. The set lives as long as its longest-lived member (NX
+// gives a new set its expiry, GT only ever lengthens it). Scores are
+// formatted with 17 digits: Lua's default would round them to 0.1 ms.
+var tagScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
+local score = now + tonumber(ARGV[2])
+local old = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if old and tonumber(old) >= score then score = tonumber(old) + 0.001 end
+redis.call('ZADD', KEYS[1], string.format('%.17g', score), ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', string.format('%.17g', now))
+local at = string.format('%.0f', math.ceil(score))
+redis.call('PEXPIREAT', KEYS[1], at, 'NX')
+redis.call('PEXPIREAT', KEYS[1], at, 'GT')
+return 1
 `)
 
+// retireScript retires from the tag set KEYS[1] the members an
+// invalidation read and deleted (ARGV[1]: the grace in ms; then member,
+// score, member, score …), except those tagged again since (their score
+// moved): their new value may have been stored after the invalidation
+// deleted the old one. A retired member is not removed at once: its score
+// becomes now + grace, so that an invalidation of the same tag in another
+// process during the grace still finds the key and drops its own
+// first-layer copy (the first invalidation's message may not have reached
+// that process yet). Tag additions prune it after the grace. The set's
+// expiry follows its latest score.
+var retireScript = redis.NewScript(`
+local t = redis.call('TIME')
+local retired = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000 + tonumber(ARGV[1])
+local n = 0
+for i = 2, #ARGV, 2 do
+  local s = redis.call('ZSCORE', KEYS[1], ARGV[i])
+  if s and tonumber(s) == tonumber(ARGV[i + 1]) and tonumber(s) > retired then
+    redis.call('ZADD', KEYS[1], string.format('%.17g', retired), ARGV[i])
+    n = n + 1
+  end
+end
+local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+if last[2] then redis.call('PEXPIREAT', KEYS[1], string.format('%.0f', math.ceil(tonumber(last[2])))) end
+return n
+`)
+
+// retiredGrace is how long a retired member stays in its tag set: longer
+// than any process's first-layer trust window (two subscription
+// intervals, at most 2 s).
+const retiredGrace = 3 * time.Second
+
+// retireBatch bounds the members of one retireScript call.
+const retireBatch = 500
+
+// tagCalls are the tagScript runs that add key to each tag's set.
+func (c *Cache) tagCalls(key string, ttl time.Duration, tags []string) []*scriptCall {
+	calls := make([]*scriptCall, len(tags))
+	for i, tag := range tags {
+		calls[i] = &scriptCall{script: tagScript, keys: []string{c.tagKey(tag)}, args: []any{key, ttl.Milliseconds()}}
+	}
+	return calls
+}
+
+// tag adds key to each tag's set (one pipeline).
+func (c *Cache) tag(ctx context.Context, key string, ttl time.Duration, tags []string) error {
+	calls := c.tagCalls(key, ttl, tags)
+	_, _ = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error { queueAll(ctx, p, calls); return nil })
+	retryNoScript(ctx, c.rdb, calls)
+	return firstError(calls)
+}
+
 // InvalidateByTags deletes every value stored with any of tags (in this
-// namespace) and the tag sets themselves; it reports how many values
-// existed. Each tag set is read and deleted atomically, so a value tagged
-// while the invalidation runs is either deleted or still in its set.
+// namespace); it reports how many values existed. It returns nil only if
+// every value tagged before it began is gone; after an error some may
+// remain, and calling it again deletes them (the tag sets are emptied
+// only after their values are deleted).
 func (c *Cache) InvalidateByTags(ctx context.Context, tags ...string) (int64, error) {
-	ctx, span := c.obs.start(ctx, "cache.invalidate_by_tags", "", attribute.String(AttrNamespace, c.ns), attribute.StringSlice(AttrTags, tags))
+	ctx, span := c.obs.start(ctx, "cache.invalidate_by_tags", "", c.ns)
+	c.obs.tags(span, tags)
 	n, err := c.invalidateByTags(ctx, tags, span)
 	finish(span, err)
 	return n, err
 }
 
-func (c *Cache) invalidateByTags(ctx context.Context, tags []string, span *tracingfx.PluginSpan) (int64, error) {
+func (c *Cache) invalidateByTags(ctx context.Context, tags []string, span *plugintrace.Span) (int64, error) {
 	if len(tags) == 0 {
 		return 0, nil
 	}
-	members := make([]*redis.Cmd, len(tags))
-	sctx, cancel := c.storeCtx(ctx)
-	err := func() error {
-		defer cancel()
-		run := func() error {
-			_, err := c.rdb.Pipelined(sctx, func(p redis.Pipeliner) error {
-				for i, tag := range tags {
-					members[i] = takeTagScript.EvalSha(sctx, p, []string{c.tagKey(tag)})
-				}
-				return nil
-			})
-			return err
-		}
-		err := run()
-		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") { // Redis lost its script cache (restart)
-			if err = takeTagScript.Load(sctx, c.rdb).Err(); err == nil {
-				err = run()
-			}
-		}
-		return err
-	}()
-	event(span, "tag.lookup", attribute.Int("count", len(tags)))
-	if err != nil {
-		return 0, fmt.Errorf("cachefx: invalidate tags %q: %w", tags, err)
+	tagKeys := make([]string, len(tags))
+	for i, tag := range tags {
+		tagKeys[i] = c.tagKey(tag)
 	}
+	defer c.wrote(tagKeys...)
+	// 1. Read each tag set, leaving it in place.
+	reads := make([]*redis.ZSliceCmd, len(tags))
+	sctx, cancel := c.storeCtx(ctx)
+	_, _ = c.rdb.Pipelined(sctx, func(p redis.Pipeliner) error {
+		for i := range tags {
+			reads[i] = p.ZRangeWithScores(sctx, tagKeys[i], 0, -1)
+		}
+		return nil
+	})
+	cancel()
+	event(span, "tag.lookup", attribute.Int("count", len(tags)))
+	var readErr error
 	seen := map[string]bool{}
 	var keys []string
-	for _, m := range members {
-		members, _ := m.StringSlice()
-		for _, k := range members {
-			if !seen[k] {
+	for _, r := range reads {
+		if err := r.Err(); err != nil {
+			readErr = err // this set stays whole: a retry finds its keys
+			continue
+		}
+		for _, z := range r.Val() {
+			if k, _ := z.Member.(string); !seen[k] {
 				seen[k] = true
 				keys = append(keys, k)
 			}
 		}
 	}
 	event(span, "keys.found", attribute.Int("count", len(keys)))
-	if len(keys) == 0 {
-		event(span, "keys.deleted", attribute.Int("count", 0))
-		return 0, nil
+	// 2. Delete the values (and tell the other processes).
+	var n int64
+	if len(keys) > 0 {
+		var err error
+		n, err = c.deleteFull(ctx, c.fullKeys(keys))
+		if err != nil {
+			event(span, "keys.deleted", attribute.Int64("count", n))
+			return n, fmt.Errorf("cachefx: invalidate tags %s: %w", c.quoteTags(tags), err)
+		}
 	}
-	n, err := c.deleteFull(ctx, c.fullKeys(keys))
 	event(span, "keys.deleted", attribute.Int64("count", n))
-	return n, err
+	// 3. Only now retire from the sets what was read and deleted. A
+	// failure here costs nothing but room: the members expire with their
+	// values.
+	c.retire(ctx, tags, reads)
+	if readErr != nil {
+		return n, fmt.Errorf("cachefx: invalidate tags %s: %w", c.quoteTags(tags), readErr)
+	}
+	return n, nil
+}
+
+// retire runs retireScript for every set that was read.
+func (c *Cache) retire(ctx context.Context, tags []string, reads []*redis.ZSliceCmd) {
+	var calls []*scriptCall
+	for i, r := range reads {
+		if r.Err() != nil {
+			continue
+		}
+		members := r.Val()
+		for len(members) > 0 {
+			batch := members[:min(len(members), retireBatch)]
+			members = members[len(batch):]
+			args := make([]any, 0, 1+2*len(batch))
+			args = append(args, retiredGrace.Milliseconds())
+			for _, z := range batch {
+				args = append(args, z.Member, z.Score)
+			}
+			calls = append(calls, &scriptCall{script: retireScript, keys: []string{c.tagKey(tags[i])}, args: args})
+		}
+	}
+	if len(calls) == 0 {
+		return
+	}
+	sctx, cancel := c.storeCtx(ctx)
+	defer cancel()
+	_, _ = c.rdb.Pipelined(sctx, func(p redis.Pipeliner) error { queueAll(sctx, p, calls); return nil })
+	retryNoScript(sctx, c.rdb, calls)
+}
+
+// quoteTags is tags as Config.KeyAttribute writes them, for an error message.
+func (c *Cache) quoteTags(tags []string) string {
+	q := make([]string, len(tags))
+	for i, t := range tags {
+		q[i] = c.cfg.KeyAttribute.Quote(t)
+	}
+	return "[" + strings.Join(q, " ") + "]"
 }

@@ -18,22 +18,26 @@ func ExampleLocker_WithLock() {
 	if addr == "" {
 		addr = "127.0.0.1:6379"
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	// New refuses a go-redis client without ContextTimeoutEnabled: its
+	// Config timeouts could not bound a Redis call. (storefx.New sets it.)
+	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	locks, err := lockfx.New(rdb, lockfx.Config{KeyPrefix: fmt.Sprintf("example:%d:", time.Now().UnixNano()), TTL: 5 * time.Second})
 	if err != nil {
 		panic(err)
 	}
+	var tokens []int64
 	for range 2 {
 		err := locks.WithLock(context.Background(), "account-42", func(ctx context.Context, token int64) error {
-			fmt.Println("holding the lock, token", token)
+			// ctx is cancelled if the lock is lost; token goes with every write
+			tokens = append(tokens, token)
 			return nil
 		})
 		if err != nil {
 			panic(err)
 		}
 	}
+	fmt.Println("the second holder's token is higher:", tokens[1] > tokens[0])
 	// Output:
-	// holding the lock, token 1
-	// holding the lock, token 2
+	// the second holder's token is higher: true
 }

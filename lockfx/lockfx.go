@@ -1,8 +1,3 @@
-// Package lockfx is a distributed lock on Redis as an Fx module: acquire
-// with a TTL and a retry policy, release and extend only by the owner,
-// optional automatic renewal while held, and a fencing token the holder
-// passes to downstream writes so that a stale holder's writes can be
-// refused. Operations are traced (lock.acquire, lock.release) and measured.
 package lockfx
 
 import (
@@ -10,14 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redisfx/redisfx"
+	"github.com/redisfx/redisfx/internal/clientcheck"
 	"github.com/redisfx/redisfx/internal/randid"
 	"github.com/redisfx/redisfx/internal/scripts"
+	"github.com/redisfx/redisfx/plugintrace"
+	"github.com/redisfx/redisfx/storefx"
 )
 
 // Config holds the lock options. Zero fields take the defaults.
@@ -25,7 +22,7 @@ type Config struct {
 	// KeyPrefix is put before the lock name. Default "lock:".
 	KeyPrefix string
 	// TTL is the lease of a lock: it expires this long after the last
-	// acquire, extend or renewal. Default 10s.
+	// acquire, extend or renewal. At least 10ms. Default 10s.
 	TTL time.Duration
 	// Attempts is the most tries of one Acquire (1 = no retry). Default 20.
 	Attempts int
@@ -35,22 +32,31 @@ type Config struct {
 	MaxBackoff time.Duration
 	// WaitTimeout bounds the whole Acquire, retries included. Default 5s.
 	WaitTimeout time.Duration
-	// AutoRenew renews held locks every TTL/3 until released. Default off.
+	// KeyAttribute is how lock names are written into the
+	// redisfx.lock.key span attribute and into error messages: a lock name
+	// is often a business identifier ("card:" and a card number). The
+	// zero value, plugintrace.RedactKey(), writes "[redacted]";
+	// plugintrace.HashKey(secret) writes a keyed digest, the same for the
+	// same name, so the spans of one contended lock can be found together;
+	// plugintrace.RawKey() writes names as given.
+	KeyAttribute plugintrace.KeyAttribute
+	// AutoRenew renews held locks every TTL/3 until released, retrying
+	// quickly when a renewal fails or stalls (see docs/locks.md for the
+	// stalls it survives). Default off.
 	AutoRenew bool
 }
 
-// ErrNotAcquired: the lock was held by someone else for every attempt.
+// ErrNotAcquired means the lock was held by someone else for every attempt.
 var ErrNotAcquired = &redisfx.BaseError{Code: "lock_not_acquired", Message: "Failed to acquire lock"}
 
-// ErrNotOwner: release or extend by someone who does not hold the lock
-// (any more).
-var ErrNotOwner = &redisfx.BaseError{Code: "lock_not_owner", Message: "the lock is not held by this owner"}
+// ErrNotOwner means the lock is not held by this owner (any more): Redis
+// no longer has it for this owner, or it was released already.
+var ErrNotOwner = &redisfx.BaseError{Code: "lock_not_owner", Message: "lockfx: the lock is not held by this owner"}
 
-// ConfigError names the invalid option.
-type ConfigError struct{ Option, Reason string }
-
-// Error implements error.
-func (e *ConfigError) Error() string { return "lockfx: invalid Config." + e.Option + ": " + e.Reason }
+// configError names the invalid field of Config.
+func configError(field, reason string) error {
+	return redisfx.NewConfigError("lockfx", "Config."+field, reason)
+}
 
 func (c Config) normalize() (Config, error) {
 	if c.KeyPrefix == "" {
@@ -63,17 +69,20 @@ func (c Config) normalize() (Config, error) {
 	}{{"TTL", &c.TTL, 10 * time.Second}, {"Backoff", &c.Backoff, 25 * time.Millisecond},
 		{"MaxBackoff", &c.MaxBackoff, 500 * time.Millisecond}, {"WaitTimeout", &c.WaitTimeout, 5 * time.Second}} {
 		if *d.v < 0 {
-			return c, &ConfigError{d.name, fmt.Sprintf("%v is negative", *d.v)}
+			return c, configError(d.name, fmt.Sprintf("%v is negative", *d.v))
 		}
 		if *d.v == 0 {
 			*d.v = d.def
 		}
 	}
-	if c.TTL < time.Millisecond {
-		return c, &ConfigError{"TTL", "below Redis's 1ms resolution"}
+	if c.TTL < 10*time.Millisecond {
+		return c, configError("TTL", fmt.Sprintf("%v is shorter than 10ms: little or no validity would be left after the clock-drift margin", c.TTL))
+	}
+	if emptyHashTag(c.KeyPrefix) {
+		return c, configError("KeyPrefix", fmt.Sprintf("%q has an empty hash tag {}: a lock and its fencing counter would hash to different Cluster slots", c.KeyPrefix))
 	}
 	if c.Attempts < 0 {
-		return c, &ConfigError{"Attempts", fmt.Sprintf("%d is negative", c.Attempts)}
+		return c, configError("Attempts", fmt.Sprintf("%d is negative", c.Attempts))
 	}
 	if c.Attempts == 0 {
 		c.Attempts = 20
@@ -83,33 +92,6 @@ func (c Config) normalize() (Config, error) {
 
 // Validate reports the first invalid option.
 func (c Config) Validate() error { _, err := c.normalize(); return err }
-
-// acquireScript: KEYS[1] lock, KEYS[2] its fencing counter (same slot);
-// ARGV owner, ttl ms. Returns the fencing token, or 0 when held.
-var acquireScript = redis.NewScript(`
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  local n = redis.call('INCR', KEYS[2])
-  redis.call('PEXPIRE', KEYS[2], 604800000)
-  return n
-end
-return 0
-`)
-
-// releaseScript: delete only if still owned. Returns 1 or 0.
-var releaseScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
-end
-return 0
-`)
-
-// extendScript: set the TTL only if still owned. Returns 1 or 0.
-var extendScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
-end
-return 0
-`)
 
 // Locker acquires locks.
 type Locker struct {
@@ -124,11 +106,14 @@ func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Locker, error)
 	if err != nil {
 		return nil, err
 	}
+	if err := clientcheck.HonoursDeadlines("lockfx", "Config.WaitTimeout", rdb); err != nil {
+		return nil, err
+	}
 	var o options
 	for _, f := range opts {
 		f(&o)
 	}
-	obs, err := newObserver(o.registerer, o.tracer)
+	obs, err := newObserver(o.registerer, o.tracer, cfg.KeyAttribute)
 	if err != nil {
 		return nil, err
 	}
@@ -138,35 +123,24 @@ func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Locker, error)
 // Start preloads the lock scripts, so that the first acquire pays no
 // NOSCRIPT round trip. A failure is not fatal (scripts load on first use).
 func (l *Locker) Start(ctx context.Context) error {
-	_ = scripts.Preload(ctx, l.rdb, acquireScript, releaseScript, extendScript)
+	_ = scripts.Preload(ctx, l.rdb, acquireScript, releaseScript, extendScript, abandonScript)
 	return nil
-}
-
-// Lock is a held lock.
-type Lock struct {
-	l     *Locker
-	name  string
-	key   string
-	owner string
-	// Token is the fencing token: it grows with every acquisition of this
-	// name, so a downstream store can refuse writes with an older token.
-	Token int64
-
-	mu       sync.Mutex
-	renewing *time.Timer
-	released bool
-}
-
-func (l *Locker) keys(name string) []string {
-	k := l.cfg.KeyPrefix + "{" + name + "}"
-	return []string{k, k + ":fence"}
 }
 
 // Acquire takes the lock called name, retrying with backoff within
 // Attempts and WaitTimeout. It returns ErrNotAcquired when the lock stayed
-// held, or a store error.
+// held (or WaitTimeout ran out during a Redis call), ErrEmptyName for the
+// empty name, the context's error when ctx ended, or a store error.
+//
+// When a call may have taken the lock but its answer was not received (the
+// caller gave up, or the connection failed), the lock is given back in the
+// background, and the call is stopped from taking it should Redis run it
+// later: a lock is never left held by an owner that gave up.
 func (l *Locker) Acquire(ctx context.Context, name string) (*Lock, error) {
-	keys := l.keys(name)
+	keys, err := l.keysOf(name)
+	if err != nil {
+		return nil, err
+	}
 	owner := randid.Hex(16)
 	ctx, span := l.obs.startAcquire(ctx, name, l.cfg.TTL)
 	began := time.Now()
@@ -178,27 +152,36 @@ func (l *Locker) Acquire(ctx context.Context, name string) (*Lock, error) {
 	backoff := l.cfg.Backoff
 	for attempt := 1; ; attempt++ {
 		l.obs.attempt()
-		token, err := acquireScript.Run(callCtx, l.rdb, keys, owner, l.cfg.TTL.Milliseconds()).Int64()
-		if err != nil && ctx.Err() == nil && callCtx.Err() != nil {
-			// WaitTimeout ran out during the call. It may still have taken
-			// the lock on Redis: give it back (best effort) rather than
-			// leave it held for a whole TTL by an owner who gave up.
-			rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.WaitTimeout)
-			_ = releaseScript.Run(rctx, l.rdb, keys[:1], owner).Err()
-			rcancel()
+		sent := time.Now() // before the call: Redis starts the lease no earlier
+		token, err := acquireScript.Run(callCtx, l.rdb, []string{keys.lock, keys.fence, keys.abandoned(owner)},
+			owner, l.cfg.TTL.Milliseconds(), fenceTTL.Milliseconds()).Int64()
+		var redisErr redis.Error
+		if err != nil && !errors.As(err, &redisErr) && !errors.Is(err, storefx.ErrCircuitOpen) {
+			l.abandon(keys, owner) // the script may have run (a refused one was never sent)
+		}
+		switch {
+		case err != nil && ctx.Err() != nil:
+			l.obs.endAcquire(span, false, attempt-1, time.Since(began), ctx.Err())
+			return nil, ctx.Err()
+		case err != nil && callCtx.Err() != nil:
 			l.obs.timeout(span)
 			l.obs.endAcquire(span, false, attempt-1, time.Since(began), ErrNotAcquired)
 			return nil, ErrNotAcquired
-		}
-		if err != nil {
+		case err != nil:
 			l.obs.endAcquire(span, false, attempt-1, time.Since(began), err)
-			return nil, fmt.Errorf("lockfx: acquire %q: %w", name, err)
-		}
-		if token > 0 {
-			lock := &Lock{l: l, name: name, key: keys[0], owner: owner, Token: token}
+			return nil, fmt.Errorf("lockfx: acquire %s: %w", l.cfg.KeyAttribute.Quote(name), err)
+		case token > 0:
+			if !time.Now().Before(sent.Add(l.cfg.TTL - driftMargin(l.cfg.TTL))) {
+				// Granted, but the answer took the whole validity: of no
+				// use. Give it back; later attempts use a new owner.
+				l.abandon(keys, owner)
+				owner = randid.Hex(16)
+				break
+			}
+			lock := newLock(l, name, keys, owner, token, sent)
 			l.obs.endAcquire(span, true, attempt-1, time.Since(began), nil)
 			if l.cfg.AutoRenew {
-				lock.scheduleRenewal()
+				go lock.renew()
 			}
 			return lock, nil
 		}
@@ -221,67 +204,34 @@ func (l *Locker) Acquire(ctx context.Context, name string) (*Lock, error) {
 	}
 }
 
+// abandon gives up, in the background, an acquire by owner whose outcome
+// is unknown (see abandonScript). It is bounded by the lease: after it the
+// lock has expired anyway.
+func (l *Locker) abandon(keys lockKeys, owner string) {
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.TTL)
+		defer cancel()
+		_ = abandonScript.Run(ctx, l.rdb, []string{keys.lock, keys.abandoned(owner)}, owner, (l.cfg.TTL + abandonedTTL).Milliseconds()).Err()
+	}()
+}
+
 // WithLock runs fn while holding the lock called name, and releases it
-// afterwards (also when fn panics). fn's context carries nothing new; the
-// lock's fencing token is passed to it.
+// afterwards (also when fn panics). fn's context is cancelled, with cause
+// ErrLockLost, if the lock is lost while fn runs; WithLock then returns
+// ErrLockLost (joined with fn's error, if any): fn's work may have
+// overlapped another holder's, and only the fencing token (passed to fn)
+// can make a downstream store refuse the late writes.
 func (l *Locker) WithLock(ctx context.Context, name string, fn func(ctx context.Context, token int64) error) error {
 	lock, err := l.Acquire(ctx, name)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = lock.Release(context.WithoutCancel(ctx)) }()
-	return fn(ctx, lock.Token)
-}
-
-// Release gives the lock up. ErrNotOwner means it had expired (and maybe
-// been taken by someone else) before.
-func (k *Lock) Release(ctx context.Context) error {
-	k.mu.Lock()
-	k.released = true
-	if k.renewing != nil {
-		k.renewing.Stop()
+	lockCtx, cancel := lock.Context(ctx)
+	defer cancel()
+	err = fn(lockCtx, lock.Token)
+	if lost := lock.Err(); lost != nil {
+		return errors.Join(err, lost)
 	}
-	k.mu.Unlock()
-	ctx, span := k.l.obs.startRelease(ctx, k.name)
-	n, err := releaseScript.Run(ctx, k.l.rdb, []string{k.key}, k.owner).Int()
-	switch {
-	case err != nil:
-		err = fmt.Errorf("lockfx: release %q: %w", k.name, err)
-	case n == 0:
-		err = ErrNotOwner
-	}
-	k.l.obs.endRelease(span, err)
 	return err
-}
-
-// Extend sets the lock's TTL anew (ttl 0: the configured TTL).
-func (k *Lock) Extend(ctx context.Context, ttl time.Duration) error {
-	if ttl <= 0 {
-		ttl = k.l.cfg.TTL
-	}
-	n, err := extendScript.Run(ctx, k.l.rdb, []string{k.key}, k.owner, ttl.Milliseconds()).Int()
-	if err != nil {
-		return fmt.Errorf("lockfx: extend %q: %w", k.name, err)
-	}
-	if n == 0 {
-		return ErrNotOwner
-	}
-	return nil
-}
-
-func (k *Lock) scheduleRenewal() {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.released {
-		return
-	}
-	k.renewing = time.AfterFunc(k.l.cfg.TTL/3, func() {
-		ctx, cancel := context.WithTimeout(context.Background(), k.l.cfg.TTL/3)
-		err := k.Extend(ctx, 0)
-		cancel()
-		if errors.Is(err, ErrNotOwner) {
-			return // lost: nothing left to renew
-		}
-		k.scheduleRenewal()
-	})
 }

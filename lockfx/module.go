@@ -2,24 +2,32 @@ package lockfx
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/fx"
+
+	"github.com/redisfx/redisfx/internal/clientcheck"
+	"github.com/redisfx/redisfx/internal/fxconfig"
 )
 
 // Module provides the *Locker. It needs a Redis client (storefx.Module);
-// the configuration is an optional *Config, the metrics registerer
+// the configuration is an optional Config or *Config, the metrics registerer
 // (metricsfx) and the plugin tracer (tracingfx) are used when present.
-var Module = fx.Module("redisfx.locks", fx.Provide(NewFromParams))
+var Module = fx.Module("redisfx.locks", clientcheck.Required("lockfx.Module"), fx.Provide(NewFromParams))
 
 // Params are the inputs of the Locker in an Fx app.
 type Params struct {
 	fx.In
-	Lifecycle  fx.Lifecycle
-	Config     *Config               `optional:"true"`
-	Redis      redis.UniversalClient `optional:"true"`
+	Lifecycle fx.Lifecycle
+	// Config and ConfigValue: the configuration, supplied as *Config or
+	// Config (not both); without either, the defaults.
+	Config      *Config `optional:"true"`
+	ConfigValue Config  `optional:"true"`
+	// Redis is required (storefx.Module provides it).
+	Redis      redis.UniversalClient
 	Registerer prometheus.Registerer `optional:"true"`
 	Tracer     trace.TracerProvider  `name:"redisfx.plugin_tracer" optional:"true"`
 }
@@ -29,9 +37,9 @@ func NewFromParams(p Params) (*Locker, error) {
 	if p.Redis == nil {
 		return nil, errors.New("lockfx.Module needs a Redis client: add storefx.Module to the app")
 	}
-	var cfg Config
-	if p.Config != nil {
-		cfg = *p.Config
+	cfg, err := fxconfig.Pick(p.Config, p.ConfigValue)
+	if err != nil {
+		return nil, fmt.Errorf("lockfx: %w", err)
 	}
 	l, err := New(p.Redis, cfg, WithRegisterer(p.Registerer), WithTracerProvider(p.Tracer))
 	if err != nil {

@@ -8,7 +8,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/redisfx/redisfx/tracingfx"
+	"github.com/redisfx/redisfx/plugintrace"
 )
 
 // Option adds an optional collaborator to New.
@@ -37,15 +37,17 @@ const (
 // observer measures and traces lock operations; unset parts are no-ops.
 type observer struct {
 	tracer       trace.TracerProvider
+	keys         plugintrace.KeyAttribute
 	active       prometheus.Gauge
 	acquisitions prometheus.Counter
 	attempts     prometheus.Counter
 	timeouts     prometheus.Counter
+	lost         prometheus.Counter
 	wait         []prometheus.Histogram
 }
 
-func newObserver(reg prometheus.Registerer, tp trace.TracerProvider) (*observer, error) {
-	o := &observer{tracer: tp}
+func newObserver(reg prometheus.Registerer, tp trace.TracerProvider, keys plugintrace.KeyAttribute) (*observer, error) {
+	o := &observer{tracer: tp, keys: keys}
 	if reg == nil {
 		return o, nil
 	}
@@ -54,13 +56,15 @@ func newObserver(reg prometheus.Registerer, tp trace.TracerProvider) (*observer,
 	o.acquisitions = prometheus.NewCounter(prometheus.CounterOpts{Name: "lock_acquisitions_total", Help: "Locks acquired."})
 	o.attempts = prometheus.NewCounter(prometheus.CounterOpts{Name: "lock_attempts_total", Help: "Tries to take a lock, retries included."})
 	o.timeouts = prometheus.NewCounter(prometheus.CounterOpts{Name: "lock_timeouts_total", Help: "Acquires that gave up."})
-	// The spec names two wait histograms; both exist and observe the same
-	// wait (lock_wait_seconds is the one its alert rules read).
+	o.lost = prometheus.NewCounter(prometheus.CounterOpts{Name: "lock_lost_total", Help: "Locks whose validity ended before they were released."})
+	// Two names for the wait histogram are in use in dashboards; both exist
+	// and observe the same wait (lock_wait_seconds is the one the alert
+	// rules read).
 	o.wait = []prometheus.Histogram{
 		prometheus.NewHistogram(prometheus.HistogramOpts{Name: "lock_wait_seconds", Help: "Time to acquire a lock (or give up).", Buckets: buckets}),
-		prometheus.NewHistogram(prometheus.HistogramOpts{Name: "lock_wait_duration_seconds", Help: "Same as lock_wait_seconds (the spec's other name).", Buckets: buckets}),
+		prometheus.NewHistogram(prometheus.HistogramOpts{Name: "lock_wait_duration_seconds", Help: "Same as lock_wait_seconds (the older name, kept for dashboards).", Buckets: buckets}),
 	}
-	for _, c := range []prometheus.Collector{o.active, o.acquisitions, o.attempts, o.timeouts, o.wait[0], o.wait[1]} {
+	for _, c := range []prometheus.Collector{o.active, o.acquisitions, o.attempts, o.timeouts, o.lost, o.wait[0], o.wait[1]} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -74,21 +78,22 @@ func (o *observer) attempt() {
 	}
 }
 
-func (o *observer) startAcquire(ctx context.Context, name string, ttl time.Duration) (context.Context, *tracingfx.PluginSpan) {
+func (o *observer) startAcquire(ctx context.Context, name string, ttl time.Duration) (context.Context, *plugintrace.Span) {
 	if o.tracer == nil {
 		return ctx, nil
 	}
-	return tracingfx.StartPluginSpan(ctx, o.tracer, "locks", "lock.acquire", "SET",
-		attribute.String(AttrKey, name), attribute.Int64(AttrTTL, ttl.Milliseconds()))
+	ctx, span := plugintrace.Start(ctx, o.tracer, "locks", "lock.acquire", "SET", attribute.Int64(AttrTTL, ttl.Milliseconds()))
+	span.SetKey(AttrKey, o.keys, name)
+	return ctx, span
 }
 
-func (o *observer) retry(span *tracingfx.PluginSpan, attempt int) {
+func (o *observer) retry(span *plugintrace.Span, attempt int) {
 	if span != nil {
 		span.AddEvent("lock.retry", trace.WithAttributes(attribute.Int("attempt", attempt)))
 	}
 }
 
-func (o *observer) timeout(span *tracingfx.PluginSpan) {
+func (o *observer) timeout(span *plugintrace.Span) {
 	if o.timeouts != nil {
 		o.timeouts.Inc()
 	}
@@ -97,7 +102,7 @@ func (o *observer) timeout(span *tracingfx.PluginSpan) {
 	}
 }
 
-func (o *observer) endAcquire(span *tracingfx.PluginSpan, acquired bool, retries int, waited time.Duration, err error) {
+func (o *observer) endAcquire(span *plugintrace.Span, acquired bool, retries int, waited time.Duration, err error) {
 	for _, h := range o.wait {
 		h.Observe(waited.Seconds())
 	}
@@ -115,17 +120,28 @@ func (o *observer) endAcquire(span *tracingfx.PluginSpan, acquired bool, retries
 	span.Finish(err)
 }
 
-func (o *observer) startRelease(ctx context.Context, name string) (context.Context, *tracingfx.PluginSpan) {
+func (o *observer) startRelease(ctx context.Context, name string) (context.Context, *plugintrace.Span) {
 	if o.tracer == nil {
 		return ctx, nil
 	}
-	return tracingfx.StartPluginSpan(ctx, o.tracer, "locks", "lock.release", "DEL", attribute.String(AttrKey, name))
+	ctx, span := plugintrace.Start(ctx, o.tracer, "locks", "lock.release", "DEL")
+	span.SetKey(AttrKey, o.keys, name)
+	return ctx, span
 }
 
-func (o *observer) endRelease(span *tracingfx.PluginSpan, err error) {
-	if o.active != nil {
-		o.active.Dec()
+// ended counts a lock out of locks_active, once, when it is released or
+// lost (then also in lock_lost_total).
+func (o *observer) ended(lost bool) {
+	if o.active == nil {
+		return
 	}
+	o.active.Dec()
+	if lost {
+		o.lost.Inc()
+	}
+}
+
+func (o *observer) endRelease(span *plugintrace.Span, err error) {
 	if span == nil {
 		return
 	}

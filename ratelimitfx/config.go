@@ -5,6 +5,9 @@ import (
 	"net/netip"
 	"strings"
 	"time"
+
+	"github.com/redisfx/redisfx"
+	"github.com/redisfx/redisfx/plugintrace"
 )
 
 // Algorithm is how requests are counted.
@@ -51,17 +54,27 @@ type Config struct {
 	TrustedProxies []string
 	// StoreTimeout bounds one check's Redis call. Default 500ms.
 	StoreTimeout time.Duration
-	// DisableHeaders stops the RateLimit-* headers on answers that pass.
-	// (A 429 always carries them and Retry-After.)
+	// DisableHeaders stops the RateLimit and RateLimit-Policy fields on
+	// answers that pass. (A 429 always carries them and Retry-After.)
 	DisableHeaders bool
+	// LegacyHeaders also sends RateLimit-Limit, RateLimit-Remaining and
+	// RateLimit-Reset, the separate fields of the older drafts (up to
+	// draft-ietf-httpapi-ratelimit-headers-06) that many clients and
+	// gateways still read. Off by default.
+	LegacyHeaders bool
+	// KeyAttribute is how the key of a check (a client IP address, a user
+	// id) is written into the redisfx.rate_limit.key span attribute, after
+	// the rule's name ("login:[redacted]"), and into error messages and
+	// logs. The zero value, plugintrace.RedactKey(), writes "[redacted]";
+	// plugintrace.HashKey(secret) writes a keyed digest, the same for the
+	// same key, so the checks of one client can be found together;
+	// plugintrace.RawKey() writes keys as given.
+	KeyAttribute plugintrace.KeyAttribute
 }
 
-// ConfigError names the invalid option.
-type ConfigError struct{ Option, Reason string }
-
-// Error implements error.
-func (e *ConfigError) Error() string {
-	return "ratelimitfx: invalid Config." + e.Option + ": " + e.Reason
+// configError names the invalid field of Config.
+func configError(field, reason string) error {
+	return redisfx.NewConfigError("ratelimitfx", "Config."+field, reason)
 }
 
 // Validate reports the first invalid option.
@@ -72,7 +85,7 @@ func (c Config) normalize() (Config, []netip.Prefix, error) {
 		c.KeyPrefix = "ratelimit:"
 	}
 	if c.Limit < 0 {
-		return c, nil, &ConfigError{"Limit", fmt.Sprintf("%d is negative", c.Limit)}
+		return c, nil, configError("Limit", fmt.Sprintf("%d is negative", c.Limit))
 	}
 	if c.Limit == 0 {
 		c.Limit = 100
@@ -82,13 +95,13 @@ func (c Config) normalize() (Config, []netip.Prefix, error) {
 		if c.StoreTimeout < 0 {
 			name, v = "StoreTimeout", c.StoreTimeout
 		}
-		return c, nil, &ConfigError{name, fmt.Sprintf("%v is negative", v)}
+		return c, nil, configError(name, fmt.Sprintf("%v is negative", v))
 	}
 	if c.Window == 0 {
 		c.Window = time.Minute
 	}
 	if c.Window < time.Millisecond {
-		return c, nil, &ConfigError{"Window", "below Redis's 1ms resolution"}
+		return c, nil, configError("Window", "below Redis's 1ms resolution")
 	}
 	if c.StoreTimeout == 0 {
 		c.StoreTimeout = 500 * time.Millisecond
@@ -98,18 +111,18 @@ func (c Config) normalize() (Config, []netip.Prefix, error) {
 		c.Algorithm = FixedWindow
 	case FixedWindow, SlidingLog:
 	default:
-		return c, nil, &ConfigError{"Algorithm", fmt.Sprintf("%q is not %q or %q", c.Algorithm, FixedWindow, SlidingLog)}
+		return c, nil, configError("Algorithm", fmt.Sprintf("%q is not %q or %q", c.Algorithm, FixedWindow, SlidingLog))
 	}
 	switch c.ErrorPolicy {
 	case "":
 		c.ErrorPolicy = FailOpen
 	case FailOpen, FailClosed:
 	default:
-		return c, nil, &ConfigError{"ErrorPolicy", fmt.Sprintf("%q is not %q or %q", c.ErrorPolicy, FailOpen, FailClosed)}
+		return c, nil, configError("ErrorPolicy", fmt.Sprintf("%q is not %q or %q", c.ErrorPolicy, FailOpen, FailClosed))
 	}
 	proxies, err := parseProxies(c.TrustedProxies)
 	if err != nil {
-		return c, nil, &ConfigError{"TrustedProxies", err.Error()}
+		return c, nil, configError("TrustedProxies", err.Error())
 	}
 	return c, proxies, nil
 }

@@ -1,32 +1,27 @@
-// Package ratelimitfx is a Redis rate limiter as an Fx module, exact under
-// concurrency across processes: each check is one atomic script (INCR in a
-// fixed window, or a sliding log). It offers chi middleware with per-route
-// rules keyed by client IP (trusted-proxy aware), user, header or any
-// function, answering 429 problem+json with Retry-After and the RateLimit-*
-// headers, and a programmatic Check. Checks are traced (rate_limit.check)
-// and measured (ratelimit_requests_total{status}, ratelimit_allowed_total,
-// ratelimit_rejected_total).
 package ratelimitfx
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"net/netip"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
-	"github.com/redisfx/redisfx"
+	"github.com/redisfx/redisfx/httpfx"
+	"github.com/redisfx/redisfx/internal/clientcheck"
 	"github.com/redisfx/redisfx/internal/randid"
 	"github.com/redisfx/redisfx/internal/scripts"
 	"github.com/redisfx/redisfx/internal/throttle"
 )
 
 // Rule is a limit: Limit requests per Window for each key. Zero fields take
-// the Config's defaults; Name (default: the route, "METHOD /pattern")
-// separates the counters of different rules.
+// the Config's defaults; Name defaults to the route ("METHOD /pattern") in
+// the middleware and to "default" in Check. Rules that differ in Name,
+// Limit or Window, or are checked by limiters of different Algorithms,
+// never share a counter; the same rule shares its counter for a key
+// across processes.
 type Rule struct {
 	Name   string
 	Limit  int64
@@ -47,10 +42,6 @@ type Decision struct {
 	Window time.Duration
 }
 
-// ErrStoreUnavailable wraps a failed check; the Decision returned with it
-// follows Config.ErrorPolicy.
-var ErrStoreUnavailable = &redisfx.BaseError{Code: "rate_limit_unavailable", Message: "the rate limiter's store is unavailable"}
-
 // Limiter checks requests against rules.
 type Limiter struct {
 	cfg     Config
@@ -58,40 +49,9 @@ type Limiter struct {
 	rdb     redis.UniversalClient
 	obs     *observer
 	log     *zap.Logger
+	errors  *httpfx.Errors // renders refusals
 	warnLog throttle.Every // store failures, at most every 10s
 }
-
-// fixedWindowScript: KEYS[1] counter; ARGV[1] window ms. Returns
-// {count, ms until reset}. The counter always has an expiry.
-var fixedWindowScript = redis.NewScript(`
-local n = redis.call('INCR', KEYS[1])
-if n == 1 then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
-local ttl = redis.call('PTTL', KEYS[1])
-if ttl < 0 then redis.call('PEXPIRE', KEYS[1], ARGV[1]); ttl = tonumber(ARGV[1]) end
-return {n, ttl}
-`)
-
-// slidingLogScript: KEYS[1] sorted set of allowed requests' times (ms);
-// ARGV window ms, limit, a unique member. Returns {count with this request,
-// ms until the oldest entry leaves, allowed 0/1}. Time is Redis's own, so
-// every process agrees on it.
-var slidingLogScript = redis.NewScript(`
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local window = tonumber(ARGV[1])
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
-local n = redis.call('ZCARD', KEYS[1])
-local allowed = 0
-if n < tonumber(ARGV[2]) then
-  redis.call('ZADD', KEYS[1], now, ARGV[3])
-  allowed = 1
-end
-redis.call('PEXPIRE', KEYS[1], window)
-local reset = window
-local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-if oldest[2] then reset = tonumber(oldest[2]) + window - now end
-return {n + 1, reset, allowed}
-`)
 
 // New builds a Limiter without Fx.
 func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Limiter, error) {
@@ -99,15 +59,22 @@ func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Limiter, error
 	if err != nil {
 		return nil, err
 	}
+	if err := clientcheck.HonoursDeadlines("ratelimitfx", "Config.StoreTimeout", rdb); err != nil {
+		return nil, err
+	}
 	o := options{log: zap.NewNop()}
 	for _, f := range opts {
 		f(&o)
 	}
-	obs, err := newObserver(o.registerer, o.tracer)
+	obs, err := newObserver(o.registerer, o.tracer, cfg.KeyAttribute)
 	if err != nil {
 		return nil, err
 	}
-	return &Limiter{cfg: cfg, proxies: proxies, rdb: rdb, obs: obs, log: o.log,
+	errs := o.errors
+	if errs == nil { // not given the application's chain: one of our own
+		errs = httpfx.NewErrors(o.log, httpfx.RegisteredErrorFilter{Name: "ratelimit", Filter: httpfx.ErrorFilter(DefaultErrorFilter)})
+	}
+	return &Limiter{cfg: cfg, proxies: proxies, rdb: rdb, obs: obs, log: o.log, errors: errs,
 		warnLog: throttle.Every{Interval: 10 * time.Second}}, nil
 }
 
@@ -138,16 +105,15 @@ func (l *Limiter) withDefaults(rule Rule) Rule {
 }
 
 // Check counts one request of key against rule and decides. On a store
-// failure it returns an error wrapping ErrStoreUnavailable with a Decision
-// that follows the ErrorPolicy (Allowed under FailOpen).
+// failure it returns a *StoreUnavailableError with a Decision that follows
+// the ErrorPolicy (Allowed under FailOpen).
 func (l *Limiter) Check(ctx context.Context, rule Rule, key string) (Decision, error) {
 	rule = l.withDefaults(rule)
-	id := rule.Name + ":" + key
-	ctx, span := l.obs.startCheck(ctx, id, rule)
-	d, err := l.check(ctx, rule, l.cfg.KeyPrefix+id)
+	ctx, span := l.obs.startCheck(ctx, rule, key)
+	d, err := l.check(ctx, rule, key)
 	if err != nil {
 		d = Decision{Allowed: l.cfg.ErrorPolicy == FailOpen, Limit: rule.Limit, Window: rule.Window}
-		err = fmt.Errorf("ratelimitfx: check %q: %w: %w", id, ErrStoreUnavailable, err)
+		err = newStoreUnavailableError(strconv.Quote(rule.Name+":"+l.cfg.KeyAttribute.Value(key)), err)
 		l.warn(err)
 	}
 	l.obs.endCheck(span, d, err)
@@ -157,30 +123,20 @@ func (l *Limiter) Check(ctx context.Context, rule Rule, key string) (Decision, e
 func (l *Limiter) check(ctx context.Context, rule Rule, key string) (Decision, error) {
 	ctx, cancel := context.WithTimeout(ctx, l.cfg.StoreTimeout)
 	defer cancel()
-	d := Decision{Limit: rule.Limit, Window: rule.Window}
-	window := max(rule.Window.Milliseconds(), 1)
+	counter := []string{l.counterKey(rule, key)}
 	var (
 		res []int64
 		err error
 	)
 	if l.cfg.Algorithm == SlidingLog {
-		res, err = slidingLogScript.Run(ctx, l.rdb, []string{key}, window, rule.Limit, randid.Hex(8)).Int64Slice()
+		res, err = slidingLogScript.Run(ctx, l.rdb, counter, windowMS(rule.Window), rule.Limit, randid.Hex(8)).Int64Slice()
 	} else {
-		res, err = fixedWindowScript.Run(ctx, l.rdb, []string{key}, window).Int64Slice()
+		res, err = fixedWindowScript.Run(ctx, l.rdb, counter, windowMS(rule.Window)).Int64Slice()
 	}
 	if err != nil {
-		return d, err
+		return Decision{Limit: rule.Limit, Window: rule.Window}, err
 	}
-	if len(res) < 2 {
-		return d, errors.New("unexpected script reply")
-	}
-	d.Current, d.Reset = res[0], time.Duration(res[1])*time.Millisecond
-	d.Allowed = d.Current <= rule.Limit
-	if len(res) == 3 {
-		d.Allowed = res[2] == 1
-	}
-	d.Remaining = max(rule.Limit-d.Current, 0)
-	return d, nil
+	return decide(l.cfg.Algorithm, rule, res)
 }
 
 // warn logs a store failure at most every 10s.

@@ -2,29 +2,57 @@ package ratelimitfx
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/fx"
 	"go.uber.org/zap"
+
+	"github.com/redisfx/redisfx/httpfx"
+
+	"github.com/redisfx/redisfx/internal/clientcheck"
+	"github.com/redisfx/redisfx/internal/fxconfig"
 )
 
-// Module provides the *Limiter. It needs a Redis client (storefx.Module);
-// the configuration is an optional *Config, the logger, the metrics
-// registerer (metricsfx) and the plugin tracer (tracingfx) are used when
-// present. Routes opt in with limiter.Limit(rule) or limiter.Handler.
-var Module = fx.Module("redisfx.ratelimit", fx.Provide(NewFromParams))
+// Module provides the *Limiter and registers its error filter
+// (ErrorFilter, in httpfx's chain after idempotency's and before the
+// application's; change it with fx.Decorate). It needs a Redis client
+// (storefx.Module); the configuration is an optional Config or *Config, the logger,
+// the metrics registerer (metricsfx), the plugin tracer (tracingfx) and
+// httpfx's error chain are used when present. Routes opt in with
+// limiter.Limit(rule) or limiter.Handler.
+var Module = fx.Module("redisfx.ratelimit",
+	clientcheck.Required("ratelimitfx.Module"),
+	fx.Provide(
+		func() ErrorFilter { return DefaultErrorFilter },
+		NewFromParams,
+		fx.Annotate(func(f ErrorFilter) httpfx.RegisteredErrorFilter {
+			return httpfx.RegisteredErrorFilter{Name: "ratelimit", Order: errorFilterOrder, Filter: httpfx.ErrorFilter(f)}
+		}, fx.ResultTags(`group:"`+httpfx.ErrorFilterGroup+`"`)),
+	),
+)
 
 // Params are the inputs of the Limiter in an Fx app.
 type Params struct {
 	fx.In
-	Lifecycle  fx.Lifecycle
-	Config     *Config               `optional:"true"`
-	Redis      redis.UniversalClient `optional:"true"`
+	Lifecycle fx.Lifecycle
+	// Config and ConfigValue: the configuration, supplied as *Config or
+	// Config (not both); without either, the defaults.
+	Config      *Config `optional:"true"`
+	ConfigValue Config  `optional:"true"`
+	// Redis is required (storefx.Module provides it).
+	Redis      redis.UniversalClient
 	Log        *zap.Logger           `optional:"true"`
 	Registerer prometheus.Registerer `optional:"true"`
 	Tracer     trace.TracerProvider  `name:"redisfx.plugin_tracer" optional:"true"`
+	// Errors is httpfx's chain, which holds Filter when httpfx.Module is in
+	// the app.
+	Errors *httpfx.Errors `optional:"true"`
+	// Filter is the (possibly decorated) ErrorFilter; without httpfx the
+	// middleware renders refusals through a chain of this filter alone.
+	Filter ErrorFilter `optional:"true"`
 }
 
 // NewFromParams builds the Limiter from the Fx graph.
@@ -32,11 +60,15 @@ func NewFromParams(p Params) (*Limiter, error) {
 	if p.Redis == nil {
 		return nil, errors.New("ratelimitfx.Module needs a Redis client: add storefx.Module to the app")
 	}
-	var cfg Config
-	if p.Config != nil {
-		cfg = *p.Config
+	cfg, err := fxconfig.Pick(p.Config, p.ConfigValue)
+	if err != nil {
+		return nil, fmt.Errorf("ratelimitfx: %w", err)
 	}
-	l, err := New(p.Redis, cfg, WithRegisterer(p.Registerer), WithTracerProvider(p.Tracer), WithLogger(p.Log))
+	errs := p.Errors
+	if errs == nil && p.Filter != nil { // no httpfx: a chain of our own filter
+		errs = httpfx.NewErrors(p.Log, httpfx.RegisteredErrorFilter{Name: "ratelimit", Filter: httpfx.ErrorFilter(p.Filter)})
+	}
+	l, err := New(p.Redis, cfg, WithRegisterer(p.Registerer), WithTracerProvider(p.Tracer), WithLogger(p.Log), WithErrors(errs))
 	if err != nil {
 		return nil, err
 	}

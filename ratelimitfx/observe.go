@@ -2,14 +2,14 @@ package ratelimitfx
 
 import (
 	"context"
-	"errors"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
-	"github.com/redisfx/redisfx/tracingfx"
+	"github.com/redisfx/redisfx/httpfx"
+	"github.com/redisfx/redisfx/plugintrace"
 )
 
 // Option adds an optional collaborator to New.
@@ -19,7 +19,16 @@ type options struct {
 	registerer prometheus.Registerer
 	tracer     trace.TracerProvider
 	log        *zap.Logger
+	errors     *httpfx.Errors
 }
+
+// WithErrors renders the middleware's refusals (429, and 503 under
+// FailClosed) through an application's error chain instead of one holding
+// only DefaultErrorFilter. The chain must map *ExceededError and
+// *StoreUnavailableError — hold DefaultErrorFilter or a filter of your
+// own — or they become 500s. A nil chain is ignored. Module passes
+// httpfx's chain, where it has registered its filter.
+func WithErrors(e *httpfx.Errors) Option { return func(o *options) { o.errors = e } }
 
 // WithRegisterer registers the rate-limit metrics with reg. A nil reg registers nothing.
 func WithRegisterer(reg prometheus.Registerer) Option { return func(o *options) { o.registerer = reg } }
@@ -55,20 +64,16 @@ const (
 	StatusError    = "error"
 )
 
-// errExceeded is the span status message of a blocked request.
-//
-//lint:ignore ST1005 the tracing spec's exact status message
-var errExceeded = errors.New("Rate limit exceeded")
-
 type observer struct {
 	tracer   trace.TracerProvider
+	keys     plugintrace.KeyAttribute
 	requests *prometheus.CounterVec
 	allowed  prometheus.Counter
 	rejected prometheus.Counter
 }
 
-func newObserver(reg prometheus.Registerer, tp trace.TracerProvider) (*observer, error) {
-	o := &observer{tracer: tp}
+func newObserver(reg prometheus.Registerer, tp trace.TracerProvider, keys plugintrace.KeyAttribute) (*observer, error) {
+	o := &observer{tracer: tp, keys: keys}
 	if reg == nil {
 		return o, nil
 	}
@@ -86,15 +91,21 @@ func newObserver(reg prometheus.Registerer, tp trace.TracerProvider) (*observer,
 	return o, nil
 }
 
-func (o *observer) startCheck(ctx context.Context, key string, rule Rule) (context.Context, *tracingfx.PluginSpan) {
+// startCheck opens rate_limit.check, with redisfx.rate_limit.key the
+// rule's name and key as Config.KeyAttribute writes it.
+func (o *observer) startCheck(ctx context.Context, rule Rule, key string) (context.Context, *plugintrace.Span) {
 	if o.tracer == nil {
 		return ctx, nil
 	}
-	return tracingfx.StartPluginSpan(ctx, o.tracer, "rate-limit", "rate_limit.check", "INCR",
-		attribute.String(AttrKey, key), attribute.Int64(AttrLimit, rule.Limit), attribute.Int64(AttrWindow, int64(rule.Window.Seconds())))
+	ctx, span := plugintrace.Start(ctx, o.tracer, "rate-limit", "rate_limit.check", "INCR",
+		attribute.Int64(AttrLimit, rule.Limit), attribute.Int64(AttrWindow, int64(rule.Window.Seconds())))
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String(AttrKey, rule.Name+":"+o.keys.Value(key)))
+	}
+	return ctx, span
 }
 
-func (o *observer) endCheck(span *tracingfx.PluginSpan, d Decision, err error) {
+func (o *observer) endCheck(span *plugintrace.Span, d Decision, err error) {
 	if o.requests != nil {
 		switch {
 		case err != nil:
@@ -119,6 +130,6 @@ func (o *observer) endCheck(span *tracingfx.PluginSpan, d Decision, err error) {
 		span.Finish(nil)
 	default:
 		span.AddEvent("request.blocked")
-		span.Finish(errExceeded)
+		span.Finish(newExceededError(d)) // status message "Rate limit exceeded", as docs/tracing.md gives it
 	}
 }

@@ -2,12 +2,10 @@ package ratelimitfx
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,12 +14,14 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
 	zapobserver "go.uber.org/zap/zaptest/observer"
 
 	"github.com/redisfx/redisfx/internal/obstest"
 	"github.com/redisfx/redisfx/internal/redistest"
+	"github.com/redisfx/redisfx/plugintrace"
 	"github.com/redisfx/redisfx/storefx"
 )
 
@@ -81,58 +81,14 @@ func TestExactlyLimitAcrossTwoInstances(t *testing.T) {
 			if allowed.Load() != 37 || refused.Load() != 63 {
 				t.Fatalf("allowed %d refused %d, want exactly 37 and 63", allowed.Load(), refused.Load())
 			}
-			pttl := srv.Client().PTTL(context.Background(), cfg.KeyPrefix+"api:client-1").Val()
-			if pttl <= 0 || pttl > time.Minute {
+			keys := srv.Client().Keys(context.Background(), cfg.KeyPrefix+"*").Val()
+			if len(keys) != 1 {
+				t.Fatalf("counters %q: want exactly one for one rule and one client", keys)
+			}
+			if pttl := srv.Client().PTTL(context.Background(), keys[0]).Val(); pttl <= 0 || pttl > time.Minute {
 				t.Fatalf("counter PTTL %v: a counter must always expire within its window", pttl)
 			}
 		})
-	}
-}
-
-func TestMiddleware_HeadersAnd429(t *testing.T) {
-	t.Parallel()
-	l := newLimiter(t, redistest.Start(t), Config{})
-	var served atomic.Int64
-	r := chi.NewRouter()
-	r.With(l.Limit(Rule{Limit: 2, Window: time.Minute})).Post("/payments", func(w http.ResponseWriter, _ *http.Request) {
-		served.Add(1)
-		w.WriteHeader(http.StatusCreated)
-	})
-	do := func() *httptest.ResponseRecorder {
-		w := httptest.NewRecorder()
-		req := httptest.NewRequest(http.MethodPost, "/payments", nil)
-		req.RemoteAddr = "203.0.113.7:5555"
-		r.ServeHTTP(w, req)
-		return w
-	}
-	first := do()
-	if first.Code != http.StatusCreated || first.Header().Get("RateLimit-Limit") != "2" || first.Header().Get("RateLimit-Remaining") != "1" ||
-		first.Header().Get("RateLimit-Policy") != "2;w=60" {
-		t.Fatalf("first: %d %v", first.Code, first.Header())
-	}
-	if reset, err := strconv.Atoi(first.Header().Get("RateLimit-Reset")); err != nil || reset < 1 || reset > 60 {
-		t.Fatalf("RateLimit-Reset %q", first.Header().Get("RateLimit-Reset"))
-	}
-	_ = do()
-	blocked := do()
-	if blocked.Code != http.StatusTooManyRequests || served.Load() != 2 {
-		t.Fatalf("third: %d, handler ran %d times", blocked.Code, served.Load())
-	}
-	h := blocked.Header()
-	if h.Get("Content-Type") != "application/problem+json" || h.Get("RateLimit-Remaining") != "0" || h.Get("Cache-Control") != "no-store" {
-		t.Fatalf("429 headers %v", h)
-	}
-	if ra, err := strconv.Atoi(h.Get("Retry-After")); err != nil || ra < 1 || ra > 60 {
-		t.Fatalf("Retry-After %q", h.Get("Retry-After"))
-	}
-	var p struct {
-		Status int    `json:"status"`
-		Code   string `json:"code"`
-		Title  string `json:"title"`
-		Detail string `json:"detail"`
-	}
-	if err := json.Unmarshal(blocked.Body.Bytes(), &p); err != nil || p.Status != 429 || p.Code != "rate_limit_exceeded" || p.Detail != "Rate limit exceeded" {
-		t.Fatalf("429 body %s (%v)", blocked.Body, err)
 	}
 }
 
@@ -158,7 +114,7 @@ func TestMiddleware_PerRouteCounters(t *testing.T) {
 }
 
 func TestKeys_TrustedProxiesAndUsers(t *testing.T) {
-	l, err := New(nil, Config{TrustedProxies: []string{"10.0.0.0/8", "192.0.2.1"}})
+	l, err := New(unconnected(t), Config{TrustedProxies: []string{"10.0.0.0/8", "192.0.2.1"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,6 +209,33 @@ func TestSlidingLog_FreesCapacityAsRequestsAge(t *testing.T) {
 	}
 }
 
+// Config.KeyAttribute decides how the key appears in the span and in a
+// store error: here as a keyed digest after the rule's name.
+func TestKeyAttribute(t *testing.T) {
+	t.Parallel()
+	spans := obstest.NewSpans(t)
+	hash := plugintrace.HashKey([]byte("secret"))
+	l := newLimiter(t, redistest.Start(t), Config{KeyAttribute: hash}, WithTracerProvider(spans.Tracer()))
+	rule := Rule{Name: "login", Limit: 5, Window: time.Minute}
+	if _, err := l.Check(context.Background(), rule, "203.0.113.9"); err != nil {
+		t.Fatal(err)
+	}
+	if c := spans.Named(t, "rate_limit.check"); len(c) != 1 || c[0].Attributes[AttrKey] != "login:"+hash.Value("203.0.113.9") {
+		t.Fatalf("spans %+v", c)
+	}
+
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 100 * time.Millisecond, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = rdb.Close() })
+	dead, err := New(rdb, Config{KeyAttribute: hash})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = dead.Check(context.Background(), rule, "203.0.113.9")
+	if err == nil || strings.Contains(err.Error(), "203.0.113.9") || !strings.Contains(err.Error(), hash.Value("203.0.113.9")) {
+		t.Fatalf("store error %v: want the key's digest, not the key", err)
+	}
+}
+
 func TestSpansAndMetrics(t *testing.T) {
 	t.Parallel()
 	spans := obstest.NewSpans(t)
@@ -273,7 +256,7 @@ func TestSpansAndMetrics(t *testing.T) {
 	}{{true, 1, 0, "request.allowed", "OK"}, {false, 2, 0, "request.blocked", "ERROR"}} {
 		s := checks[i]
 		a := s.Attributes
-		if a["redisfx.plugin"] != "rate-limit" || a["db.operation"] != "INCR" || a["db.system"] != "redis" || a[AttrKey] != "login:user:7" ||
+		if a["redisfx.plugin"] != "rate-limit" || a["db.operation"] != "INCR" || a["db.system"] != "redis" || a[AttrKey] != "login:"+plugintrace.Redacted ||
 			a[AttrLimit] != float64(1) || a[AttrWindow] != float64(30) || a[AttrCurrent] != want.current || a[AttrRemaining] != want.remains ||
 			a[AttrAllowed] != want.allowed || obstest.EventNames(s)[0] != want.event || s.Status.Code != want.status || a["redisfx.duration_ms"] == nil {
 			t.Errorf("check %d: %+v", i, s)
@@ -324,4 +307,12 @@ func TestMiddleware_BeforeRouting_OneCounterForAllPaths(t *testing.T) {
 	if w.Code != 429 {
 		t.Fatalf("unmatched path: %d, want 429", w.Code)
 	}
+}
+
+// unconnected is a client that is never used: for tests of what New
+// computes without Redis.
+func unconnected(t *testing.T) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
 }

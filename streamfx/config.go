@@ -5,6 +5,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/redisfx/redisfx"
 	"github.com/redisfx/redisfx/internal/randid"
 )
 
@@ -22,8 +23,9 @@ type Config struct {
 	// ClaimIdle is how long a delivered, unacknowledged message may sit
 	// untouched before any consumer of the group claims it again: a failed
 	// message is retried after it, a crashed consumer's message is taken
-	// over after it. While a handler runs, its consumer keeps the message
-	// touched, so a slow handler is never doubled. Default 5s.
+	// over after it. Every message a consumer holds (running, waiting for
+	// its turn in the batch, or waiting for the ack) is touched every
+	// ClaimIdle/4, so a slow handler is never doubled. Default 5s.
 	ClaimIdle time.Duration
 	// Block is the longest wait of one read for new messages; it bounds how
 	// quickly a stopping consumer notices. Default 1s (at most ClaimIdle/2).
@@ -43,18 +45,25 @@ type Config struct {
 	// StartID is where a new group starts reading: "0" (default) for every
 	// message already in the stream, "$" for only new ones.
 	StartID string
-	// StopTimeout bounds the stop: messages in hand get this long to
-	// finish. Default 10s.
+	// StopTimeout bounds the stop: running handlers get this long to
+	// finish, then their context is cancelled and they get StoreTimeout
+	// more; Stop returns within StopTimeout + 2×StoreTimeout whatever they
+	// do. Default 10s.
 	StopTimeout time.Duration
 	// StoreTimeout bounds a publish and each bookkeeping call. Default 2s.
 	StoreTimeout time.Duration
+	// ForgetConsumersAfter removes from the group a consumer that holds no
+	// pending message and has not read for this long (a crashed process:
+	// its messages were claimed by others), so the group's consumer list
+	// does not grow with every crash. Default 1h; at least 10×ClaimIdle, so
+	// that a living consumer, which reads every Block, never qualifies.
+	ForgetConsumersAfter time.Duration
 }
 
-// ConfigError names the invalid option.
-type ConfigError struct{ Option, Reason string }
-
-// Error implements error.
-func (e *ConfigError) Error() string { return "streamfx: invalid Config." + e.Option + ": " + e.Reason }
+// configError names the invalid field of Config.
+func configError(field, reason string) error {
+	return redisfx.NewConfigError("streamfx", "Config."+field, reason)
+}
 
 // Validate reports the first invalid option.
 func (c Config) Validate() error { _, err := c.normalize(); return err }
@@ -73,14 +82,14 @@ func (c Config) normalize() (Config, error) {
 		def  int
 	}{{"MaxAttempts", &c.MaxAttempts, 3}, {"BatchSize", &c.BatchSize, 10}, {"Concurrency", &c.Concurrency, 1}} {
 		if *n.v < 0 {
-			return c, &ConfigError{n.name, fmt.Sprintf("%d is negative", *n.v)}
+			return c, configError(n.name, fmt.Sprintf("%d is negative", *n.v))
 		}
 		if *n.v == 0 {
 			*n.v = n.def
 		}
 	}
 	if c.MaxLen < 0 {
-		return c, &ConfigError{"MaxLen", fmt.Sprintf("%d is negative", c.MaxLen)}
+		return c, configError("MaxLen", fmt.Sprintf("%d is negative", c.MaxLen))
 	}
 	for _, d := range []struct {
 		name string
@@ -89,22 +98,30 @@ func (c Config) normalize() (Config, error) {
 	}{{"ClaimIdle", &c.ClaimIdle, 5 * time.Second}, {"Block", &c.Block, time.Second},
 		{"StopTimeout", &c.StopTimeout, 10 * time.Second}, {"Retention", &c.Retention, 0}, {"StoreTimeout", &c.StoreTimeout, 2 * time.Second}} {
 		if *d.v < 0 {
-			return c, &ConfigError{d.name, fmt.Sprintf("%v is negative", *d.v)}
+			return c, configError(d.name, fmt.Sprintf("%v is negative", *d.v))
 		}
 		if *d.v == 0 {
 			*d.v = d.def
 		}
 	}
 	if c.ClaimIdle < 10*time.Millisecond {
-		return c, &ConfigError{"ClaimIdle", "below 10ms"}
+		return c, configError("ClaimIdle", "below 10ms")
 	}
 	c.Block = max(min(c.Block, c.ClaimIdle/2), time.Millisecond)
+	switch {
+	case c.ForgetConsumersAfter < 0:
+		return c, configError("ForgetConsumersAfter", fmt.Sprintf("%v is negative", c.ForgetConsumersAfter))
+	case c.ForgetConsumersAfter == 0:
+		c.ForgetConsumersAfter = max(time.Hour, 10*c.ClaimIdle)
+	case c.ForgetConsumersAfter < 10*c.ClaimIdle:
+		return c, configError("ForgetConsumersAfter", fmt.Sprintf("%v is below 10×ClaimIdle (%v)", c.ForgetConsumersAfter, 10*c.ClaimIdle))
+	}
 	switch c.StartID {
 	case "":
 		c.StartID = "0"
 	case "0", "$":
 	default:
-		return c, &ConfigError{"StartID", fmt.Sprintf("%q is not \"0\" or \"$\"", c.StartID)}
+		return c, configError("StartID", fmt.Sprintf("%q is not \"0\" or \"$\"", c.StartID))
 	}
 	return c, nil
 }

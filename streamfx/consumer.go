@@ -13,7 +13,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.uber.org/zap"
 
-	"github.com/redisfx/redisfx/tracingfx"
+	"github.com/redisfx/redisfx/plugintrace"
 )
 
 // consumer runs one stream's handler in this process.
@@ -24,6 +24,7 @@ type consumer struct {
 }
 
 func (c *consumer) ensureGroup(ctx context.Context) error {
+	ctx = plugintrace.WithoutCommandSpans(ctx) // a start or a recovery is not a trace
 	err := c.s.rdb.XGroupCreateMkStream(ctx, c.stream, c.s.cfg.Group, c.s.cfg.StartID).Err()
 	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
 		return fmt.Errorf("streamfx: create group %q on %q: %w", c.s.cfg.Group, c.stream, err)
@@ -34,26 +35,33 @@ func (c *consumer) ensureGroup(ctx context.Context) error {
 	return nil
 }
 
+// bg marks a background context: its Redis commands make no command span,
+// so an idle consumer does not start a trace per poll.
+func bg() context.Context { return plugintrace.WithoutCommandSpans(context.Background()) }
+
 // run reads until loopCtx ends: abandoned and failed messages first (every
 // ClaimIdle/2), then new ones. Reads are not cancelled mid-way (a reply cut
 // off would leave its messages pending until the next claim); Block bounds
-// how long stopping waits for one.
-func (c *consumer) run(loopCtx, handlerCtx context.Context) {
+// how long stopping waits for one. haltCtx ends when a stop gives up on
+// handlers that ignore their cancellation.
+func (c *consumer) run(loopCtx, handlerCtx, haltCtx context.Context) {
 	cfg := c.s.cfg
-	var lastClaim time.Time
+	var lastClaim, lastForget time.Time
 	backoff := 50 * time.Millisecond
 	for loopCtx.Err() == nil {
 		if time.Since(lastClaim) >= cfg.ClaimIdle/2 {
 			lastClaim = time.Now()
+			c.forgetDeadConsumers(&lastForget)
 			// A full batch means more may wait: drain a few batches, then
 			// read new messages too.
 			for range 10 {
-				if c.reclaim(handlerCtx) < cfg.BatchSize || loopCtx.Err() != nil {
+				if c.reclaim(loopCtx, handlerCtx, haltCtx) < cfg.BatchSize || loopCtx.Err() != nil {
 					break
 				}
 			}
 		}
-		rctx, cancel := context.WithTimeout(context.Background(), cfg.Block+cfg.StoreTimeout)
+		rctx, cancel := context.WithTimeout(bg(), cfg.Block+cfg.StoreTimeout)
+		fetched := time.Now()
 		res, err := c.s.rdb.XReadGroup(rctx, &redis.XReadGroupArgs{
 			Group: cfg.Group, Consumer: cfg.Consumer, Streams: []string{c.stream, ">"}, Count: int64(cfg.BatchSize), Block: cfg.Block,
 		}).Result()
@@ -63,7 +71,7 @@ func (c *consumer) run(loopCtx, handlerCtx context.Context) {
 			continue
 		case err != nil:
 			if strings.HasPrefix(err.Error(), "NOGROUP") { // the stream or group was deleted (or Redis restarted empty)
-				gctx, cancel := context.WithTimeout(context.Background(), cfg.StoreTimeout)
+				gctx, cancel := context.WithTimeout(bg(), cfg.StoreTimeout)
 				if c.ensureGroup(gctx) == nil {
 					cancel()
 					continue // at once: nothing to wait for
@@ -77,58 +85,120 @@ func (c *consumer) run(loopCtx, handlerCtx context.Context) {
 		}
 		backoff = 50 * time.Millisecond
 		for _, st := range res {
-			c.handleBatch(handlerCtx, st.Messages, nil)
+			c.handleBatch(loopCtx, handlerCtx, haltCtx, st.Messages, nil, fetched)
 		}
 	}
 }
 
 // handleBatch handles msgs with up to Concurrency at once; attempts gives
-// each message's delivery number (nil: first deliveries). The messages
-// handled successfully are acknowledged together, in one XACK: one round
-// trip per batch instead of one per message. Until then their consumer
-// keeps them touched, so none looks abandoned while a slower one of the
-// batch runs.
-func (c *consumer) handleBatch(ctx context.Context, msgs []redis.XMessage, attempts map[string]int) {
+// each message's delivery number (nil: first deliveries), fetched when the
+// read or claim that delivered them was sent.
+//
+// Every message of the batch is held from the fetch until it is settled,
+// and all held messages are kept touched together (one round trip every
+// ClaimIdle/4), whether running, waiting for their turn or waiting for the
+// ack: none looks abandoned to another consumer. A message waiting for its
+// turn starts only if this consumer still owns it, as known within the
+// last ClaimIdle/3 (else one more round trip checks); one it lost is not
+// run. Once the loop stops, waiting messages are not started but given
+// back at once, and so is each message whose run the stop cancelled, as
+// soon as its handler returns (see giveBack). The messages handled
+// successfully are acknowledged together, in one XACK: one round trip per
+// batch instead of one per message.
+func (c *consumer) handleBatch(loopCtx, handlerCtx, haltCtx context.Context, msgs []redis.XMessage, attempts map[string]int, fetched time.Time) {
+	if len(msgs) == 0 {
+		return
+	}
+	b := c.hold(msgs, fetched)
+	stopTouching := b.keepTouched(haltCtx)
 	sem := make(chan struct{}, c.s.cfg.Concurrency)
 	var (
-		wg        sync.WaitGroup
-		mu        sync.Mutex
-		succeeded []handled
+		wg         sync.WaitGroup
+		mu         sync.Mutex
+		succeeded  []handled
+		notStarted []redis.XMessage // the stop came first: given back
 	)
-	for _, m := range msgs {
-		attempt := 1
-		if a, ok := attempts[m.ID]; ok {
-			attempt = a
+	attemptOf := func(id string) int {
+		if a, ok := attempts[id]; ok {
+			return a
 		}
-		sem <- struct{}{}
+		return 1
+	}
+	for _, m := range msgs {
+		acquired := false
+		select { // a stop does not wait for a free slot
+		case sem <- struct{}{}:
+			acquired = true
+		case <-loopCtx.Done():
+		}
+		if loopCtx.Err() != nil { // stopping: not started
+			if acquired {
+				<-sem
+			}
+			b.drop(m.ID)
+			notStarted = append(notStarted, m)
+			continue
+		}
+		if owned, lost := b.own(m.ID); !owned {
+			<-sem
+			b.drop(m.ID)
+			if lost {
+				c.s.log.Warn("stream message lost to another consumer before it ran; not run here",
+					zap.String("stream", c.stream), zap.String("message_id", m.ID))
+			} else {
+				c.s.log.Warn("stream message not run: Redis did not confirm this consumer still owns it; it stays pending, its delivery counted",
+					zap.String("stream", c.stream), zap.String("message_id", m.ID))
+			}
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			if h, ok := c.process(ctx, m, attempt); ok {
+			h, out := c.process(handlerCtx, m, attemptOf(m.ID))
+			switch out {
+			case outcomeDone:
 				mu.Lock()
 				succeeded = append(succeeded, h)
 				mu.Unlock()
+			case outcomeStopped: // given back at once, not after the batch: another handler of it may be abandoned
+				b.drop(m.ID)
+				c.giveBack([]redis.XMessage{m}, attemptOf)
+			default: // failed: left for a retry after ClaimIdle, or dead-lettered
+				b.drop(m.ID)
 			}
 		}()
 	}
+	// Given back now, not after the running handlers: one may be abandoned.
+	c.giveBack(notStarted, attemptOf)
 	wg.Wait()
+	stopTouching()
 	c.ack(succeeded)
 }
 
 // handled is a message whose handler succeeded, waiting for its ack: its
 // consume span is still open and it is still being touched.
 type handled struct {
-	id    string
-	ctx   context.Context
-	span  *tracingfx.PluginSpan
-	lease *touch
+	id   string
+	ctx  context.Context
+	span *plugintrace.Span
 }
+
+// outcome is how one run of a handler ended.
+type outcome int
+
+const (
+	outcomeDone    outcome = iota // succeeded: acknowledge
+	outcomeFailed                 // failed: retry after ClaimIdle, or dead-letter
+	outcomeStopped                // cancelled by a stop: no attempt spent
+)
 
 // process runs the handler on one delivery. On success it returns the
 // message for the batch's ack; on failure it settles the message itself:
 // dead-letter after the last attempt, else leave it pending for a retry
-// after ClaimIdle.
-func (c *consumer) process(ctx context.Context, m redis.XMessage, attempt int) (handled, bool) {
+// after ClaimIdle. A run whose context the stop cancelled (StopTimeout ran
+// out) did not fail: whatever it returns, it is not counted, never
+// dead-lettered, and its message is given back.
+func (c *consumer) process(ctx context.Context, m redis.XMessage, attempt int) (handled, outcome) {
 	carrier := propagation.MapCarrier{}
 	var data []byte
 	for k, v := range m.Values {
@@ -141,19 +211,21 @@ func (c *consumer) process(ctx context.Context, m redis.XMessage, attempt int) (
 	}
 	ctx = c.s.propagator.Extract(ctx, carrier) // the producer's trace
 	ctx, span := c.s.obs.startConsume(ctx, c.stream, c.s.cfg.Group, c.s.cfg.Consumer, m.ID, attempt)
-	lease := c.keepTouched(m.ID)
 	err := c.call(ctx, Message{ID: m.ID, Stream: c.stream, Data: data, Attempt: attempt})
 	if err == nil {
 		c.s.obs.processed(span, c.stream)
-		return handled{id: m.ID, ctx: ctx, span: span, lease: lease}, true
+		return handled{id: m.ID, ctx: ctx, span: span}, outcomeDone
 	}
-	lease.Stop()
+	if ctx.Err() != nil { // the stop cancelled it
+		c.s.obs.endConsume(span, fmt.Errorf("streamfx: stopped before the handler finished: %w", err))
+		return handled{}, outcomeStopped
+	}
 	c.s.obs.failed(span, c.stream, attempt, err)
 	if attempt >= c.s.cfg.MaxAttempts {
 		c.deadLetter(ctx, m, attempt, err.Error())
 	}
 	c.s.obs.endConsume(span, err)
-	return handled{}, false
+	return handled{}, outcomeFailed
 }
 
 // ack acknowledges the handled messages in one XACK; each keeps its own
@@ -163,12 +235,12 @@ func (c *consumer) ack(done []handled) {
 		return
 	}
 	ids := make([]string, len(done))
-	spans := make([]*tracingfx.PluginSpan, len(done))
+	spans := make([]*plugintrace.Span, len(done))
 	for i, h := range done {
 		ids[i] = h.id
 		_, spans[i] = c.s.obs.startAck(h.ctx, c.stream)
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), c.s.cfg.StoreTimeout)
+	sctx, cancel := context.WithTimeout(bg(), c.s.cfg.StoreTimeout) // one XACK for many spans: no command span
 	err := c.s.rdb.XAck(sctx, c.stream, c.s.cfg.Group, ids...).Err()
 	cancel()
 	if err != nil {
@@ -178,7 +250,6 @@ func (c *consumer) ack(done []handled) {
 		c.s.log.Warn("stream ack failed", zap.Error(err))
 	}
 	for i, h := range done {
-		h.lease.Stop()
 		c.s.obs.endAck(spans[i], err)
 		c.s.obs.endConsume(h.span, nil)
 	}
@@ -228,9 +299,9 @@ func (c *consumer) deadLetter(ctx context.Context, m redis.XMessage, attempts in
 // than ClaimIdle (their handler failed, or their consumer died): those
 // delivered MaxAttempts times already go to the dead-letter stream, the
 // others are handled again.
-func (c *consumer) reclaim(ctx context.Context) (claimed int) {
+func (c *consumer) reclaim(loopCtx, handlerCtx, haltCtx context.Context) (claimed int) {
 	cfg := c.s.cfg
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.StoreTimeout)
+	sctx, cancel := context.WithTimeout(bg(), cfg.StoreTimeout)
 	defer cancel()
 	pending, err := c.s.rdb.XPendingExt(sctx, &redis.XPendingExtArgs{
 		Stream: c.stream, Group: cfg.Group, Idle: cfg.ClaimIdle, Start: "-", End: "+", Count: int64(cfg.BatchSize),
@@ -246,6 +317,7 @@ func (c *consumer) reclaim(ctx context.Context) (claimed int) {
 	}
 	// XCLAIM re-checks the idle time: of two consumers claiming at once,
 	// only one gets each message.
+	fetched := time.Now()
 	msgs, err := c.s.rdb.XClaim(sctx, &redis.XClaimArgs{
 		Stream: c.stream, Group: cfg.Group, Consumer: cfg.Consumer, MinIdle: cfg.ClaimIdle, Messages: ids,
 	}).Result()
@@ -255,12 +327,12 @@ func (c *consumer) reclaim(ctx context.Context) (claimed int) {
 	var retry []redis.XMessage
 	for _, m := range msgs {
 		if attempts[m.ID] > cfg.MaxAttempts { // its last attempt's consumer died before settling it
-			c.deadLetter(ctx, m, attempts[m.ID]-1, "delivered "+strconv.Itoa(cfg.MaxAttempts)+" times without being acknowledged")
+			c.deadLetter(handlerCtx, m, attempts[m.ID]-1, "delivered "+strconv.Itoa(cfg.MaxAttempts)+" times without being acknowledged")
 			continue
 		}
 		retry = append(retry, m)
 	}
-	c.handleBatch(ctx, retry, attempts)
+	c.handleBatch(loopCtx, handlerCtx, haltCtx, retry, attempts, fetched)
 	return len(msgs)
 }
 
@@ -270,6 +342,7 @@ func (c *consumer) reclaim(ctx context.Context) (claimed int) {
 // would drop them from the pending list, and they would never be retried.
 func (c *consumer) leave(ctx context.Context) {
 	cfg := c.s.cfg
+	ctx = plugintrace.WithoutCommandSpans(ctx)
 	mine, err := c.s.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: c.stream, Group: cfg.Group, Start: "-", End: "+", Count: 1, Consumer: cfg.Consumer}).Result()
 	if err != nil || len(mine) > 0 {
 		return
@@ -277,50 +350,184 @@ func (c *consumer) leave(ctx context.Context) {
 	_ = c.s.rdb.XGroupDelConsumer(ctx, c.stream, cfg.Group, cfg.Consumer).Err()
 }
 
-// touchScript resets a pending message's idle time if this consumer still
-// owns it (XCLAIM … JUSTID does not count a delivery).
+// touchScript resets the idle time of each given pending message this
+// consumer still owns (XCLAIM … JUSTID does not count a delivery) and
+// answers, for each, 1 if it was still this consumer's, else 0.
+// KEYS[1] stream; ARGV group, consumer, ids….
 var touchScript = redis.NewScript(`
-local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1)
-if p[1] and p[1][2] == ARGV[2] then
-  redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'JUSTID')
-  return 1
+local out = {}
+for i = 3, #ARGV do
+  local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1)
+  if p[1] and p[1][2] == ARGV[2] then
+    redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[i], 'JUSTID')
+    out[#out + 1] = 1
+  else
+    out[#out + 1] = 0
+  end
 end
-return 0
+return out
 `)
 
-// keepTouched keeps a message in hand from looking abandoned: every
-// ClaimIdle/3 it resets its idle time, until stopped.
-func (c *consumer) keepTouched(id string) *touch {
-	every := c.s.cfg.ClaimIdle / 3
-	l := &touch{}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.timer = time.AfterFunc(every, func() {
-		sctx, cancel := context.WithTimeout(context.Background(), every)
-		_ = touchScript.Run(sctx, c.s.rdb, []string{c.stream}, c.s.cfg.Group, c.s.cfg.Consumer, id).Err()
-		cancel()
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		if !l.stopped {
-			l.timer.Reset(every)
+// giveBackScript returns messages this consumer will not run (a stop
+// cancelled them or came before their turn) as if never delivered: for each
+// one it still owns, the delivery count is set back (RETRYCOUNT) and the
+// idle time to ClaimIdle, so that any consumer claims it at once and runs
+// it as the same attempt. KEYS[1] stream; ARGV group, consumer, idle ms,
+// then pairs of id and delivery count.
+var giveBackScript = redis.NewScript(`
+local n = 0
+for i = 4, #ARGV, 2 do
+  local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1)
+  if p[1] and p[1][2] == ARGV[2] then
+    redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[i], 'IDLE', ARGV[3], 'RETRYCOUNT', ARGV[i + 1], 'JUSTID')
+    n = n + 1
+  end
+end
+return n
+`)
+
+// giveBack returns msgs with their delivery count set back, so a stop
+// costs none of them an attempt. If Redis does not answer, they stay
+// pending as they are (claimed after ClaimIdle, the delivery counted).
+func (c *consumer) giveBack(msgs []redis.XMessage, attemptOf func(string) int) {
+	if len(msgs) == 0 {
+		return
+	}
+	cfg := c.s.cfg
+	args := []any{cfg.Group, cfg.Consumer, cfg.ClaimIdle.Milliseconds()}
+	ids := make([]string, len(msgs))
+	for i, m := range msgs {
+		args = append(args, m.ID, attemptOf(m.ID)-1)
+		ids[i] = m.ID
+	}
+	sctx, cancel := context.WithTimeout(bg(), cfg.StoreTimeout)
+	defer cancel()
+	if err := giveBackScript.Run(sctx, c.s.rdb, []string{c.stream}, args...).Err(); err != nil {
+		c.s.log.Warn("stream give-back failed: the messages stay pending, their delivery counted",
+			zap.String("stream", c.stream), zap.Strings("message_ids", ids), zap.Error(err))
+	}
+}
+
+// batch is the set of messages one read or claim gave this consumer that
+// are not settled yet: held from the fetch until acknowledged,
+// dead-lettered, failed (left for a retry) or given back.
+type batch struct {
+	c  *consumer
+	mu sync.Mutex
+	// held maps each held message to the send time of the last round trip
+	// that found it this consumer's (the fetch, or a touch): its idle time
+	// in Redis is at most the time since.
+	held map[string]time.Time
+	lost map[string]bool // taken over by another consumer
+}
+
+func (c *consumer) hold(msgs []redis.XMessage, fetched time.Time) *batch {
+	b := &batch{c: c, held: make(map[string]time.Time, len(msgs)), lost: map[string]bool{}}
+	for _, m := range msgs {
+		b.held[m.ID] = fetched
+	}
+	return b
+}
+
+// drop stops holding id (it is settled, or lost).
+func (b *batch) drop(id string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.held, id)
+}
+
+// touch resets the idle time of ids, and records which are still ours.
+func (b *batch) touch(ctx context.Context, ids []string) {
+	cfg := b.c.s.cfg
+	sent := time.Now()
+	res, err := touchScript.Run(ctx, b.c.s.rdb, []string{b.c.stream}, append([]any{cfg.Group, cfg.Consumer}, toAny(ids)...)...).Int64Slice()
+	if err != nil || len(res) != len(ids) {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for i, id := range ids {
+		if _, ok := b.held[id]; !ok {
+			continue
 		}
-	})
-	return l
+		if res[i] == 1 {
+			b.held[id] = sent
+		} else if !b.lost[id] {
+			b.lost[id] = true
+			b.c.s.log.Warn("stream message held by this consumer was claimed by another", zap.String("stream", b.c.stream), zap.String("message_id", id))
+		}
+	}
 }
 
-// touch is the renewal of one message in hand.
-type touch struct {
-	mu      sync.Mutex
-	timer   *time.Timer
-	stopped bool
+// own reports whether id may start here: still this consumer's, as known
+// from a round trip sent less than ClaimIdle/3 ago (else it asks Redis
+// once more). Another consumer claims a message only after ClaimIdle
+// untouched; the next touch is sent within ClaimIdle/4, so the message
+// stays this consumer's as long as that touch reaches Redis within the
+// remaining 5/12 of ClaimIdle.
+func (b *batch) own(id string) (owned, lost bool) {
+	limit := b.c.s.cfg.ClaimIdle / 3
+	state := func() (owned, lost bool) {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if b.lost[id] {
+			return false, true
+		}
+		last, held := b.held[id]
+		return held && time.Since(last) < limit, false
+	}
+	if owned, lost = state(); owned || lost {
+		return owned, lost
+	}
+	ctx, cancel := context.WithTimeout(bg(), b.c.s.cfg.StoreTimeout)
+	b.touch(ctx, []string{id})
+	cancel()
+	return state()
 }
 
-// Stop ends the renewal (a renewal already running completes).
-func (l *touch) Stop() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.stopped = true
-	l.timer.Stop()
+// keepTouched touches every held message every ClaimIdle/4 until the
+// returned stop is called or haltCtx ends.
+func (b *batch) keepTouched(haltCtx context.Context) (stop func()) {
+	every := b.c.s.cfg.ClaimIdle / 4
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-haltCtx.Done():
+				return
+			case <-tick.C:
+			}
+			b.mu.Lock()
+			ids := make([]string, 0, len(b.held))
+			for id := range b.held {
+				if !b.lost[id] {
+					ids = append(ids, id)
+				}
+			}
+			b.mu.Unlock()
+			if len(ids) == 0 {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(bg(), min(b.c.s.cfg.StoreTimeout, 2*every))
+			b.touch(ctx, ids)
+			cancel()
+		}
+	}()
+	return func() { close(done); <-finished }
+}
+
+func toAny(ids []string) []any {
+	out := make([]any, len(ids))
+	for i, id := range ids {
+		out[i] = id
+	}
+	return out
 }
 
 func sleep(ctx context.Context, d time.Duration) {

@@ -17,7 +17,9 @@ func ExampleStreams_Handle() {
 	if addr == "" {
 		addr = "127.0.0.1:6379"
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	// New refuses a go-redis client without ContextTimeoutEnabled: its
+	// Config timeouts could not bound a Redis call. (storefx.New sets it.)
+	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	streams, err := streamfx.New(rdb, streamfx.Config{Retention: time.Minute})
 	if err != nil {

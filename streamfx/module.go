@@ -2,20 +2,24 @@ package streamfx
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/fx"
 	"go.uber.org/zap"
+
+	"github.com/redisfx/redisfx/internal/clientcheck"
+	"github.com/redisfx/redisfx/internal/fxconfig"
 )
 
 // Module provides *Streams. It needs a Redis client (storefx.Module); the
-// configuration is an optional *Config, and the logger, metrics registerer
+// configuration is an optional Config or *Config, and the logger, metrics registerer
 // (metricsfx) and plugin tracer (tracingfx) are used when present.
 // Handlers are contributed with AsHandler; the consumers start with the app
-// and stop (bounded by StopTimeout) before Redis closes.
-var Module = fx.Module("redisfx.streams", fx.Provide(NewFromParams))
+// and stop (within StopTimeout + 2×StoreTimeout) before Redis closes.
+var Module = fx.Module("redisfx.streams", clientcheck.Required("streamfx.Module"), fx.Provide(NewFromParams))
 
 // HandlerGroup is the Fx value group of stream handlers.
 const HandlerGroup = "redisfx.stream.handlers"
@@ -39,9 +43,13 @@ func AsHandler(constructor any) any {
 // Params are the inputs of Streams in an Fx app.
 type Params struct {
 	fx.In
-	Lifecycle  fx.Lifecycle
-	Config     *Config               `optional:"true"`
-	Redis      redis.UniversalClient `optional:"true"`
+	Lifecycle fx.Lifecycle
+	// Config and ConfigValue: the configuration, supplied as *Config or
+	// Config (not both); without either, the defaults.
+	Config      *Config `optional:"true"`
+	ConfigValue Config  `optional:"true"`
+	// Redis is required (storefx.Module provides it).
+	Redis      redis.UniversalClient
 	Log        *zap.Logger           `optional:"true"`
 	Registerer prometheus.Registerer `optional:"true"`
 	Tracer     trace.TracerProvider  `name:"redisfx.plugin_tracer" optional:"true"`
@@ -54,9 +62,9 @@ func NewFromParams(p Params) (*Streams, error) {
 	if p.Redis == nil {
 		return nil, errors.New("streamfx.Module needs a Redis client: add storefx.Module to the app")
 	}
-	var cfg Config
-	if p.Config != nil {
-		cfg = *p.Config
+	cfg, err := fxconfig.Pick(p.Config, p.ConfigValue)
+	if err != nil {
+		return nil, fmt.Errorf("streamfx: %w", err)
 	}
 	s, err := New(p.Redis, cfg, WithRegisterer(p.Registerer), WithTracerProvider(p.Tracer), WithLogger(p.Log))
 	if err != nil {

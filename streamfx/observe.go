@@ -12,7 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
-	"github.com/redisfx/redisfx/tracingfx"
+	"github.com/redisfx/redisfx/plugintrace"
 )
 
 // Option adds an optional collaborator to New.
@@ -65,6 +65,7 @@ const plugin = "streams"
 type observer struct {
 	tracer   trace.TracerProvider
 	messages *prometheus.CounterVec
+	backlog  *backlogCollector // nil without a registerer
 
 	mu      sync.Mutex
 	streams map[string]bool // streams this process publishes to or consumes
@@ -75,8 +76,9 @@ func newObserver(reg prometheus.Registerer, tp trace.TracerProvider, s *Streams)
 	if reg == nil {
 		return o, nil
 	}
+	o.backlog = &backlogCollector{s: s, o: o, every: backlogInterval}
 	o.messages = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "stream_messages_total", Help: "Message deliveries handled by this process, by outcome: processed, failed, dead_lettered."}, []string{"stream", "outcome"})
-	for _, c := range []prometheus.Collector{o.messages, &backlogCollector{s: s, o: o}} {
+	for _, c := range []prometheus.Collector{o.messages, o.backlog} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -107,19 +109,19 @@ func (o *observer) count(stream, outcome string) {
 	}
 }
 
-func (o *observer) start(ctx context.Context, kind trace.SpanKind, name, op string, attrs ...attribute.KeyValue) (context.Context, *tracingfx.PluginSpan) {
+func (o *observer) start(ctx context.Context, kind trace.SpanKind, name, op string, attrs ...attribute.KeyValue) (context.Context, *plugintrace.Span) {
 	if o.tracer == nil {
 		return ctx, nil
 	}
-	return tracingfx.StartPluginSpanKind(ctx, o.tracer, kind, plugin, name, op, attrs...)
+	return plugintrace.StartKind(ctx, o.tracer, kind, plugin, name, op, attrs...)
 }
 
-func (o *observer) startPublish(ctx context.Context, stream string, size int) (context.Context, *tracingfx.PluginSpan) {
+func (o *observer) startPublish(ctx context.Context, stream string, size int) (context.Context, *plugintrace.Span) {
 	o.track(stream)
 	return o.start(ctx, trace.SpanKindProducer, "stream.publish", "XADD", attribute.String(AttrStream, stream), attribute.Int(AttrMessageSize, size))
 }
 
-func (o *observer) endPublish(span *tracingfx.PluginSpan, id string, err error) {
+func (o *observer) endPublish(span *plugintrace.Span, id string, err error) {
 	if span == nil {
 		return
 	}
@@ -130,7 +132,7 @@ func (o *observer) endPublish(span *tracingfx.PluginSpan, id string, err error) 
 	span.Finish(err)
 }
 
-func (o *observer) startConsume(ctx context.Context, stream, group, consumer, id string, attempt int) (context.Context, *tracingfx.PluginSpan) {
+func (o *observer) startConsume(ctx context.Context, stream, group, consumer, id string, attempt int) (context.Context, *plugintrace.Span) {
 	ctx, span := o.start(ctx, trace.SpanKindConsumer, "stream.consume", "XREADGROUP", attribute.String(AttrStream, stream),
 		attribute.String(AttrGroup, group), attribute.String(AttrConsumer, consumer), attribute.String(AttrMessageID, id))
 	if span != nil {
@@ -139,31 +141,31 @@ func (o *observer) startConsume(ctx context.Context, stream, group, consumer, id
 	return ctx, span
 }
 
-func (o *observer) processed(span *tracingfx.PluginSpan, stream string) {
+func (o *observer) processed(span *plugintrace.Span, stream string) {
 	o.count(stream, OutcomeProcessed)
 	if span != nil {
 		span.AddEvent("message.processed")
 	}
 }
 
-func (o *observer) failed(span *tracingfx.PluginSpan, stream string, attempt int, err error) {
+func (o *observer) failed(span *plugintrace.Span, stream string, attempt int, err error) {
 	o.count(stream, OutcomeFailed)
 	if span != nil {
 		span.AddEvent("processing.failed", trace.WithAttributes(attribute.Int("attempt", attempt), attribute.String("error", err.Error())))
 	}
 }
 
-func (o *observer) endConsume(span *tracingfx.PluginSpan, err error) {
+func (o *observer) endConsume(span *plugintrace.Span, err error) {
 	if span != nil {
 		span.Finish(err)
 	}
 }
 
-func (o *observer) startAck(ctx context.Context, stream string) (context.Context, *tracingfx.PluginSpan) {
+func (o *observer) startAck(ctx context.Context, stream string) (context.Context, *plugintrace.Span) {
 	return o.start(ctx, trace.SpanKindInternal, "stream.ack", "XACK", attribute.String(AttrStream, stream))
 }
 
-func (o *observer) endAck(span *tracingfx.PluginSpan, err error) {
+func (o *observer) endAck(span *plugintrace.Span, err error) {
 	if span == nil {
 		return
 	}
@@ -173,13 +175,13 @@ func (o *observer) endAck(span *tracingfx.PluginSpan, err error) {
 	span.Finish(err)
 }
 
-func (o *observer) startDLQ(ctx context.Context, stream, dlq, reason, id string) (context.Context, *tracingfx.PluginSpan) {
+func (o *observer) startDLQ(ctx context.Context, stream, dlq, reason, id string) (context.Context, *plugintrace.Span) {
 	o.track(stream)
 	return o.start(ctx, trace.SpanKindInternal, "stream.move_to_dlq", "XADD", attribute.String(AttrStream, stream),
 		attribute.String(AttrMessageID, id), attribute.String(AttrDLQStream, dlq), attribute.String(AttrReason, reason))
 }
 
-func (o *observer) endDLQ(span *tracingfx.PluginSpan, stream string, err error) {
+func (o *observer) endDLQ(span *plugintrace.Span, stream string, err error) {
 	if err == nil {
 		o.count(stream, OutcomeDeadLettered)
 	}
@@ -192,18 +194,31 @@ func (o *observer) endDLQ(span *tracingfx.PluginSpan, stream string, err error) 
 	span.Finish(err)
 }
 
-// backlogCollector reads the streams' backlog from Redis when Prometheus
-// scrapes (one pipelined round trip, no goroutine): stream_length for each
-// known stream and its dead-letter stream, and stream_consumer_lag for
-// this application's group.
+// backlogCollector serves the streams' backlog: stream_length for each
+// known stream and its dead-letter stream, and stream_consumer_lag for this
+// application's group. While Streams runs, refresh reads them from Redis in
+// the background (one pipelined round trip every backlogInterval) and a
+// scrape serves the last values read, so /metrics never waits for Redis; a
+// value Redis could not give keeps its last reading, so an outage does not
+// make the lag and dead-letter series (and their alerts) vanish. Before
+// Start, and until the first reading, a scrape reads Redis itself.
 type backlogCollector struct {
-	s *Streams
-	o *observer
+	s     *Streams
+	o     *observer
+	every time.Duration // backlogInterval; shorter in tests
+
+	mu      sync.Mutex
+	running bool
+	lengths map[string]float64    // stream → XLEN
+	lags    map[[2]string]float64 // {stream, group} → lag + pending
 }
 
+// backlogInterval is how often a running Streams reads its backlog.
+const backlogInterval = 5 * time.Second
+
 var (
-	lengthDesc = prometheus.NewDesc("stream_length", "Entries in a stream (dead-letter streams included, named <stream>:dlq).", []string{"stream"}, nil)
-	lagDesc    = prometheus.NewDesc("stream_consumer_lag", "Entries of a stream the consumer group has not acknowledged yet: not yet delivered (XINFO GROUPS lag) plus delivered and pending.", []string{"stream", "group"}, nil)
+	lengthDesc = prometheus.NewDesc("stream_length", "Entries in a stream (dead-letter streams included, named <stream>:dlq). Read every 5s; the last value is kept while Redis does not answer.", []string{"stream"}, nil)
+	lagDesc    = prometheus.NewDesc("stream_consumer_lag", "Entries of a stream the consumer group has not acknowledged yet: not yet delivered (XINFO GROUPS lag) plus delivered and pending. Read every 5s; the last value is kept while Redis does not answer.", []string{"stream", "group"}, nil)
 )
 
 // Describe implements prometheus.Collector.
@@ -211,12 +226,56 @@ func (b *backlogCollector) Describe(ch chan<- *prometheus.Desc) { ch <- lengthDe
 
 // Collect implements prometheus.Collector.
 func (b *backlogCollector) Collect(ch chan<- prometheus.Metric) {
+	b.mu.Lock()
+	fresh := !b.running || b.lengths == nil // not started, or nothing read yet
+	b.mu.Unlock()
+	if fresh {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		b.read(ctx)
+		cancel()
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for st, n := range b.lengths {
+		ch <- prometheus.MustNewConstMetric(lengthDesc, prometheus.GaugeValue, n, st)
+	}
+	for k, n := range b.lags {
+		ch <- prometheus.MustNewConstMetric(lagDesc, prometheus.GaugeValue, n, k[0], k[1])
+	}
+}
+
+// refresh reads the backlog every backlogInterval until ctx ends.
+func (b *backlogCollector) refresh(ctx context.Context) {
+	b.mu.Lock()
+	b.running = true
+	b.mu.Unlock()
+	defer func() {
+		b.mu.Lock()
+		b.running = false
+		b.mu.Unlock()
+	}()
+	tick := time.NewTicker(b.every)
+	defer tick.Stop()
+	ctx = plugintrace.WithoutCommandSpans(ctx) // background polling is not a trace
+	for {
+		rctx, cancel := context.WithTimeout(ctx, b.s.cfg.StoreTimeout)
+		b.read(rctx)
+		cancel()
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// read asks Redis for the backlog (one pipelined round trip) and records
+// every value it got; the others keep their last reading.
+func (b *backlogCollector) read(ctx context.Context) {
 	streams := b.o.known()
 	if len(streams) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
 	lens := make(map[string]*redis.IntCmd, 2*len(streams))
 	groups := make(map[string]*redis.XInfoGroupsCmd, len(streams))
 	_, _ = b.s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -227,9 +286,14 @@ func (b *backlogCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		return nil
 	})
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.lengths == nil {
+		b.lengths, b.lags = map[string]float64{}, map[[2]string]float64{}
+	}
 	for st, cmd := range lens {
 		if n, err := cmd.Result(); err == nil {
-			ch <- prometheus.MustNewConstMetric(lengthDesc, prometheus.GaugeValue, float64(n), st)
+			b.lengths[st] = float64(n)
 		}
 	}
 	for st, cmd := range groups {
@@ -239,7 +303,7 @@ func (b *backlogCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		for _, g := range infos {
 			if g.Name == b.s.cfg.Group && g.Lag >= 0 {
-				ch <- prometheus.MustNewConstMetric(lagDesc, prometheus.GaugeValue, float64(g.Lag+g.Pending), st, g.Name)
+				b.lags[[2]string{st, g.Name}] = float64(g.Lag + g.Pending)
 			}
 		}
 	}

@@ -1,13 +1,3 @@
-// Package streamfx is Redis Streams with consumer groups as an Fx module:
-// publish, consume with one handler per stream, acknowledge on success,
-// retry failed or abandoned messages (pending entries claimed again after
-// an idle time), and after the maximum number of attempts move a message to
-// the dead-letter stream "<stream>:dlq" with its reason. Consumers start and
-// stop with the application; on stop they finish the messages in hand, in
-// bounded time. The trace context travels inside each message, so a
-// consumer's span joins the producer's trace. Spans: stream.publish,
-// stream.consume, stream.ack, stream.move_to_dlq; metrics: stream_length,
-// stream_consumer_lag, stream_messages_total.
 package streamfx
 
 import (
@@ -23,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.uber.org/zap"
 
+	"github.com/redisfx/redisfx/internal/clientcheck"
 	"github.com/redisfx/redisfx/internal/scripts"
 )
 
@@ -42,7 +33,10 @@ type Message struct {
 // Handler processes one message. Returning nil acknowledges it; an error
 // (or a panic) leaves it for a retry after Config.ClaimIdle, or moves it
 // to the dead-letter stream when it was the last attempt. ctx is cancelled
-// only when a stop's StopTimeout runs out.
+// only when a stop's StopTimeout runs out; a run so cancelled is not
+// counted, whatever it returns: its message runs again as the same attempt.
+// No two handlers run one message at once while their consumers reach
+// Redis (see docs/streams.md for the window that remains).
 type Handler func(ctx context.Context, m Message) error
 
 // Message fields in Redis. The payload is "data"; the trace context rides
@@ -79,6 +73,7 @@ type Streams struct {
 	running   bool
 	stop      context.CancelFunc // ends the read loops
 	abort     context.CancelFunc // cancels handlers' contexts (StopTimeout ran out)
+	halt      context.CancelFunc // stops touching the messages of abandoned handlers
 	wg        sync.WaitGroup
 }
 
@@ -87,6 +82,9 @@ type Streams struct {
 func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Streams, error) {
 	cfg, err := cfg.normalize()
 	if err != nil {
+		return nil, err
+	}
+	if err := clientcheck.HonoursDeadlines("streamfx", "Config.StoreTimeout", rdb); err != nil {
 		return nil, err
 	}
 	o := options{log: zap.NewNop()}
@@ -172,7 +170,10 @@ func (s *Streams) append(ctx context.Context, stream string, values []any) (stri
 func (s *Streams) renewDue(stream string) bool {
 	now := time.Now().UnixNano()
 	v, _ := s.renewed.LoadOrStore(stream, new(atomic.Int64))
-	last := v.(*atomic.Int64)
+	last, ok := v.(*atomic.Int64)
+	if !ok { // only *atomic.Int64 is ever stored
+		return true
+	}
 	prev := last.Load()
 	return now-prev >= int64(time.Second) && last.CompareAndSwap(prev, now)
 }
@@ -186,8 +187,9 @@ func PublishJSON[T any](ctx context.Context, s *Streams, stream string, v T) (st
 	return s.Publish(ctx, stream, b)
 }
 
-// Start creates the consumer groups that are missing and starts one read
-// loop per handled stream.
+// Start creates the consumer groups that are missing, starts one read
+// loop per handled stream, and (with a registerer) the background reading
+// of the backlog metrics.
 func (s *Streams) Start(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -200,25 +202,41 @@ func (s *Streams) Start(ctx context.Context) error {
 		}
 	}
 	if len(s.consumers) > 0 {
-		_ = scripts.Preload(ctx, s.rdb, touchScript) // not fatal: loads on first use
+		_ = scripts.Preload(ctx, s.rdb, touchScript, giveBackScript, forgetScript) // not fatal: loads on first use
 	}
 	loopCtx, stop := context.WithCancel(context.Background())
 	handlerCtx, abort := context.WithCancel(context.Background())
-	s.stop, s.abort, s.running = stop, abort, true
+	haltCtx, halt := context.WithCancel(context.Background())
+	s.stop, s.abort, s.halt, s.running = stop, abort, halt, true
 	for _, c := range s.consumers {
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			c.run(loopCtx, handlerCtx)
+			c.run(loopCtx, handlerCtx, haltCtx)
+		}()
+	}
+	if s.obs.backlog != nil {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.obs.backlog.refresh(loopCtx)
 		}()
 	}
 	return nil
 }
 
-// Stop ends the read loops and waits for the messages in hand, at most
-// StopTimeout (or until ctx ends); then their handlers' contexts are
-// cancelled and Stop returns an error naming the timeout. Messages not
-// finished stay pending and are claimed again later.
+// Stop ends the read loops and lets the messages already running finish,
+// at most StopTimeout (or until ctx ends); messages of a batch not started
+// yet are given back at once, their delivery not counted. When StopTimeout
+// runs out, the running handlers' contexts are cancelled and they get a
+// grace of StoreTimeout to return: a message whose handler returns then
+// (whatever it returns) is given back too, its attempt not counted. Stop
+// then returns an error naming the timeout. A handler that ignores its
+// context past the grace is abandoned: Stop returns anyway, the message
+// stays pending, no longer touched, and is claimed again after ClaimIdle
+// (its delivery counted, as after a crash). Finally a consumer holding
+// nothing leaves the group (one more round trip, at most StoreTimeout).
+// Stop so returns within StopTimeout + 2×StoreTimeout.
 func (s *Streams) Stop(ctx context.Context) error {
 	s.mu.Lock()
 	if !s.running {
@@ -226,30 +244,42 @@ func (s *Streams) Stop(ctx context.Context) error {
 		return nil
 	}
 	s.running = false
-	stop, abort := s.stop, s.abort
+	stop, abort, halt := s.stop, s.abort, s.halt
 	s.mu.Unlock()
 	stop()
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()
-	timer := time.NewTimer(s.cfg.StopTimeout)
-	defer timer.Stop()
-	select {
-	case <-done:
-		abort()
+	leave := func() {
 		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StoreTimeout)
 		defer cancel()
 		for _, c := range s.consumers {
 			c.leave(lctx)
 		}
+	}
+	timer := time.NewTimer(s.cfg.StopTimeout)
+	defer timer.Stop()
+	select {
+	case <-done:
+		abort()
+		halt()
+		leave()
 		return nil
 	case <-timer.C:
 	case <-ctx.Done():
 	}
 	abort() // ask the handlers still running to give up
+	grace := time.NewTimer(s.cfg.StoreTimeout)
+	defer grace.Stop()
 	select {
 	case <-done:
+		halt()
+		leave()
 		return fmt.Errorf("streamfx: stop: handlers still running after StopTimeout %v were cancelled", s.cfg.StopTimeout)
+	case <-grace.C:
+		halt()
+		return fmt.Errorf("streamfx: stop: handlers (or a Redis call) still running %v after StopTimeout %v cancelled them were abandoned; their messages stay pending", s.cfg.StoreTimeout, s.cfg.StopTimeout)
 	case <-ctx.Done():
+		halt()
 		return fmt.Errorf("streamfx: stop: handlers did not return: %w", ctx.Err())
 	}
 }

@@ -1,0 +1,179 @@
+package cachefx
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redisfx/redisfx/internal/faultproxy"
+	"github.com/redisfx/redisfx/internal/redistest"
+	"github.com/redisfx/redisfx/storefx"
+)
+
+// A subscription that silently stops delivering (a NAT or load balancer
+// that forgot the connection: no reset ever arrives) left a process
+// serving a value other processes had replaced, for the whole Local.TTL
+// (here a minute). Now the subscription must prove itself every
+// interval (Local.TTL/4, at most 1 s); without a proof for two intervals
+// the first layer stops answering and the subscription is replaced.
+func TestLocalLayer_BlackholedSubscriptionStopsServingWithinTwoIntervals(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartPrivate(t)
+	proxy := faultproxy.Start(t, srv.Addr())
+	prefix := redistest.Prefix(t)
+	local := LocalConfig{MaxEntries: 100, TTL: time.Minute} // interval 1 s
+	writer := newCache(t, client(t, srv), Config{KeyPrefix: prefix, Local: local})
+	viaProxy, err := storefx.New("default", storefx.Config{URL: "redis://" + proxy.Addr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = viaProxy.Close() })
+	reader := newCache(t, viaProxy, Config{KeyPrefix: prefix, Local: local})
+	ctx := context.Background()
+	if err := writer.Set(ctx, "k", []byte("old"), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 2*time.Second, func() bool { // until it is in reader's first layer
+		v, _, _ := reader.Get(ctx, "k")
+		_, cached := reader.local.get(reader.valueKey("k"), time.Now())
+		return string(v) == "old" && cached
+	})
+	subs := proxy.Subscribers()
+	if len(subs) != 1 {
+		t.Fatalf("%d subscriber connections through the proxy, want 1", len(subs))
+	}
+	subs[0].SetMode(faultproxy.Blackhole)
+	if err := writer.Set(ctx, "k", []byte("new"), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	written := time.Now()
+	for {
+		v, _, err := reader.Get(ctx, "k")
+		if err == nil && string(v) == "new" {
+			break
+		}
+		// Two intervals, plus a second for a loaded machine.
+		if time.Since(written) > 3*time.Second {
+			t.Fatalf("reader still reads %q (err %v) %v after the write, its subscription blackholed", v, err, time.Since(written))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("reader saw the write after %v", time.Since(written).Round(time.Millisecond))
+	// The subscription was replaced: invalidations arrive again.
+	if v, _, _ := reader.Get(ctx, "k"); string(v) != "new" {
+		t.Fatal("lost the new value")
+	}
+	waitUntil(t, 5*time.Second, func() bool {
+		now := proxy.Subscribers()
+		return len(now) == 1 && now[0] != subs[0]
+	})
+	if err := writer.Set(ctx, "k", []byte("newer"), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 2*time.Second, func() bool { v, _, _ := reader.Get(ctx, "k"); return string(v) == "newer" })
+}
+
+// waitUntil polls cond every 10 ms until it holds, or fails after d.
+func waitUntil(t *testing.T, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met within %v", d)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Found by the checker: process B holds a value tagged t; process A
+// invalidates t (deletes the value, and its tag set no longer listed the
+// key); A's message has not reached B yet; B itself invalidates t, finds
+// nothing, and goes on reading its copy after its own invalidation
+// returned. Invalidated members now stay in their tag set, retired, for a
+// grace longer than any trust window, so B's invalidation finds the key.
+func TestLocalLayer_OwnInvalidationDropsACopyAnotherProcessInvalidatedFirst(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartPrivate(t)
+	proxy := faultproxy.Start(t, srv.Addr())
+	prefix := redistest.Prefix(t)
+	local := LocalConfig{MaxEntries: 100, TTL: time.Minute}
+	a := newCache(t, client(t, srv), Config{KeyPrefix: prefix, Local: local})
+	viaProxy, err := storefx.New("default", storefx.Config{URL: "redis://" + proxy.Addr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = viaProxy.Close() })
+	b := newCache(t, viaProxy, Config{KeyPrefix: prefix, Local: local})
+	ctx := context.Background()
+	if err := b.Set(ctx, "k", []byte("v"), time.Hour, "t"); err != nil { // in b's first layer
+		t.Fatal(err)
+	}
+	for _, s := range proxy.Subscribers() { // a's message will wait
+		s.SetMode(faultproxy.Freeze)
+	}
+	if _, err := a.InvalidateByTags(ctx, "t"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.InvalidateByTags(ctx, "t"); err != nil {
+		t.Fatal(err)
+	}
+	if v, found, _ := b.Get(ctx, "k"); found {
+		t.Fatalf("b read %q after its own InvalidateByTags(t) returned", v)
+	}
+	for _, s := range proxy.Subscribers() {
+		s.SetMode(faultproxy.Forward)
+	}
+}
+
+// Without Start (no subscription) the first layer answers nothing: it
+// could not hear other processes' writes.
+func TestLocalLayer_AnswersNothingWithoutASubscription(t *testing.T) {
+	t.Parallel()
+	c, err := New(client(t, redistest.Start(t)), Config{KeyPrefix: redistest.Prefix(t), Local: LocalConfig{MaxEntries: 10, TTL: time.Minute}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := c.Set(ctx, "k", []byte("v"), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if _, cached := c.local.get(c.valueKey("k"), time.Now()); !cached {
+		t.Fatal("Set did not keep its value in the first layer")
+	}
+	if c.bcast.trusted() {
+		t.Fatal("a first layer without a subscription is trusted")
+	}
+}
+
+// CLIENT KILL TYPE pubsub cuts every subscription; a write made while a
+// process is resubscribing may never reach it. The process clears its first
+// layer when the subscription is confirmed again, so it reads the write at
+// once, not after Local.TTL (a minute here).
+func TestLocalLayer_KilledSubscriptionClearsTheLayerOnResubscribing(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartPrivate(t)
+	prefix := redistest.Prefix(t)
+	local := LocalConfig{MaxEntries: 100, TTL: time.Minute}
+	writer := newCache(t, client(t, srv), Config{KeyPrefix: prefix})
+	reader := newCache(t, client(t, srv), Config{KeyPrefix: prefix, Local: local})
+	ctx := context.Background()
+	if err := writer.Set(ctx, "k", []byte("old"), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 2*time.Second, func() bool {
+		v, _, _ := reader.Get(ctx, "k")
+		_, cached := reader.local.get(reader.valueKey("k"), time.Now())
+		return string(v) == "old" && cached
+	})
+	if err := srv.Client().Do(ctx, "CLIENT", "KILL", "TYPE", "pubsub").Err(); err != nil {
+		t.Fatal(err)
+	}
+	// writer has the layer off: it publishes nothing, so only the clearing
+	// on resubscription can make reader see the write.
+	if err := writer.Set(ctx, "k", []byte("new"), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	// Within 0.9 s: sooner than the trust window could lapse (2 s after the
+	// latest proof, which is at most 1 s old), so only the clearing explains it.
+	waitUntil(t, 900*time.Millisecond, func() bool { v, _, _ := reader.Get(ctx, "k"); return string(v) == "new" })
+}

@@ -1,0 +1,100 @@
+package cachefx
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redisfx/redisfx/internal/redistest"
+)
+
+// The cache-aside race: a loader reads the source of truth, the
+// application then updates it and writes the cache (in another process),
+// and only then does the loader's value arrive. It was stored over the
+// write, for the full TTL. Now the write replaces or deletes the load's
+// lease, and the loaded value is returned but not stored.
+func TestGetOrLoad_ValueLoadedBeforeAWriteIsNotStored(t *testing.T) {
+	t.Parallel()
+	for name, tc := range map[string]struct {
+		write func(context.Context, *Cache) error
+		want  string // "" = not found
+	}{
+		"Delete":           {func(ctx context.Context, c *Cache) error { _, err := c.Delete(ctx, "k"); return err }, ""},
+		"Set":              {func(ctx context.Context, c *Cache) error { return c.Set(ctx, "k", []byte("new"), time.Hour) }, "new"},
+		"InvalidateByTags": {func(ctx context.Context, c *Cache) error { _, err := c.InvalidateByTags(ctx, "t"); return err }, ""},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.Start(t)
+			prefix := redistest.Prefix(t)
+			loader := newCache(t, client(t, srv), Config{KeyPrefix: prefix})
+			writer := newCache(t, client(t, srv), Config{KeyPrefix: prefix})
+			ctx := context.Background()
+			loading, finish := make(chan struct{}), make(chan struct{})
+			got := make(chan string, 1)
+			go func() {
+				v, err := loader.GetOrLoad(ctx, "k", time.Hour, func(context.Context) ([]byte, error) {
+					close(loading)
+					<-finish
+					return []byte("old"), nil
+				}, "t")
+				if err != nil {
+					t.Error(err)
+				}
+				got <- string(v)
+			}()
+			<-loading // the loader has read the source of truth
+			if err := tc.write(ctx, writer); err != nil {
+				t.Fatal(err)
+			}
+			close(finish)
+			if v := <-got; v != "old" {
+				t.Fatalf("GetOrLoad returned %q, want the loaded value", v)
+			}
+			v, found, err := writer.Get(ctx, "k")
+			if err != nil || string(v) != tc.want || found != (tc.want != "") {
+				t.Fatalf("after %s during a load: Get = %q found %v err %v, want %q", name, v, found, err, tc.want)
+			}
+		})
+	}
+}
+
+// Found by the checker: a GetOrLoad that began after a Delete in the same
+// process joined a load that began before it (callers of one key share a
+// load) and returned that load's older value. Loads are now shared only
+// between callers with no write of the key (or of their tags) between them.
+func TestGetOrLoad_NeverJoinsALoadOlderThanAWrite(t *testing.T) {
+	t.Parallel()
+	c := newCache(t, client(t, redistest.Start(t)), Config{})
+	ctx := context.Background()
+	loading, finish := make(chan struct{}), make(chan struct{})
+	first := make(chan string, 1)
+	go func() {
+		v, _ := c.GetOrLoad(ctx, "k", time.Hour, func(context.Context) ([]byte, error) {
+			close(loading)
+			<-finish
+			return []byte("old"), nil
+		})
+		first <- string(v)
+	}()
+	<-loading
+	if _, err := c.Delete(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	second := make(chan string, 1)
+	go func() {
+		v, _ := c.GetOrLoad(ctx, "k", time.Hour, func(context.Context) ([]byte, error) { return []byte("new"), nil })
+		second <- string(v)
+	}()
+	select {
+	case v := <-second:
+		if v != "new" {
+			t.Fatalf("GetOrLoad after Delete returned %q", v)
+		}
+	case <-time.After(2 * time.Second): // it joined the load still held below
+		close(finish)
+		t.Fatalf("GetOrLoad after Delete returned %q: it joined a load that began before the Delete", <-second)
+	}
+	close(finish)
+	<-first
+}

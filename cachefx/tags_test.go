@@ -1,0 +1,71 @@
+package cachefx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redisfx/redisfx/internal/redistest"
+)
+
+// A tag set only ever grew: a hot tag on short-lived values kept every key
+// ever tagged (its expiry kept being pushed out). Now adding a key prunes
+// the members whose values have expired.
+func TestTags_SetStaysBoundedByLiveValues(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := newCache(t, client(t, srv), Config{})
+	ctx := context.Background()
+	if err := c.Set(ctx, "long-1", []byte("v"), time.Hour, "hot"); err != nil { // keeps the set alive
+		t.Fatal(err)
+	}
+	for i := range 200 {
+		if err := c.Set(ctx, fmt.Sprint("short-", i), []byte("v"), 20*time.Millisecond, "hot"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(50 * time.Millisecond) // the duration under test: every short value has expired
+	if err := c.Set(ctx, "long-2", []byte("v"), time.Hour, "hot"); err != nil {
+		t.Fatal(err)
+	}
+	// Whatever the type of the set, it must hold the live values only.
+	n, _ := srv.Client().ZCard(ctx, c.tagKey("hot")).Result()
+	m, _ := srv.Client().SCard(ctx, c.tagKey("hot")).Result()
+	if n+m != 2 {
+		t.Fatalf("tag set holds %d members with two live values", n+m)
+	}
+}
+
+// The tag sets were emptied before their values were deleted: when the
+// deletion failed, InvalidateByTags returned an error, but calling it again
+// found nothing to delete and the values lived on. Now the sets are emptied
+// only after the values are gone.
+func TestInvalidateByTags_RetryAfterAFailedDeleteDeletesEverything(t *testing.T) {
+	t.Parallel()
+	rdb := client(t, redistest.Start(t))
+	g := newGate(false, commandIs("del"))
+	g.fail = errors.New("connection reset (injected)")
+	rdb.AddHook(g)
+	c := newCache(t, rdb, Config{})
+	ctx := context.Background()
+	for i := range 5 {
+		if err := c.Set(ctx, fmt.Sprint("k", i), []byte("v"), time.Hour, "t"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g.armed.Store(true)
+	if _, err := c.InvalidateByTags(ctx, "t"); err == nil {
+		t.Fatal("the deletion failed, InvalidateByTags returned nil")
+	}
+	n, err := c.InvalidateByTags(ctx, "t")
+	if err != nil || n != 5 {
+		t.Fatalf("retry = %d %v, want the 5 values deleted", n, err)
+	}
+	for i := range 5 {
+		if _, found, _ := c.Get(ctx, fmt.Sprint("k", i)); found {
+			t.Fatalf("k%d survived the retried invalidation", i)
+		}
+	}
+}

@@ -1,0 +1,215 @@
+package cachefx
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redisfx/redisfx"
+)
+
+// Writes (Set, Delete, InvalidateByTags) follow one discipline, so that a
+// process never reads a value older than its own completed write:
+//
+//  1. Redis is changed first; the first layer only afterwards (dropping a
+//     copy before Redis changes would let a read in between fetch the old
+//     value from Redis and keep it).
+//  2. The first layer's epoch moves after every write, so no read that
+//     overlapped the write keeps what it read.
+//  3. The other processes are told after Redis changed (in the same
+//     pipeline on a single server, where Redis runs it in order; after it
+//     on a Cluster, where a pipeline's parts run independently).
+//  4. A write returns nil only when all of that happened. After an error
+//     the change may or may not have reached Redis (a command can time out
+//     after Redis ran it, or reach Redis late); the first layer drops the
+//     keys and the other processes are told if Redis still answers.
+
+// ErrNotPublished wraps the error of a write that reached Redis but whose
+// invalidation message did not: other processes' first layers may keep
+// the older value until their proof of subscription lapses or Local.TTL.
+var ErrNotPublished = errors.New("cachefx: written, but other processes were not told")
+
+// Set stores value under key for ttl (0: Config.DefaultTTL) and adds key to
+// each tag's set, for InvalidateByTags. It returns nil once Redis holds the
+// value and its tag sets hold the key, and, with the first layer on, the
+// other processes have been told.
+func (c *Cache) Set(ctx context.Context, key string, value []byte, ttl time.Duration, tags ...string) error {
+	ctx, span := c.obs.start(ctx, "cache.set", "SET", c.ns, key)
+	err := c.set(ctx, key, value, ttl, tags)
+	if err == nil {
+		event(span, "cache.stored")
+	}
+	finish(span, err)
+	return err
+}
+
+func (c *Cache) tooLarge(key string, size int) error {
+	if size <= c.cfg.MaxValueBytes {
+		return nil
+	}
+	return &ValueTooLargeError{
+		BaseError: redisfx.BaseError{Code: "cache_value_too_large", Message: fmt.Sprintf("cache value for %s is %d bytes, above MaxValueBytes %d", c.cfg.KeyAttribute.Quote(key), size, c.cfg.MaxValueBytes)},
+		Key:       key, Size: size, Max: c.cfg.MaxValueBytes,
+	}
+}
+
+func (c *Cache) ttlOrDefault(key string, ttl time.Duration) (time.Duration, error) {
+	if ttl < 0 {
+		return 0, fmt.Errorf("cachefx: %s: negative ttl %v", c.cfg.KeyAttribute.Quote(key), ttl)
+	}
+	if ttl == 0 {
+		return c.cfg.DefaultTTL, nil
+	}
+	return ttl, nil
+}
+
+func (c *Cache) set(ctx context.Context, key string, value []byte, ttl time.Duration, tags []string) error {
+	if err := c.tooLarge(key, len(value)); err != nil {
+		return err
+	}
+	ttl, err := c.ttlOrDefault(key, ttl)
+	if err != nil {
+		return err
+	}
+	full := c.valueKey(key)
+	ctx, cancel := c.storeCtx(ctx)
+	defer cancel()
+	seen, sent := c.begin()
+	var stored *redis.StatusCmd
+	var pub *redis.IntCmd
+	tagged := c.tagCalls(key, ttl, tags)
+	// The key joins its tag sets only after the value is stored: an
+	// invalidation that reads a tag set after the key joined then deletes
+	// this value, and one that read it before finds the key still there.
+	// The other order could leave a live value in no tag set.
+	storeValue := func(p redis.Pipeliner) { stored = p.Set(ctx, full, value, ttl) }
+	tagAndTell := func(p redis.Pipeliner) {
+		queueAll(ctx, p, tagged)
+		pub = c.queuePublish(ctx, p, full)
+	}
+	if c.inOrder {
+		_, _ = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error { storeValue(p); tagAndTell(p); return nil })
+	} else {
+		_, _ = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error { storeValue(p); return nil })
+		if stored.Err() == nil {
+			_, _ = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error { tagAndTell(p); return nil })
+		}
+	}
+	retryNoScript(ctx, c.rdb, tagged)
+	defer c.wrote(full)
+	if err := stored.Err(); err != nil {
+		c.forget(ctx, full)
+		return fmt.Errorf("cachefx: set %s: %w", c.cfg.KeyAttribute.Quote(key), err)
+	}
+	if err := firstError(tagged); err != nil {
+		// Stored but missing from a tag set, where an invalidation would
+		// not find it: better gone.
+		_ = c.rdb.Del(ctx, full).Err()
+		c.forget(ctx, full)
+		return fmt.Errorf("cachefx: set %s: adding it to its tag sets: %w (the value was deleted again)", c.cfg.KeyAttribute.Quote(key), err)
+	}
+	if c.local != nil {
+		// A copy: the caller may reuse its buffer once Set returns.
+		c.local.wrote(full, bytes.Clone(value), ttl, sent, seen)
+	}
+	if pub != nil && pub.Err() != nil {
+		return fmt.Errorf("%w: set %s: %w", ErrNotPublished, c.cfg.KeyAttribute.Quote(key), pub.Err())
+	}
+	return nil
+}
+
+// begin is called before a Redis request whose outcome the first layer
+// may keep: the epoch then, and the time the request leaves.
+func (c *Cache) begin() (seen uint64, sent time.Time) {
+	if c.local != nil {
+		seen = c.local.currentEpoch()
+	}
+	return seen, c.timeNow()
+}
+
+// queuePublish adds the invalidation message for keys to p (nil when the
+// first layer is off: nobody listens).
+func (c *Cache) queuePublish(ctx context.Context, p redis.Pipeliner, keys ...string) *redis.IntCmd {
+	if c.bcast == nil {
+		return nil
+	}
+	return c.bcast.publish(ctx, p, keys)
+}
+
+// forget handles a write that failed: it may or may not have reached
+// Redis, so this process drops its copies and, if Redis still answers,
+// tells the others to drop theirs.
+func (c *Cache) forget(ctx context.Context, keys ...string) {
+	if c.local == nil {
+		return
+	}
+	c.local.delete(keys...)
+	_ = c.bcast.publish(ctx, c.rdb, keys).Err()
+}
+
+// Delete removes keys; it reports how many existed. It returns nil once
+// Redis no longer holds them and, with the first layer on, the other
+// processes have been told.
+func (c *Cache) Delete(ctx context.Context, keys ...string) (int64, error) {
+	if len(keys) == 0 {
+		return 0, nil
+	}
+	ctx, span := c.obs.start(ctx, "cache.delete", "DEL", c.ns, keys...)
+	n, err := c.deleteFull(ctx, c.fullKeys(keys))
+	finish(span, err)
+	return n, err
+}
+
+func (c *Cache) fullKeys(keys []string) []string {
+	full := make([]string, len(keys))
+	for i, k := range keys {
+		full[i] = c.valueKey(k)
+	}
+	return full
+}
+
+// deleteFull deletes with one DEL per key in one pipeline, so that keys of
+// different Cluster slots may be mixed.
+func (c *Cache) deleteFull(ctx context.Context, full []string) (int64, error) {
+	sctx, cancel := c.storeCtx(ctx)
+	defer cancel()
+	dels := make([]*redis.IntCmd, len(full))
+	var pub *redis.IntCmd
+	del := func(p redis.Pipeliner) {
+		for i, k := range full {
+			dels[i] = p.Del(sctx, k)
+		}
+	}
+	if c.inOrder {
+		_, _ = c.rdb.Pipelined(sctx, func(p redis.Pipeliner) error { del(p); pub = c.queuePublish(sctx, p, full...); return nil })
+	} else {
+		_, _ = c.rdb.Pipelined(sctx, func(p redis.Pipeliner) error { del(p); return nil })
+	}
+	defer c.wrote(full...)
+	var n int64
+	var err error
+	for _, d := range dels {
+		n += d.Val()
+		if err == nil {
+			err = d.Err()
+		}
+	}
+	if err != nil {
+		c.forget(sctx, full...)
+		return n, fmt.Errorf("cachefx: delete: %w", err)
+	}
+	if c.local != nil {
+		c.local.delete(full...)
+		if pub == nil {
+			pub = c.bcast.publish(sctx, c.rdb, full)
+		}
+		if pub.Err() != nil {
+			return n, fmt.Errorf("%w: delete: %w", ErrNotPublished, pub.Err())
+		}
+	}
+	return n, nil
+}

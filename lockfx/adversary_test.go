@@ -1,0 +1,379 @@
+package lockfx
+
+// Regression tests for what an adversary broke (issue 15), each against
+// private redis-servers (and a Cluster for the key layout).
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/redisfx/redisfx/internal/faultproxy"
+	"github.com/redisfx/redisfx/internal/obstest"
+	"github.com/redisfx/redisfx/internal/redistest"
+	"github.com/redisfx/redisfx/storefx"
+)
+
+// clientOf is a storefx client of addr (a server or a proxy in front of one).
+func clientOf(t *testing.T, addr string) *storefx.Client {
+	t.Helper()
+	c, err := storefx.New("default", storefx.Config{URL: "redis://" + addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// lockerOn builds a Locker on addr with cfg (KeyPrefix "lock:" unless set).
+func lockerOn(t *testing.T, addr string, cfg Config, opts ...Option) *Locker {
+	t.Helper()
+	l, err := New(clientOf(t, addr), cfg, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// mustKeys are the Redis keys of a lock name.
+func mustKeys(t *testing.T, l *Locker, name string) lockKeys {
+	t.Helper()
+	k, err := l.keysOf(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// A stall of the holder's connection shorter than the TTL (TTL 600 ms, a
+// 450–550 ms freeze at a random point of the renewal cycle) must not cost
+// an auto-renewed lock: a contender trying all along never gets it. The
+// adversary saw it lost in 9 of 10 runs.
+func TestRenewal_StalledConnection_LockKept(t *testing.T) {
+	t.Parallel()
+	const ttl = 600 * time.Millisecond
+	srv := redistest.StartPrivate(t)
+	for run := range 10 {
+		t.Run(fmt.Sprint(run), func(t *testing.T) {
+			t.Parallel()
+			proxy := faultproxy.Start(t, srv.Addr())
+			holder := lockerOn(t, proxy.Addr(), Config{TTL: ttl, AutoRenew: true, Attempts: 1})
+			contender := lockerOn(t, srv.Addr(), Config{TTL: ttl, Attempts: 1})
+			ctx := context.Background()
+			name := fmt.Sprint("stall-", run)
+			held, err := holder.Acquire(ctx, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(rand.N(ttl / 3)) // a random point of the renewal cycle
+			frozen := proxy.Conns()
+			for _, c := range frozen {
+				c.SetMode(faultproxy.Freeze)
+			}
+			stall := 450*time.Millisecond + rand.N(100*time.Millisecond)
+			thawAt := time.Now().Add(stall)
+			// The contender tries all through the stall and one TTL after it.
+			for end := thawAt.Add(ttl); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+				if time.Now().After(thawAt) && frozen != nil {
+					for _, c := range frozen {
+						c.SetMode(faultproxy.Forward)
+					}
+					frozen = nil
+				}
+				if other, err := contender.Acquire(ctx, name); err == nil {
+					t.Fatalf("a second Acquire took the lock (token %d) while the first holder (token %d) ran; stall %v",
+						other.Token, held.Token, stall)
+				}
+			}
+			if err := held.Release(ctx); err != nil {
+				t.Fatalf("release after the stall: %v", err)
+			}
+		})
+	}
+}
+
+// Fencing tokens keep growing when Redis restarts without persistence: a
+// resource that remembers the highest token would otherwise refuse every
+// later holder.
+func TestFencingToken_IncreasesAcrossRestartWithoutPersistence(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartPrivate(t)
+	l := lockerOn(t, srv.Addr(), Config{TTL: 5 * time.Second, Attempts: 1})
+	ctx := context.Background()
+	var last int64
+	for range 5 {
+		k, err := l.Acquire(ctx, "restart")
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = k.Token
+		_ = k.Release(ctx)
+	}
+	srv.Restart()
+	k, err := l.Acquire(ctx, "restart")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k.Token <= last {
+		t.Fatalf("token after the restart %d, before it %d: went backwards", k.Token, last)
+	}
+}
+
+// A replica that had not received the last acquisitions takes over: the
+// tokens it hands out must still be higher than any the old master gave.
+func TestFencingToken_IncreasesAfterFailoverToLaggingReplica(t *testing.T) {
+	t.Parallel()
+	master := redistest.StartPrivate(t, redistest.WithArgs("--repl-diskless-sync-delay", "0"))
+	host, port, _ := strings.Cut(master.Addr(), ":")
+	replica := redistest.StartPrivate(t, redistest.WithArgs("--replicaof", host, port))
+	proxy := faultproxy.Start(t, master.Addr())
+	l := lockerOn(t, proxy.Addr(), Config{TTL: 5 * time.Second, Attempts: 1})
+	ctx := context.Background()
+	acquire := func() int64 {
+		t.Helper()
+		k, err := l.Acquire(ctx, "failover")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = k.Release(ctx)
+		return k.Token
+	}
+	var seen int64
+	for range 3 {
+		seen = acquire()
+	}
+	// The replica has the first three; then it stops following (the lag)
+	// and the master hands out three more.
+	fence := mustKeys(t, l, "failover").fence
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		v, _ := replica.Client().Get(ctx, fence).Int64()
+		if v == seen {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the replica never received the fence counter %d (has %d)", seen, v)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := replica.Client().Do(ctx, "REPLICAOF", "NO", "ONE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		seen = acquire()
+	}
+	proxy.SetTarget(replica.Addr()) // the failover: clients now reach the promoted replica
+	proxy.CutAll()
+	if got := acquire(); got <= seen {
+		t.Fatalf("token from the promoted replica %d, highest from the old master %d: not increasing", got, seen)
+	}
+}
+
+// A fence counter evicted under a volatile-* maxmemory policy (it has an
+// expiry, so it is a candidate) must not restart the tokens.
+func TestFencingToken_IncreasesAfterFenceKeyEvicted(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartPrivate(t, redistest.WithArgs("--maxmemory", "4mb", "--maxmemory-policy", "volatile-lru"))
+	l := lockerOn(t, srv.Addr(), Config{TTL: 5 * time.Second, Attempts: 1})
+	ctx := context.Background()
+	var last int64
+	for range 3 {
+		k, err := l.Acquire(ctx, "evicted")
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = k.Token
+		_ = k.Release(ctx)
+	}
+	rdb := srv.Client()
+	fence := mustKeys(t, l, "evicted").fence
+	filler := strings.Repeat("x", 1024)
+	for i := 0; rdb.Exists(ctx, fence).Val() == 1; i++ {
+		if i == 100000 {
+			t.Fatal("the fence counter was never evicted")
+		}
+		rdb.Set(ctx, fmt.Sprintf("filler:%d", i), filler, time.Hour)
+	}
+	k, err := l.Acquire(ctx, "evicted")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k.Token <= last {
+		t.Fatalf("token after the fence counter was evicted %d, before %d: went backwards", k.Token, last)
+	}
+}
+
+// hostileNames are lock names that play with Redis Cluster hash tags.
+var hostileNames = []string{"}x", "}", "}}", "{", "{}", "}{", "{x}", "a}b", "a{b}c", "~", "~{~}", "~{~}}x", ":fence", "x}:fence", "\x00\xff", strings.Repeat("}", 300)}
+
+// Every lock name works on a Cluster (the lock and its fence counter in
+// one slot), no two names share a lock, and the empty name is refused at
+// once with a clear error.
+func TestCluster_EveryLockNameWorks(t *testing.T) {
+	t.Parallel()
+	cluster := redistest.StartCluster(t, 3, 0)
+	c, err := storefx.New("default", storefx.Config{Addrs: cluster.Addrs()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	l, err := New(c, Config{TTL: 5 * time.Second, Attempts: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkEveryName(t, l)
+}
+
+// The same names on a standalone server.
+func TestEveryLockNameWorks(t *testing.T) {
+	t.Parallel()
+	checkEveryName(t, lockerOn(t, redistest.StartPrivate(t).Addr(), Config{TTL: 5 * time.Second, Attempts: 1}))
+}
+
+func checkEveryName(t *testing.T, l *Locker) {
+	t.Helper()
+	ctx := context.Background()
+	held := map[string]*Lock{}
+	for _, name := range hostileNames {
+		k, err := l.Acquire(ctx, name)
+		if err != nil {
+			t.Fatalf("Acquire(%q) with every other name held: %v", name, err)
+		}
+		held[name] = k
+	}
+	for _, name := range hostileNames {
+		if err := held[name].Release(ctx); err != nil {
+			t.Fatalf("Release(%q): %v", name, err)
+		}
+	}
+	if _, err := l.Acquire(ctx, ""); err == nil || !strings.Contains(err.Error(), "empty") {
+		t.Fatalf("Acquire(\"\") = %v, want an error saying the name is empty", err)
+	}
+}
+
+// Releasing twice counts the lock out of locks_active once.
+func TestLocksActive_DoubleRelease_StaysAtZero(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	l := newLocker(t, Config{TTL: 5 * time.Second}, WithRegisterer(reg))
+	ctx := context.Background()
+	k, err := l.Acquire(ctx, "twice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_ = k.Release(ctx)
+	if got := obstest.Value(t, reg, "locks_active"); got != 0 {
+		t.Fatalf("locks_active after a double release = %v, want 0", got)
+	}
+}
+
+// An Acquire whose caller gave up during the acquire script (its context
+// ended, or WaitTimeout ran out) must not leave the lock held by nobody for
+// a whole TTL once the script runs: not when Redis was slow, and not when
+// the script arrives after the give-up (a frozen connection delivers it
+// late, after the give-up's own command on a fresh connection).
+func TestAcquire_CallerGaveUpDuringScript_LockNotLeftHeld(t *testing.T) {
+	t.Parallel()
+	const ttl = 10 * time.Second
+	cases := map[string]struct {
+		waitTimeout, ctxTimeout time.Duration
+		fault                   string
+	}{
+		"context/slow":       {5 * time.Second, 100 * time.Millisecond, "slow"},
+		"context/frozen":     {5 * time.Second, 100 * time.Millisecond, "freeze"},
+		"WaitTimeout/slow":   {100 * time.Millisecond, time.Minute, "slow"},
+		"WaitTimeout/frozen": {100 * time.Millisecond, time.Minute, "freeze"},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.StartPrivate(t)
+			proxy := faultproxy.Start(t, srv.Addr())
+			rdb := clientOf(t, proxy.Addr())
+			l, err := New(rdb, Config{TTL: ttl, Attempts: 1, WaitTimeout: c.waitTimeout})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			// The scripts loaded (an EVALSHA arriving late would otherwise
+			// fail with NOSCRIPT and take nothing), and one idle connection
+			// left in the pool: the one to freeze.
+			if err := l.Start(ctx); err != nil {
+				t.Fatal(err)
+			}
+			const faultLength = 300 * time.Millisecond
+			for try := 1; ; try++ {
+				var stalled <-chan struct{}
+				switch c.fault {
+				case "slow":
+					stalled = stallServer(t, srv, faultLength)
+				case "freeze":
+					for _, conn := range proxy.Conns() {
+						conn.SetMode(faultproxy.Freeze)
+					}
+				}
+				actx, cancel := context.WithTimeout(ctx, c.ctxTimeout)
+				k, err := l.Acquire(actx, "gave-up")
+				cancel()
+				if stalled != nil {
+					<-stalled // the script runs when the stall ends
+				} else {
+					time.Sleep(faultLength) // the freeze's length: the script is delivered when it ends
+				}
+				if err != nil {
+					break
+				}
+				// The Acquire ran before the stall began (a loaded machine
+				// answers the probe late): not the case under test; again.
+				_ = k.Release(ctx)
+				if try == 5 {
+					t.Fatal("Acquire succeeded through the fault 5 times")
+				}
+			}
+			proxy.SetMode(faultproxy.Forward)
+			contender := lockerOn(t, srv.Addr(), Config{TTL: ttl, Attempts: 1})
+			deadline := time.Now().Add(2 * time.Second)
+			for {
+				k, err := contender.Acquire(ctx, "gave-up")
+				if err == nil {
+					_ = k.Release(ctx)
+					return
+				}
+				if time.Now().After(deadline) {
+					pttl := srv.Client().PTTL(ctx, mustKeys(t, l, "gave-up").lock).Val()
+					t.Fatalf("the lock stayed held by nobody after the caller gave up (%v); it expires in %v", err, pttl)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		})
+	}
+}
+
+// stallServer makes srv execute nothing for d (DEBUG SLEEP: commands are
+// read and run when it ends) and returns once it has stopped answering,
+// with a channel closed when the stall is over.
+func stallServer(t *testing.T, srv *redistest.Server, d time.Duration) <-chan struct{} {
+	t.Helper()
+	over := make(chan struct{})
+	go func() {
+		defer close(over)
+		_ = srv.Client().Do(context.Background(), "DEBUG", "SLEEP", d.Seconds()).Err()
+	}()
+	probe := clientOf(t, srv.Addr()) // honours the 5ms context deadline
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
+		err := probe.Ping(ctx).Err()
+		cancel()
+		if err != nil {
+			return over // a PING unanswered for 5ms: asleep (or a loaded machine)
+		}
+	}
+}

@@ -1,0 +1,228 @@
+package lockfx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/redisfx/redisfx"
+)
+
+// ErrLockLost means the lock's validity ran out before it was released
+// (no renewal was confirmed in time), or Redis answered that another owner
+// holds it. From then on the holder must act as if someone else holds it.
+var ErrLockLost = &redisfx.BaseError{Code: "lock_lost", Message: "lockfx: the lock was lost: its lease ran out or another owner holds it"}
+
+// driftMargin is how much earlier than Redis a holder's view of a lease
+// ends: 1% of the lease (the two clocks may run at rates up to that far
+// apart) plus 2ms (Redis keeps expiries in whole milliseconds). As in
+// Redlock.
+func driftMargin(lease time.Duration) time.Duration { return lease/100 + 2*time.Millisecond }
+
+// Lock is a held lock.
+//
+// Its validity is the holder's own, conservative view of the lease: it
+// ends TTL minus driftMargin after the holder *sent* the last acquire or
+// renewal that Redis confirmed, so it ends before Redis lets anyone else
+// take the lock (Redis started the lease no earlier than that send). Done,
+// Err and Context report the end of the validity, or a release.
+type Lock struct {
+	l     *Locker
+	name  string
+	keys  lockKeys
+	owner string
+	// Token is the fencing token: it grows with every acquisition of this
+	// name (Redis restarts and failovers included, see docs/locks.md), so
+	// a downstream store can refuse writes with an older token.
+	Token int64
+
+	sent time.Time // when the successful acquire call was sent
+
+	mu         sync.Mutex
+	validUntil time.Time   // end of the validity (monotonic clock)
+	expiry     *time.Timer // fires at validUntil
+	done       chan struct{}
+	err        error // why done is closed: ErrLockLost, or ErrNotOwner after Release
+	released   bool
+}
+
+// newLock starts the validity of a lock whose acquire call was sent at sent.
+func newLock(l *Locker, name string, keys lockKeys, owner string, token int64, sent time.Time) *Lock {
+	validUntil := sent.Add(l.cfg.TTL - driftMargin(l.cfg.TTL))
+	k := &Lock{l: l, name: name, keys: keys, owner: owner, Token: token, sent: sent, validUntil: validUntil, done: make(chan struct{})}
+	k.mu.Lock()
+	k.expiry = time.AfterFunc(time.Until(validUntil), k.onExpiry)
+	k.mu.Unlock()
+	return k
+}
+
+// Done is closed when the lock is no longer held by this holder: it was
+// released, or lost (Err says which). It is closed at the end of the
+// validity, as promptly as the Go runtime fires a timer; a holder about to
+// do something that must not overlap another holder checks Err right
+// before (it compares the clock itself).
+func (k *Lock) Done() <-chan struct{} {
+	k.checkValidity()
+	return k.done
+}
+
+// Err is nil while the lock is held and valid; ErrLockLost once it was
+// lost; ErrNotOwner once it was released.
+func (k *Lock) Err() error {
+	k.checkValidity()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.err
+}
+
+// ValidUntil is when the validity ends unless a renewal or Extend is
+// confirmed before. It only moves forward.
+func (k *Lock) ValidUntil() time.Time {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.validUntil
+}
+
+// Context returns a copy of parent that is cancelled when the lock is lost
+// or released, with context.Cause set to Err. Call the CancelFunc when
+// done with it.
+func (k *Lock) Context(parent context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(parent)
+	go func() {
+		select {
+		case <-k.done:
+			cancel(k.Err())
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() { cancel(context.Canceled) }
+}
+
+// checkValidity ends the lock if its validity is over. Every reader
+// checks, so that none sees a lock valid past its validity even when the
+// expiry timer fires late.
+func (k *Lock) checkValidity() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.checkValidityLocked()
+}
+
+func (k *Lock) checkValidityLocked() {
+	if k.err == nil && !time.Now().Before(k.validUntil) {
+		k.endLocked(ErrLockLost)
+	}
+}
+
+// onExpiry is the expiry timer's function.
+func (k *Lock) onExpiry() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.checkValidityLocked()
+	if k.err == nil { // moved forward while the timer was firing
+		k.expiry.Reset(time.Until(k.validUntil))
+	}
+}
+
+// lose ends the lock: Redis says another owner holds it.
+func (k *Lock) lose() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.endLocked(ErrLockLost)
+}
+
+// endLocked closes Done with err, once.
+func (k *Lock) endLocked(err error) {
+	if k.err != nil {
+		return
+	}
+	k.err = err
+	k.expiry.Stop()
+	close(k.done)
+	k.l.obs.ended(errors.Is(err, ErrLockLost))
+}
+
+// confirm moves the validity forward after Redis confirmed a lease of
+// lease from a command sent at sent. It reports false when the lock had
+// already ended: the validity never comes back once over.
+func (k *Lock) confirm(sent time.Time, lease time.Duration) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.checkValidityLocked()
+	if k.err != nil {
+		return false
+	}
+	if until := sent.Add(lease - driftMargin(lease)); until.After(k.validUntil) {
+		k.validUntil = until
+		k.expiry.Reset(time.Until(until))
+	}
+	return true
+}
+
+// Release gives the lock up. It returns nil when the lock was this
+// holder's until the release; ErrLockLost when its validity had ended
+// before (the lock is still deleted if Redis kept it for this owner);
+// ErrNotOwner when Redis did not have it for this owner when the release
+// ran, and on a second Release (no Redis call then). ErrNotOwner from a
+// first Release is no proof that the lock was lost early: go-redis may
+// have retried a release whose first try did release but whose answer
+// was lost. Renewals and Extend (which may run twice harmlessly) are the
+// reliable witnesses of a lock Redis lost.
+func (k *Lock) Release(ctx context.Context) error {
+	k.mu.Lock()
+	if k.released {
+		k.mu.Unlock()
+		return ErrNotOwner
+	}
+	k.released = true
+	k.checkValidityLocked()
+	wasLost := k.err != nil
+	k.endLocked(ErrNotOwner)
+	k.mu.Unlock()
+
+	ctx, span := k.l.obs.startRelease(ctx, k.name)
+	n, err := releaseScript.Run(ctx, k.l.rdb, []string{k.keys.lock}, k.owner).Int()
+	switch {
+	case err != nil:
+		err = fmt.Errorf("lockfx: release %s: %w", k.l.cfg.KeyAttribute.Quote(k.name), err)
+	case wasLost:
+		err = ErrLockLost
+	case n == 0:
+		err = ErrNotOwner
+	}
+	k.l.obs.endRelease(span, err)
+	return err
+}
+
+// Extend makes the lease last at least ttl from now (ttl 0: the
+// configured TTL); it never shortens it. The validity moves forward to
+// ttl minus driftMargin after the call was sent. ErrLockLost (or
+// ErrNotOwner after Release) when the lock had already ended; ErrLockLost
+// also when Redis answers that this owner no longer holds it.
+func (k *Lock) Extend(ctx context.Context, ttl time.Duration) error {
+	if ttl <= 0 {
+		ttl = k.l.cfg.TTL
+	}
+	if err := k.Err(); err != nil {
+		return err
+	}
+	sent := time.Now()
+	owned, err := k.extend(ctx, ttl)
+	switch {
+	case err != nil:
+		return fmt.Errorf("lockfx: extend %s: %w", k.l.cfg.KeyAttribute.Quote(k.name), err)
+	case !owned:
+		k.lose()
+		return ErrLockLost
+	case !k.confirm(sent, ttl):
+		return k.Err()
+	}
+	return nil
+}
+
+// extend runs extendScript: whether this owner still held the lock.
+func (k *Lock) extend(ctx context.Context, ttl time.Duration) (bool, error) {
+	n, err := extendScript.Run(ctx, k.l.rdb, []string{k.keys.lock}, k.owner, ttl.Milliseconds()).Int()
+	return n == 1, err
+}

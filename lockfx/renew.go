@@ -1,0 +1,83 @@
+package lockfx
+
+import (
+	"context"
+	"time"
+
+	"github.com/redisfx/redisfx/storefx"
+)
+
+// The renewal schedule of an auto-renewed lock, as fractions of its TTL.
+// A renewal goes out renewEvery after the last confirmed one was sent.
+// One still unanswered after renewHedge gets company: another goes out (on
+// another connection, should the first be stuck), and so on, at most
+// renewalsInFlight at a time, each waiting renewTimeout for its answer;
+// after a failure the next goes out renewRetry later. So a renewal goes
+// out at least every renewHedge: the lock survives any stall that ends
+// renewHedge and a round trip before its validity does, a stall of one
+// connection never costs it, and a slow but working Redis (answers within
+// renewTimeout) keeps it too.
+const (
+	renewEvery   = 3  // TTL/3
+	renewHedge   = 10 // TTL/10
+	renewTimeout = 5  // TTL/5
+	renewRetry   = 20 // TTL/20
+	// renewalsInFlight bounds the renewals waiting on stuck connections
+	// (a client without ContextTimeoutEnabled waits for its ReadTimeout
+	// whatever the context says).
+	renewalsInFlight = 3
+)
+
+// renewal is the outcome of one renewal call.
+type renewal struct {
+	sent  time.Time
+	owned bool
+	err   error
+}
+
+// renew keeps the lock's lease alive until the lock ends (released or
+// lost). The first renewal goes out TTL/3 after the acquire was sent.
+func (k *Lock) renew() {
+	ttl := k.l.cfg.TTL
+	results := make(chan renewal, renewalsInFlight) // never blocks a late call
+	inFlight := 0
+	lastConfirmed := k.sent
+	next := time.NewTimer(time.Until(k.sent.Add(ttl / renewEvery)))
+	defer next.Stop()
+	for {
+		select {
+		case <-k.done:
+			return
+		case <-next.C:
+			if inFlight < renewalsInFlight {
+				inFlight++
+				go func() {
+					sent := time.Now()
+					// Sent even while the client's circuit breaker is open: a
+					// stall shorter than the margins must not cost the lock.
+					ctx, cancel := context.WithTimeout(storefx.BypassBreaker(context.Background()), ttl/renewTimeout)
+					owned, err := k.extend(ctx, ttl)
+					cancel()
+					results <- renewal{sent, owned, err}
+				}()
+			}
+			next.Reset(ttl / renewHedge) // still unanswered then: another one goes out
+		case r := <-results:
+			inFlight--
+			switch {
+			case r.sent.Before(lastConfirmed):
+				// overtaken by a later renewal that was confirmed
+			case r.err != nil:
+				next.Reset(ttl / renewRetry)
+			case !r.owned:
+				k.lose()
+				return
+			case !k.confirm(r.sent, ttl):
+				return
+			default:
+				lastConfirmed = r.sent
+				next.Reset(time.Until(r.sent.Add(ttl / renewEvery)))
+			}
+		}
+	}
+}

@@ -1,0 +1,94 @@
+package lockfx
+
+import (
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// fenceTTL is how long a name's fencing counter outlives its last
+// acquisition. Tokens do not depend on it (see acquireScript); it only
+// bounds the memory of names no longer used.
+const fenceTTL = 7 * 24 * time.Hour
+
+// abandonedTTL is how long a give-up marker outlives the lease: an acquire
+// script delivered later than that (a connection stalled for minutes)
+// could still take the lock for one TTL.
+const abandonedTTL = time.Minute
+
+// acquireScript takes the lock for an owner and hands out its fencing
+// token, or returns 0 when someone else holds it.
+//
+// KEYS[1] lock, KEYS[2] fencing counter, KEYS[3] this owner's give-up
+// marker (all in one slot); ARGV[1] owner, ARGV[2] lease ms, ARGV[3]
+// counter lifetime ms.
+//
+// The token is max(last token + 1, Redis TIME in microseconds): it grows
+// with every acquisition while the counter lives, and keeps growing when
+// the counter is lost (a restart without persistence, a failover to a
+// replica that lagged, eviction) because the clock has moved on since the
+// last token was handed out. Microseconds since 1970 stay below 2^53 (Lua
+// numbers are doubles) until the year 2255.
+//
+// The same owner finding the lock already its own is a repeated delivery
+// of its own acquire (a retry after a lost reply): it gets the token it
+// was given. A give-up marker means the caller stopped waiting for this
+// very call: the lock is not taken.
+var acquireScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[3]) == 1 then
+  return 0
+end
+local granted = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
+if not granted and redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
+end
+local last = tonumber(redis.call('GET', KEYS[2]) or '0')
+if not granted then
+  if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2]) -- never shorter than an Extend made it
+  end
+  if last > 0 then
+    return last
+  end
+end
+local t = redis.call('TIME')
+local token = math.max(last + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))
+redis.call('SET', KEYS[2], string.format('%.0f', token), 'PX', ARGV[3])
+return token
+`)
+
+// releaseScript deletes the lock only if the owner still holds it.
+// KEYS[1] lock; ARGV[1] owner. Returns 1 or 0.
+var releaseScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+`)
+
+// extendScript lengthens the lease only if the owner still holds it, and
+// never shortens it: the holder's view of its validity can then only be
+// too short, never too long, whatever order concurrent renewals run in.
+// KEYS[1] lock; ARGV[1] owner, ARGV[2] lease ms. Returns 1 or 0.
+var extendScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
+end
+if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 1
+`)
+
+// abandonScript gives up an acquire whose outcome the caller did not
+// learn: it frees the lock if that acquire took it, and leaves a marker
+// that stops it from taking it should it arrive later (commands on
+// different connections may run in any order).
+// KEYS[1] lock, KEYS[2] give-up marker; ARGV[1] owner, ARGV[2] marker ms.
+var abandonScript = redis.NewScript(`
+redis.call('SET', KEYS[2], '1', 'PX', ARGV[2])
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+end
+return 0
+`)

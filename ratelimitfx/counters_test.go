@@ -1,0 +1,152 @@
+package ratelimitfx
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/redisfx/redisfx/internal/redistest"
+)
+
+// get sends GET path to h from one client address and returns the answer.
+func get(h http.Handler, path string) *httptest.ResponseRecorder {
+	w := httptest.NewRecorder()
+	req := httptest.NewRequest(http.MethodGet, path, nil)
+	req.RemoteAddr = "203.0.113.7:5555"
+	h.ServeHTTP(w, req)
+	return w
+}
+
+// Issue 15, item 9: r.Use(Limit(…)) inside a r.Route group runs before the
+// group has routed (the pattern is still "/api/*"), yet each route of the
+// group counts separately, as it does with r.With.
+func TestMiddleware_RouteGroupCountsEachRouteSeparately(t *testing.T) {
+	t.Parallel()
+	l := newLimiter(t, redistest.Start(t), Config{})
+	ok := func(http.ResponseWriter, *http.Request) {}
+	r := chi.NewRouter()
+	r.Route("/api", func(r chi.Router) {
+		r.Use(l.Limit(Rule{Limit: 1, Window: time.Minute}))
+		r.Get("/a", ok)
+		r.Get("/b", ok)
+		r.Route("/v1", func(r chi.Router) { r.Get("/items/{id}", ok) })
+	})
+	for i, tc := range []struct {
+		path string
+		want int
+	}{
+		{"/api/a", 200}, {"/api/b", 200}, {"/api/v1/items/1", 200},
+		{"/api/a", 429}, {"/api/b", 429},
+		{"/api/v1/items/2", 429}, // one route, whatever the id
+	} {
+		if w := get(r, tc.path); w.Code != tc.want {
+			t.Fatalf("request %d, %s: %d, want %d", i+1, tc.path, w.Code, tc.want)
+		}
+	}
+}
+
+// Paths under a group that match no route share one counter: a client
+// cannot get a fresh counter by inventing paths.
+func TestMiddleware_RouteGroupUnmatchedPathsShareACounter(t *testing.T) {
+	t.Parallel()
+	l := newLimiter(t, redistest.Start(t), Config{})
+	r := chi.NewRouter()
+	r.Route("/api", func(r chi.Router) {
+		r.Use(l.Limit(Rule{Limit: 1, Window: time.Minute}))
+		r.Get("/a", func(http.ResponseWriter, *http.Request) {})
+	})
+	if w := get(r, "/api/nope-1"); w.Code != 404 {
+		t.Fatalf("first unmatched path: %d, want 404", w.Code)
+	}
+	if w := get(r, "/api/nope-2"); w.Code != 429 {
+		t.Fatalf("second unmatched path: %d, want 429 (one counter for every unmatched path)", w.Code)
+	}
+}
+
+// Issue 15, item 10: two unnamed rules on one route (a burst limit and a
+// sustained one) have a counter each. Sharing one, each request was counted
+// twice and the 3-per-5s rule answered 429 with the 1-hour rule's expiry.
+func TestMiddleware_TwoUnnamedRulesOnOneRouteCountSeparately(t *testing.T) {
+	t.Parallel()
+	l := newLimiter(t, redistest.Start(t), Config{})
+	sustained := l.Limit(Rule{Limit: 100, Window: time.Hour})
+	burst := l.Limit(Rule{Limit: 3, Window: 5 * time.Second})
+	r := chi.NewRouter()
+	r.With(sustained, burst).Get("/x", func(http.ResponseWriter, *http.Request) {})
+	for i, want := range []int{200, 200, 200, 429} {
+		w := get(r, "/x")
+		if w.Code != want {
+			t.Fatalf("request %d: %d, want %d", i+1, w.Code, want)
+		}
+		if want == 429 {
+			// The burst rule refused: it frees capacity within its own 5 s.
+			if ra, err := strconv.Atoi(w.Header().Get("Retry-After")); err != nil || ra < 1 || ra > 5 {
+				t.Fatalf("Retry-After %q, want 1..5 (the burst rule's window)", w.Header().Get("Retry-After"))
+			}
+		}
+	}
+}
+
+// Rules that differ in anything that matters — name, limit, window, or the
+// algorithm of the limiter checking them — never share a counter: using up
+// one leaves the other untouched.
+func TestCheck_DistinctRulesNeverShareACounter(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	prefix := redistest.Prefix(t)
+	fixed := newLimiter(t, srv, Config{KeyPrefix: prefix})
+	sliding := newLimiter(t, srv, Config{KeyPrefix: prefix, Algorithm: SlidingLog})
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name   string
+		la, lb *Limiter
+		a, b   Rule
+	}{
+		{"unnamed, other limit and window", fixed, fixed, Rule{Limit: 2, Window: time.Hour}, Rule{Limit: 3, Window: time.Second}},
+		{"unnamed, other window", fixed, fixed, Rule{Limit: 2, Window: time.Hour}, Rule{Limit: 2, Window: time.Minute}},
+		{"same name, other limit", fixed, fixed, Rule{Name: "api", Limit: 2, Window: time.Hour}, Rule{Name: "api", Limit: 3, Window: time.Hour}},
+		{"same rule, other algorithm", fixed, sliding, Rule{Name: "alg", Limit: 2, Window: time.Hour}, Rule{Name: "alg", Limit: 2, Window: time.Hour}},
+	} {
+		key := "client:" + tc.name
+		for i := range 3 { // a's limit is 2: the third is refused
+			d, err := tc.la.Check(ctx, tc.a, key)
+			if err != nil || d.Allowed != (i < 2) {
+				t.Fatalf("%s: rule a, check %d: %+v %v", tc.name, i+1, d, err)
+			}
+		}
+		d, err := tc.lb.Check(ctx, tc.b, key)
+		if err != nil || !d.Allowed || d.Current != 1 {
+			t.Fatalf("%s: rule b's first check after a was used up: %+v %v, want allowed with Current 1", tc.name, d, err)
+		}
+	}
+}
+
+// A counter's name cannot be forged by a rule name or a client key that
+// contains the separator, and a route pattern's "{id}" is not a Cluster
+// hash tag (which would put every client of the route on one slot).
+func TestCounterKey_UnambiguousAndWithoutRouteHashTags(t *testing.T) {
+	l, err := New(unconnected(t), Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rule := func(name string) Rule { return l.withDefaults(Rule{Name: name}) }
+	if a, b := l.counterKey(rule("a"), "b:c"), l.counterKey(rule("a:b"), "c"); a == b {
+		t.Fatalf("rule a with key b:c and rule a:b with key c share %q", a)
+	}
+	if a, b := l.counterKey(rule(`a"`), "b"), l.counterKey(rule("a"), `"b`); a == b {
+		t.Fatalf("quotes: both %q", a)
+	}
+	k := l.counterKey(rule("GET /items/{id}"), "ip:203.0.113.7")
+	if strings.ContainsAny(k, "{}") {
+		t.Fatalf("%q carries the route's braces: a hash tag", k)
+	}
+	if want := `ratelimit:fixed-window:100-per-60000ms:"GET /items/\x7bid\x7d":ip:203.0.113.7`; k != want {
+		t.Fatalf("counter key %q, want %q", k, want)
+	}
+}

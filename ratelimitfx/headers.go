@@ -1,0 +1,99 @@
+package ratelimitfx
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The answers' RateLimit fields follow draft-ietf-httpapi-ratelimit-headers-11
+// (May 2026): two structured-field Lists (RFC 9651) whose items are a
+// policy's name with parameters,
+//
+//	RateLimit-Policy: "login";q=5;w=60    (§3: quota q per window w seconds)
+//	RateLimit: "login";r=3;t=42           (§4: r left for the next t seconds)
+//
+// Quota units are requests, the draft's default, so qu is not sent. No
+// partition key (pk) is sent: the partition is the rule's key — a client
+// IP, a user id, an API key — which the client already knows and which
+// would otherwise be echoed into logs and caches.
+
+// policy is one rule's item name and its RateLimit-Policy item.
+type policy struct {
+	name string // an sf-string, quoted
+	item string // "name";q=…;w=…
+}
+
+func newPolicy(rule Rule, named bool) policy {
+	name := rule.Name
+	if !named {
+		// An unnamed rule is told apart from the route's other rules by
+		// what it allows: "100-per-1h".
+		name = strconv.FormatInt(rule.Limit, 10) + "-per-" + shortDuration(rule.Window)
+	}
+	quoted := sfString(name)
+	return policy{name: quoted, item: quoted + ";q=" + strconv.FormatInt(rule.Limit, 10) + ";w=" + strconv.FormatInt(ceilSeconds(rule.Window), 10)}
+}
+
+// setHeaders adds the rule's items to the RateLimit-Policy and RateLimit
+// Lists (several rules on one route each add theirs, in the order they
+// run) and, with Config.LegacyHeaders, sets draft-06's three fields, which
+// can describe only one rule: the last checked, on a 429 the one that
+// refused.
+func (l *Limiter) setHeaders(h http.Header, p policy, d Decision) {
+	reset := strconv.FormatInt(ceilSeconds(d.Reset), 10)
+	appendList(h, "RateLimit-Policy", p.item)
+	appendList(h, "RateLimit", p.name+";r="+strconv.FormatInt(d.Remaining, 10)+";t="+reset)
+	if l.cfg.LegacyHeaders {
+		h.Set("RateLimit-Limit", strconv.FormatInt(d.Limit, 10))
+		h.Set("RateLimit-Remaining", strconv.FormatInt(d.Remaining, 10))
+		h.Set("RateLimit-Reset", reset)
+	}
+}
+
+// appendList adds item to the List field name, on one line.
+func appendList(h http.Header, name, item string) {
+	if v := h.Get(name); v != "" {
+		item = v + ", " + item
+	}
+	h.Set(name, item)
+}
+
+// sfString quotes s as a structured-field String: printable ASCII, with
+// '"' and '\' escaped. Other bytes cannot be sent in one and become '_'.
+func sfString(s string) string {
+	var b strings.Builder
+	b.Grow(len(s) + 2)
+	b.WriteByte('"')
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '"' || c == '\\':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		case c < 0x20 || c > 0x7e:
+			b.WriteByte('_')
+		default:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
+}
+
+// ceilSeconds is d in whole seconds, rounded up: waiting that long is
+// always enough. The fields have no sub-second precision.
+func ceilSeconds(d time.Duration) int64 { return int64((d + time.Second - 1) / time.Second) }
+
+// shortDuration writes a window in its largest whole unit: 1h, 90s, 1500ms.
+func shortDuration(d time.Duration) string {
+	for _, u := range []struct {
+		unit time.Duration
+		sym  string
+	}{{time.Hour, "h"}, {time.Minute, "m"}, {time.Second, "s"}} {
+		if d%u.unit == 0 {
+			return strconv.FormatInt(int64(d/u.unit), 10) + u.sym
+		}
+	}
+	return strconv.FormatInt(windowMS(d), 10) + "ms"
+}

@@ -1,0 +1,288 @@
+package streamfx
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redisfx/redisfx/internal/redistest"
+)
+
+// runLog records each handler run of each message, by payload, and every
+// moment two runs of one message overlapped.
+type runLog struct {
+	mu       sync.Mutex
+	active   map[string]int
+	runs     map[string]int
+	overlaps int
+}
+
+func newRunLog() *runLog { return &runLog{active: map[string]int{}, runs: map[string]int{}} }
+
+func (l *runLog) begin(k string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.runs[k]++
+	l.active[k]++
+	if l.active[k] > 1 {
+		l.overlaps++
+	}
+}
+
+func (l *runLog) end(k string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.active[k]--
+}
+
+// Issue 15: a batch's messages waiting for their turn (Concurrency 1) were
+// not touched, so after ClaimIdle another consumer claimed and ran them
+// while the first consumer still would: with ClaimIdle 300ms, a 200ms
+// handler and 6 messages, m2..m5 each ran twice (7 overlapping runs).
+// Every message a consumer holds is now kept touched, so each runs once.
+func TestWaitingMessagesOfABatchAreNotClaimedByAnother(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartPrivate(t)
+	stream := redistest.Prefix(t) + "batch"
+	ctx := context.Background()
+	raw := srv.Client()
+	raw.XGroupCreateMkStream(ctx, stream, "redisfx", "0")
+	for i := range 6 {
+		raw.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: []any{FieldData, fmt.Sprint("m", i)}})
+	}
+	log := newRunLog()
+	all := make(chan struct{})
+	var once sync.Once
+	handler := func(_ context.Context, m Message) error {
+		log.begin(string(m.Data))
+		time.Sleep(200 * time.Millisecond) // the handler's work
+		log.end(string(m.Data))
+		log.mu.Lock()
+		if len(log.runs) == 6 {
+			once.Do(func() { close(all) })
+		}
+		log.mu.Unlock()
+		return nil
+	}
+	first := newStreams(t, srv, Config{Consumer: "first", ClaimIdle: 300 * time.Millisecond})
+	_ = first.Handle(stream, handler)
+	start(t, first) // reads the six in one batch
+	second := newStreams(t, srv, Config{Consumer: "second", ClaimIdle: 300 * time.Millisecond})
+	_ = second.Handle(stream, handler)
+	start(t, second)
+	wait(t, all, 20*time.Second, "six messages")
+	for _, s := range []*Streams{first, second} {
+		if err := s.Stop(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	for k, n := range log.runs {
+		if n != 1 {
+			t.Errorf("%s ran %d times", k, n)
+		}
+	}
+	if log.overlaps > 0 {
+		t.Errorf("%d runs overlapped another run of the same message", log.overlaps)
+	}
+	if n := pendingCount(t, srv, stream, "redisfx"); n != 0 {
+		t.Fatalf("%d left pending", n)
+	}
+}
+
+// Issue 15: a message whose handler StopTimeout cancelled on its last
+// attempt was dead-lettered. A stop costs no attempt: the message stays
+// pending with its delivery count given back, and the next consumer runs
+// it as the same attempt.
+func TestStop_CancelledLastAttemptIsNotDeadLettered(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartPrivate(t)
+	stream := redistest.Prefix(t) + "cancelled"
+	ctx := context.Background()
+	cfg := Config{MaxAttempts: 1, ClaimIdle: 200 * time.Millisecond, StopTimeout: 100 * time.Millisecond}
+	s := newStreams(t, srv, cfg)
+	inHand := make(chan struct{})
+	_ = s.Handle(stream, func(ctx context.Context, _ Message) error { close(inHand); <-ctx.Done(); return ctx.Err() })
+	start(t, s)
+	id, err := s.Publish(ctx, stream, []byte("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait(t, inHand, 10*time.Second, "the message")
+	if err := s.Stop(ctx); err == nil || !strings.Contains(err.Error(), "StopTimeout") {
+		t.Fatalf("stop = %v", err)
+	}
+	raw := srv.Client()
+	if n := raw.XLen(ctx, stream+DLQSuffix).Val(); n != 0 {
+		t.Fatalf("a message cancelled by the stop was dead-lettered (%d entries)", n)
+	}
+	p := raw.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: stream, Group: "redisfx", Start: "-", End: "+", Count: 10}).Val()
+	if len(p) != 1 || p[0].ID != id || p[0].RetryCount != 0 {
+		t.Fatalf("pending after the stop: %+v (want %s with its delivery given back)", p, id)
+	}
+	cfg.StopTimeout = 0 // the default: enough for a read in progress
+	next := newStreams(t, srv, cfg)
+	got := make(chan Message, 1)
+	_ = next.Handle(stream, func(_ context.Context, m Message) error { got <- m; return nil })
+	start(t, next)
+	select {
+	case m := <-got:
+		if m.ID != id || m.Attempt != 1 {
+			t.Fatalf("ran again as %+v", m)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the cancelled message never ran again")
+	}
+	if err := next.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := raw.XLen(ctx, stream+DLQSuffix).Val(); n != 0 || pendingCount(t, srv, stream, "redisfx") != 0 {
+		t.Fatalf("dead-letter entries %d, pending %d", n, pendingCount(t, srv, stream, "redisfx"))
+	}
+}
+
+// Issue 15: Stop(context.Background()) hung forever on a handler that
+// ignores its context. Stop now returns within StopTimeout plus the grace
+// (2×StoreTimeout) whatever the handler does; the abandoned message stays
+// pending and another consumer claims it after ClaimIdle.
+func TestStop_BoundedWhenAHandlerIgnoresItsContext(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartPrivate(t)
+	stream := redistest.Prefix(t) + "stubborn"
+	ctx := context.Background()
+	cfg := Config{ClaimIdle: 200 * time.Millisecond, StopTimeout: 100 * time.Millisecond, StoreTimeout: 300 * time.Millisecond}
+	s := newStreams(t, srv, cfg)
+	inHand, release := make(chan struct{}), make(chan struct{})
+	defer close(release) // the abandoned handler returns before the leak check
+	_ = s.Handle(stream, func(context.Context, Message) error { close(inHand); <-release; return nil })
+	start(t, s)
+	id, _ := s.Publish(ctx, stream, []byte("x"))
+	wait(t, inHand, 10*time.Second, "the message")
+	stopped := make(chan error, 1)
+	began := time.Now()
+	go func() { stopped <- s.Stop(context.Background()) }()
+	select {
+	case err := <-stopped:
+		if err == nil {
+			t.Fatal("Stop abandoned a handler and said nothing")
+		}
+		if d, bound := time.Since(began), cfg.StopTimeout+2*cfg.StoreTimeout+time.Second; d > bound {
+			t.Fatalf("Stop took %v (bound %v)", d, bound)
+		}
+	case <-time.After(10 * time.Second):
+		release <- struct{}{} // let the hung Stop finish before the test ends
+		<-stopped
+		t.Fatal("Stop(context.Background()) hung on a handler that ignores its context")
+	}
+	next := newStreams(t, srv, cfg)
+	got := make(chan Message, 1)
+	_ = next.Handle(stream, func(_ context.Context, m Message) error { got <- m; return nil })
+	start(t, next)
+	select {
+	case m := <-got:
+		if m.ID != id {
+			t.Fatalf("claimed %+v", m)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the abandoned message was never claimed again")
+	}
+}
+
+// A waiting message this consumer lost (here taken by force while the
+// batch's first message runs) is not run by it: it belongs to its new owner.
+func TestLostWaitingMessageIsNotRun(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartPrivate(t)
+	stream := redistest.Prefix(t) + "lost"
+	ctx := context.Background()
+	raw := srv.Client()
+	raw.XGroupCreateMkStream(ctx, stream, "redisfx", "0")
+	var ids []string
+	for i := range 3 {
+		ids = append(ids, raw.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: []any{FieldData, fmt.Sprint("m", i)}}).Val())
+	}
+	s := newStreams(t, srv, Config{Consumer: "holder", ClaimIdle: 300 * time.Millisecond})
+	log := newRunLog()
+	done := make(chan struct{})
+	_ = s.Handle(stream, func(_ context.Context, m Message) error {
+		log.begin(m.ID)
+		defer log.end(m.ID)
+		switch m.ID {
+		case ids[0]:
+			// Another consumer takes m2 while it waits; a touch round
+			// (every ClaimIdle/4) passes before m2's turn.
+			if err := raw.XClaimJustID(ctx, &redis.XClaimArgs{Stream: stream, Group: "redisfx", Consumer: "thief", Messages: []string{ids[2]}}).Err(); err != nil {
+				t.Error(err)
+			}
+			time.Sleep(200 * time.Millisecond)
+		case ids[1]:
+			time.Sleep(100 * time.Millisecond)
+			close(done)
+		}
+		return nil
+	})
+	start(t, s)
+	wait(t, done, 10*time.Second, "m1")
+	if err := s.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	if log.runs[ids[2]] != 0 || log.runs[ids[0]] != 1 || log.runs[ids[1]] != 1 {
+		t.Fatalf("runs %v: the lost message must not run, the others once", log.runs)
+	}
+	p := raw.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: stream, Group: "redisfx", Start: "-", End: "+", Count: 10}).Val()
+	if len(p) != 1 || p[0].ID != ids[2] || p[0].Consumer != "thief" {
+		t.Fatalf("pending %+v: want only m2, held by its new owner", p)
+	}
+}
+
+// At a stop, the messages of a batch not started yet are given back at
+// once (delivery count restored, claimable at once), even while a handler
+// of the batch ignores its cancellation and is abandoned.
+func TestStop_WaitingMessagesAreGivenBackAtOnce(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartPrivate(t)
+	stream := redistest.Prefix(t) + "waiting"
+	ctx := context.Background()
+	raw := srv.Client()
+	raw.XGroupCreateMkStream(ctx, stream, "redisfx", "0")
+	var ids []string
+	for i := range 3 {
+		ids = append(ids, raw.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: []any{FieldData, fmt.Sprint("m", i)}}).Val())
+	}
+	cfg := Config{Consumer: "stopping", ClaimIdle: time.Second, StopTimeout: 50 * time.Millisecond, StoreTimeout: 200 * time.Millisecond}
+	s := newStreams(t, srv, cfg)
+	inHand, release := make(chan struct{}), make(chan struct{})
+	defer close(release)
+	_ = s.Handle(stream, func(_ context.Context, m Message) error {
+		if m.ID == ids[0] {
+			close(inHand)
+			<-release // ignores its context
+		}
+		return nil
+	})
+	start(t, s)
+	wait(t, inHand, 10*time.Second, "m0")
+	if err := s.Stop(ctx); err == nil {
+		t.Fatal("Stop abandoned a handler and said nothing")
+	}
+	p := raw.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: stream, Group: "redisfx", Start: "-", End: "+", Count: 10}).Val()
+	if len(p) != 3 {
+		t.Fatalf("pending %+v", p)
+	}
+	for _, e := range p[1:] {
+		if e.RetryCount != 0 || e.Idle < cfg.ClaimIdle {
+			t.Errorf("%s not given back at once: delivered %d times, idle %v", e.ID, e.RetryCount, e.Idle)
+		}
+	}
+	if p[0].RetryCount != 1 {
+		t.Errorf("the abandoned m0: delivered %d times, want 1 (counted, as after a crash)", p[0].RetryCount)
+	}
+}
