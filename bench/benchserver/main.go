@@ -5,8 +5,18 @@
 //	limit    chi, the handler, and exactly the store round trips of the
 //	         design (claim + complete for a new key, claim for a replay,
 //	         none without a key) with the same scripts, nothing else
-//	redisfx  the product: storefx, idempotencyfx and httpfx (router,
-//	         request id, access log at warn level, metrics, recovery)
+//	redisfx  stripped: storefx, idempotencyfx, metricsfx and httpfx
+//	         (router, request id, metrics, recovery) with a no-op logger
+//	         and without tracingfx
+//	stack    what the README wires: zap.NewProduction (the access log
+//	         at info), tracingfx (its exporter and sampler from the
+//	         OTEL_* environment; without any, the default: request spans
+//	         made, nothing exported), storefx, metricsfx, httpfx,
+//	         idempotencyfx and one route
+//	stack-notracing  the same without tracingfx
+//
+// -policy sets idempotencyfx's ErrorPolicy and -breaker=false turns off
+// storefx's circuit breaker (the Redis-down measurements).
 //
 //	benchserver -mode limit -addr 127.0.0.1:9000 -redis redis://127.0.0.1:6379
 package main
@@ -39,6 +49,7 @@ import (
 	"github.com/redisfx/redisfx/internal/idemscript"
 	"github.com/redisfx/redisfx/metricsfx"
 	"github.com/redisfx/redisfx/storefx"
+	"github.com/redisfx/redisfx/tracingfx"
 )
 
 var paymentBody = []byte(`{"id":"pay_3f9a1c0e5b7d2468ace13579","amount":1250,"currency":"EUR","status":"succeeded"}`)
@@ -63,6 +74,9 @@ func main() {
 	redisURL := flag.String("redis", "redis://127.0.0.1:6379", "Redis URL")
 	prefix := flag.String("prefix", "bench:", "key prefix")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile here until the server stops")
+	memProfile := flag.String("memprofile", "", "write an allocation profile here when the server stops")
+	policy := flag.String("policy", "fail-closed", "idempotencyfx ErrorPolicy: fail-closed or fail-open")
+	breaker := flag.Bool("breaker", true, "storefx's circuit breaker")
 	flag.Parse()
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
@@ -71,6 +85,16 @@ func main() {
 		}
 		_ = pprof.StartCPUProfile(f)
 		defer func() { pprof.StopCPUProfile(); f.Close() }()
+	}
+	if *memProfile != "" {
+		defer func() {
+			f, err := os.Create(*memProfile)
+			if err != nil {
+				log.Fatal(err)
+			}
+			_ = pprof.Lookup("allocs").WriteTo(f, 0)
+			f.Close()
+		}()
 	}
 	switch *mode {
 	case "plain":
@@ -102,6 +126,26 @@ func main() {
 		}
 		<-app.Wait()
 		_ = app.Stop(context.Background())
+	case "stack", "stack-notracing":
+		opts := []fx.Option{fx.NopLogger,
+			fx.Provide(zap.NewProduction),
+			fx.Supply(&storefx.Config{URL: *redisURL, Breaker: storefx.BreakerConfig{Disabled: !*breaker}}, &httpfx.Config{Addr: *addr},
+				&idempotencyfx.Config{KeyPrefix: *prefix, DefaultTTL: time.Hour, ErrorPolicy: idempotencyfx.ErrorPolicy(*policy)},
+				&metricsfx.Config{Prefix: "bench"}),
+			storefx.Module, metricsfx.Module, idempotencyfx.Module, httpfx.Module,
+			fx.Provide(httpfx.AsRoutes(func() httpfx.Routes {
+				return func(r chi.Router) { r.With(idempotencyfx.Idempotent()).Post("/payments", payment) }
+			})),
+		}
+		if *mode == "stack" {
+			opts = append(opts, tracingfx.Module)
+		}
+		app := fx.New(opts...)
+		if err := app.Start(context.Background()); err != nil {
+			log.Fatal(err)
+		}
+		<-app.Wait()
+		_ = app.Stop(context.Background())
 	default:
 		fmt.Fprintf(os.Stderr, "unknown -mode %q\n", *mode)
 		os.Exit(2)
@@ -121,7 +165,7 @@ func serve(addr string, h http.Handler) {
 	}
 }
 
-// limit does the design's round trips and nothing else: the fingerprint is
+// limit does the protocol's round trips and nothing else: the fingerprint is
 // a SHA-256 of the body, the recorded response is the raw body.
 func limit(rdb *redis.Client, prefix string) func(http.Handler) http.Handler {
 	var owner atomic.Int64
@@ -141,11 +185,13 @@ func limit(rdb *redis.Client, prefix string) func(http.Handler) http.Handler {
 				http.Error(w, err.Error(), 500)
 				return
 			}
-			switch v[0].(string) {
+			kind, _ := v[0].(string)
+			switch kind {
 			case "c":
+				resp, _ := v[1].(string)
 				w.Header().Set("Content-Type", "application/json")
 				w.WriteHeader(http.StatusCreated)
-				_, _ = io.WriteString(w, v[1].(string))
+				_, _ = io.WriteString(w, resp)
 			case "n", "t":
 				err := idemscript.Complete.Run(r.Context(), rdb, []string{prefix + key}, me, "c", paymentBody, 3600000).Err()
 				if err != nil {

@@ -37,6 +37,8 @@ type Options struct {
 	Body        string
 	// KeyPrefix keeps the keys of different runs apart.
 	KeyPrefix string
+	// Method is the request method; default POST. A GET sends no body.
+	Method string
 }
 
 // Result of a run.
@@ -119,7 +121,14 @@ func Run(ctx context.Context, o Options) (Result, error) {
 }
 
 func send(ctx context.Context, c *http.Client, o Options, key string) (int, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, o.URL, strings.NewReader(o.Body))
+	method, body := o.Method, io.Reader(strings.NewReader(o.Body))
+	if method == "" {
+		method = http.MethodPost
+	}
+	if method == http.MethodGet {
+		body = nil
+	}
+	req, err := http.NewRequestWithContext(ctx, method, o.URL, body)
 	if err != nil {
 		return 0, err
 	}

@@ -1,9 +1,17 @@
 // Command run is `make bench`: it starts a private redis-server, builds the
-// benchmark server, measures plain, limit and redisfx on the three paths
-// (new key, replay, no key) with the closed-loop load generator, repeats
-// each cell, and prints one Markdown table with ratios and spreads.
+// benchmark server, and measures, in one session, plain chi, the protocol's
+// limit, the stack the README wires (real production logger, tracingfx with
+// its default, metricsfx, httpfx, idempotencyfx), the same stack exporting
+// spans over OTLP/HTTP to a receiver in this process at 10 % and 100 %
+// sampling, the stack without tracingfx, and the stripped server of earlier
+// tables, on the three paths (new key, replay, no key) with the closed-loop
+// load generator. Each repeat runs every server once, path by path, so the
+// servers share the machine's conditions; the median of the repeats is
+// reported with ratios, spreads and the server's CPU per request.
 //
 //	go run ./bench/run -c 32 -d 5s -repeat 3
+//	go run ./bench/run -servers plain,limit,stack -repeat 5
+//	go run ./bench/run -down -d 5s   # Redis killed: each policy, breaker on and off
 package main
 
 import (
@@ -11,13 +19,17 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"log"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -26,10 +38,31 @@ import (
 	"github.com/redisfx/redisfx/bench/load"
 )
 
+// server is one configuration measured.
+type server struct {
+	name, label string
+	mode        string
+	env         []string // OTEL_* settings; {recv} is the receiver's address
+}
+
+var servers = []server{
+	{name: "plain", label: "plain chi", mode: "plain"},
+	{name: "limit", label: "limit (only the protocol's round trips)", mode: "limit"},
+	{name: "stack", label: "README stack, tracing default (request spans made, none exported)", mode: "stack"},
+	{name: "stack-otlp10", label: "README stack, OTLP/HTTP export, 10 % sampled", mode: "stack",
+		env: []string{"OTEL_EXPORTER_OTLP_ENDPOINT=http://{recv}", "OTEL_TRACES_SAMPLER=parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG=0.1"}},
+	{name: "stack-otlp100", label: "README stack, OTLP/HTTP export, every trace", mode: "stack",
+		env: []string{"OTEL_EXPORTER_OTLP_ENDPOINT=http://{recv}", "OTEL_TRACES_SAMPLER=parentbased_always_on"}},
+	{name: "stack-notracing", label: "README stack without tracingfx", mode: "stack-notracing"},
+	{name: "stripped", label: "stripped: no-op logger, no tracingfx (earlier tables' \"redisfx\")", mode: "redisfx"},
+}
+
 func main() {
 	conns := flag.Int("c", 32, "connections")
 	dur := flag.Duration("d", 5*time.Second, "duration of one measurement")
 	repeat := flag.Int("repeat", 3, "measurements per cell (the median is reported)")
+	only := flag.String("servers", "", "comma-separated subset of servers (default all)")
+	down := flag.Bool("down", false, "measure the stack with Redis killed instead (each policy, breaker on and off)")
 	flag.Parse()
 
 	dir, err := os.MkdirTemp("", "redisfx-bench")
@@ -41,49 +74,120 @@ func main() {
 	if out, err := exec.Command("go", "build", "-o", bin, "./bench/benchserver").CombinedOutput(); err != nil {
 		log.Fatalf("build: %v\n%s", err, out)
 	}
+	if *down {
+		measureDown(bin, dir, *conns, *dur, *repeat)
+		return
+	}
+	recvAddr, spans, stopRecv := receiver()
+	defer stopRecv()
 	redisAddr, stopRedis := local.StartRedis(dir)
 	defer stopRedis()
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr, DisableIdentity: true})
 	defer rdb.Close()
 
+	chosen := servers
+	if *only != "" {
+		chosen = nil
+		for _, n := range strings.Split(*only, ",") {
+			for _, s := range servers {
+				if s.name == n {
+					chosen = append(chosen, s)
+				}
+			}
+		}
+	}
 	body := `{"amount":1250,"currency":"EUR","card":"4242424242424242"}`
-	modes := []string{"plain", "limit", "redisfx"}
 	paths := []load.Keys{load.Unique, load.One, load.None}
 	results := map[string]map[load.Keys][]cell{}
-	for _, mode := range modes {
-		results[mode] = map[load.Keys][]cell{}
+	for _, s := range chosen {
+		results[s.name] = map[load.Keys][]cell{}
+	}
+	for r := 0; r < *repeat; r++ {
 		for _, path := range paths {
-			for r := 0; r < *repeat; r++ {
+			for _, s := range chosen {
 				addr := local.FreeAddr()
-				srv := exec.Command(bin, "-mode", mode, "-addr", addr, "-redis", "redis://"+redisAddr,
-					"-prefix", fmt.Sprintf("bench:%s:%s:%d:", mode, path, r))
+				srv := exec.Command(bin, "-mode", s.mode, "-addr", addr, "-redis", "redis://"+redisAddr,
+					"-prefix", fmt.Sprintf("bench:%s:%s:%d:", s.name, path, r))
+				srv.Env = serverEnv(s.env, recvAddr)
 				if err := srv.Start(); err != nil {
 					log.Fatal(err)
 				}
 				local.WaitListening(addr)
 				beforeTrips, beforeAll := commandCalls(rdb)
+				beforeCPU := cpuTime(srv.Process.Pid)
+				beforeSpans := spans.Load()
 				res, err := load.Run(context.Background(), load.Options{URL: "http://" + addr + "/payments",
 					Connections: *conns, Duration: *dur, Keys: path, Body: body,
-					KeyPrefix: fmt.Sprintf("%s-%d-", path, r)})
+					KeyPrefix: fmt.Sprintf("%s-%s-%d-", s.name, path, r)})
+				cpu := cpuTime(srv.Process.Pid) - beforeCPU
 				afterTrips, afterAll := commandCalls(rdb)
+				exported := spans.Load() - beforeSpans
 				_ = srv.Process.Signal(os.Interrupt)
 				_ = srv.Wait()
 				if err != nil {
-					log.Fatalf("%s %s: %v", mode, path, err)
+					log.Fatalf("%s %s: %v", s.name, path, err)
 				}
 				n := float64(res.Requests)
-				results[mode][path] = append(results[mode][path], cell{res, stats{float64(afterTrips-beforeTrips) / n, float64(afterAll-beforeAll) / n}})
-				fmt.Fprintf(os.Stderr, "%-8s %-7s run %d: %8.0f req/s p50 %v p99 %v errors %d statuses %v\n",
-					mode, path, r+1, res.RPS(), res.P50, res.P99, res.Errors, res.Statuses)
+				results[s.name][path] = append(results[s.name][path], cell{res: res,
+					calls: stats{float64(afterTrips-beforeTrips) / n, float64(afterAll-beforeAll) / n},
+					cpu:   cpu / time.Duration(res.Requests), exportBytes: float64(exported) / n})
+				fmt.Fprintf(os.Stderr, "%-16s %-7s run %d: %8.0f req/s p50 %v p99 %v cpu/req %v errors %d statuses %v\n",
+					s.name, path, r+1, res.RPS(), res.P50, res.P99, cpu/time.Duration(res.Requests), res.Errors, res.Statuses)
 			}
 		}
 	}
-	report(results, modes, paths, *conns, *dur, *repeat)
+	report(results, chosen, paths, *conns, *dur, *repeat)
+}
+
+// serverEnv is this process's environment without OTEL_* and TRACING_*
+// settings, plus env with {recv} replaced.
+func serverEnv(env []string, recv string) []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "OTEL_") && !strings.HasPrefix(kv, "TRACING_") {
+			out = append(out, kv)
+		}
+	}
+	for _, kv := range env {
+		out = append(out, strings.ReplaceAll(kv, "{recv}", recv))
+	}
+	return out
+}
+
+// receiver is an OTLP/HTTP trace receiver that reads and discards each
+// export, counting its bytes.
+func receiver() (string, *atomic.Int64, func()) {
+	addr := local.FreeAddr()
+	var n atomic.Int64
+	srv := &http.Server{Addr: addr, ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, _ := io.Copy(io.Discard, r.Body)
+		n.Add(c)
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		w.WriteHeader(http.StatusOK)
+	})}
+	go func() { _ = srv.ListenAndServe() }()
+	local.WaitListening(addr)
+	return addr, &n, func() { _ = srv.Close() }
+}
+
+// cpuTime is the user+system CPU time the process used so far (Linux).
+func cpuTime(pid int) time.Duration {
+	raw, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	s := string(raw)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(utime+stime) * time.Second / 100 // USER_HZ
 }
 
 type cell struct {
-	res   load.Result
-	calls stats // per request
+	res         load.Result
+	calls       stats // per request
+	cpu         time.Duration
+	exportBytes float64
 }
 
 // stats are INFO commandstats deltas per request: round trips (script
@@ -92,32 +196,66 @@ type cell struct {
 type stats struct{ trips, commands float64 }
 
 func median(cs []cell) (cell, float64, float64) {
+	cs = append([]cell(nil), cs...)
 	sort.Slice(cs, func(i, j int) bool { return cs[i].res.RPS() < cs[j].res.RPS() })
 	return cs[len(cs)/2], cs[0].res.RPS(), cs[len(cs)-1].res.RPS()
 }
 
-func report(results map[string]map[load.Keys][]cell, modes []string, paths []load.Keys, conns int, dur time.Duration, repeat int) {
-	fmt.Printf("Closed loop, %d connections, %v per run, median of %d runs (min-max in brackets); %s.\n\n", conns, dur, repeat, time.Now().UTC().Format("2006-01-02"))
-	fmt.Println("| path | server | req/s | vs plain | vs limit | p50 | p90 | p99 | max | round trips/req | Redis cmds/req |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|")
+func report(results map[string]map[load.Keys][]cell, chosen []server, paths []load.Keys, conns int, dur time.Duration, repeat int) {
+	fmt.Printf("Closed loop, %d connections, %v per run, median of %d runs (min-max in brackets); %s.\n\n", conns, dur, repeat, time.Now().UTC().Format("2006-01-02 15:04 MST"))
+	fmt.Println("| path | server | req/s | vs plain | vs limit | p50 | p99 | server CPU/req | round trips/req | OTLP bytes/req |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|")
+	rps := func(name string, p load.Keys) float64 {
+		if results[name] == nil {
+			return 0
+		}
+		c, _, _ := median(results[name][p])
+		return c.res.RPS()
+	}
 	for _, path := range paths {
-		plain, _, _ := median(results["plain"][path])
-		limit, _, _ := median(results["limit"][path])
-		for _, mode := range modes {
-			c, lo, hi := median(results[mode][path])
-			fmt.Printf("| %s | %s | %.0f (%.0f-%.0f) | %.0f %% | %.0f %% | %v | %v | %v | %v | %.2f | %.2f |\n",
-				path, mode, c.res.RPS(), lo, hi, 100*c.res.RPS()/plain.res.RPS(), 100*c.res.RPS()/limit.res.RPS(),
-				round(c.res.P50), round(c.res.P90), round(c.res.P99), round(c.res.Max), c.calls.trips, c.calls.commands)
+		plain, limit := rps("plain", path), rps("limit", path)
+		for _, s := range chosen {
+			c, lo, hi := median(results[s.name][path])
+			fmt.Printf("| %s | %s | %.0f (%.0f-%.0f) | %s | %s | %v | %v | %v | %.2f | %.0f |\n",
+				path, s.label, c.res.RPS(), lo, hi, pct(c.res.RPS(), plain), pct(c.res.RPS(), limit),
+				round(c.res.P50), round(c.res.P99), round(c.cpu), c.calls.trips, c.exportBytes)
 		}
 	}
 	fmt.Println()
-	fmt.Println("Added p50 latency, new key: redisfx over plain", round(med(results, "redisfx", load.Unique).res.P50-med(results, "plain", load.Unique).res.P50),
-		"; limit over plain", round(med(results, "limit", load.Unique).res.P50-med(results, "plain", load.Unique).res.P50))
+	cpu := func(name string, p load.Keys) time.Duration {
+		if results[name] == nil {
+			return 0
+		}
+		c, _, _ := median(results[name][p])
+		return c.cpu
+	}
+	// ratio is a's throughput over b's, and b's CPU per request over a's
+	// (the same ratio if the CPU were the only limit; steadier on a shared
+	// machine, where throughput moves with the other jobs).
+	ratio := func(a, b string, p load.Keys) string {
+		x, y := rps(a, p), rps(b, p)
+		if x == 0 || y == 0 {
+			return "n/a | n/a"
+		}
+		return fmt.Sprintf("%.2f | %.2f", x/y, float64(cpu(b, p))/float64(cpu(a, p)))
+	}
+	fmt.Println("| target | req/s ratio | CPU/req ratio |")
+	fmt.Println("|---|---|---|")
+	fmt.Println("| README stack, no key ≥ 0.90 × plain |", ratio("stack", "plain", load.None), "|")
+	fmt.Println("| README stack, new key ≥ 0.85 × limit |", ratio("stack", "limit", load.Unique), "|")
+	fmt.Println("| README stack, replay ≥ 0.85 × limit |", ratio("stack", "limit", load.One), "|")
+	for _, p := range paths {
+		fmt.Printf("| %s: tracing default ≥ 0.97 × no tracingfx | %s |\n", p, ratio("stack", "stack-notracing", p))
+		fmt.Printf("| %s: OTLP 10 %% ≥ 0.95 × no tracingfx | %s |\n", p, ratio("stack-otlp10", "stack-notracing", p))
+		fmt.Printf("| %s: OTLP 100 %% vs no tracingfx | %s |\n", p, ratio("stack-otlp100", "stack-notracing", p))
+	}
 }
 
-func med(r map[string]map[load.Keys][]cell, m string, p load.Keys) cell {
-	c, _, _ := median(append([]cell(nil), r[m][p]...))
-	return c
+func pct(x, of float64) string {
+	if of == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f %%", 100*x/of)
 }
 
 func round(d time.Duration) time.Duration { return d.Round(time.Microsecond) }
@@ -144,4 +282,87 @@ func commandCalls(rdb *redis.Client) (trips, total int64) {
 		}
 	}
 	return trips, total
+}
+
+// measureDown runs the README stack against a Redis that is then killed:
+// new-key load on /payments, and /metrics and /readyz polled beside it,
+// once the first failures are over (1 s after the kill), for each policy
+// with the breaker on and off.
+func measureDown(bin, dir string, conns int, dur time.Duration, repeat int) {
+	body := `{"amount":1250,"currency":"EUR","card":"4242424242424242"}`
+	fmt.Printf("Redis killed under load; README stack (tracing default); %d connections on /payments (new keys), 1 each on /metrics and /readyz; measured from 3 s after the kill for %v; median of %d; %s.\n\n",
+		conns, dur, repeat, time.Now().UTC().Format("2006-01-02 15:04 MST"))
+	fmt.Println("| policy | breaker | first 3 s: requests, slowest | /payments req/s | p50 | p99 | max | statuses | /metrics p50 / p99 | /readyz p50 / p99 | server CPU/req |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|")
+	for _, policy := range []string{"fail-closed", "fail-open"} {
+		for _, breaker := range []bool{true, false} {
+			var runs []downRun
+			for r := 0; r < repeat; r++ {
+				runs = append(runs, downOnce(bin, dir, policy, breaker, conns, dur, body))
+			}
+			sort.Slice(runs, func(i, j int) bool { return runs[i].pay.P99 < runs[j].pay.P99 })
+			m := runs[len(runs)/2]
+			on := "off"
+			if breaker {
+				on = "on"
+			}
+			fmt.Printf("| %s | %s | %d, %v | %.0f | %v | %v | %v | %v | %v / %v | %v / %v | %v |\n", policy, on, m.first.Requests, round(m.first.Max), m.pay.RPS(),
+				round(m.pay.P50), round(m.pay.P99), round(m.pay.Max), m.pay.Statuses,
+				round(m.metrics.P50), round(m.metrics.P99), round(m.ready.P50), round(m.ready.P99), round(m.cpu))
+		}
+	}
+}
+
+type downRun struct {
+	first, pay, metrics, ready load.Result
+	cpu                        time.Duration
+}
+
+func downOnce(bin, dir, policy string, breaker bool, conns int, dur time.Duration, body string) downRun {
+	rdir, err := os.MkdirTemp(dir, "redis")
+	if err != nil {
+		log.Fatal(err)
+	}
+	redisAddr, stopRedis := local.StartRedis(rdir)
+	addr := local.FreeAddr()
+	srv := exec.Command(bin, "-mode", "stack", "-addr", addr, "-redis", "redis://"+redisAddr,
+		"-policy", policy, "-breaker="+strconv.FormatBool(breaker))
+	srv.Env = serverEnv(nil, "")
+	if err := srv.Start(); err != nil {
+		log.Fatal(err)
+	}
+	defer func() { _ = srv.Process.Signal(os.Interrupt); _ = srv.Wait() }()
+	local.WaitListening(addr)
+	base := "http://" + addr
+	ctx := context.Background()
+	if _, err := load.Run(ctx, load.Options{URL: base + "/payments", Connections: conns, Duration: time.Second, Keys: load.Unique, Body: body, KeyPrefix: "warm-"}); err != nil {
+		log.Fatal(err)
+	}
+	stopRedis()
+	// The first failures: they wait for Redis (go-redis's dial retries,
+	// up to StoreTimeout, 2 s by default); then the breaker opens.
+	var out downRun
+	out.first, _ = load.Run(ctx, load.Options{URL: base + "/payments", Connections: conns, Duration: 3 * time.Second, Keys: load.Unique, Body: body, KeyPrefix: "first-"})
+	var wg sync.WaitGroup
+	wg.Add(3)
+	before := cpuTime(srv.Process.Pid)
+	go func() {
+		defer wg.Done()
+		out.pay, _ = load.Run(ctx, load.Options{URL: base + "/payments", Connections: conns, Duration: dur, Keys: load.Unique, Body: body, KeyPrefix: "down-"})
+	}()
+	go func() {
+		defer wg.Done()
+		out.metrics, _ = load.Run(ctx, load.Options{URL: base + "/metrics", Method: http.MethodGet, Connections: 1, Duration: dur, Keys: load.None})
+	}()
+	go func() {
+		defer wg.Done()
+		out.ready, _ = load.Run(ctx, load.Options{URL: base + "/readyz", Method: http.MethodGet, Connections: 1, Duration: dur, Keys: load.None})
+	}()
+	wg.Wait()
+	if n := out.pay.Requests + out.metrics.Requests + out.ready.Requests; n > 0 {
+		out.cpu = (cpuTime(srv.Process.Pid) - before) / time.Duration(n)
+	}
+	fmt.Fprintf(os.Stderr, "down %s breaker=%v: %0.f req/s p99 %v statuses %v; metrics p99 %v; readyz p99 %v\n",
+		policy, breaker, out.pay.RPS(), out.pay.P99, out.pay.Statuses, out.metrics.P99, out.ready.P99)
+	return out
 }

@@ -1,4 +1,4 @@
-// Command minimal is the smallest real redisfx app: the design card's
+// Command minimal is the smallest real redisfx app:
 // fx.New(idempotencyfx.Module, tracingfx.Module, …) plus what an app must
 // add: a logger, the Redis connection and the HTTP server, and one route.
 //
@@ -26,7 +26,7 @@ func main() {
 // Options is the whole app.
 func Options() fx.Option {
 	return fx.Options(
-		idempotencyfx.Module, tracingfx.Module, // the design card's modules
+		idempotencyfx.Module, tracingfx.Module, // idempotency and tracing
 		storefx.Module, httpfx.Module, // the connection and the server they need
 		fx.Provide(zap.NewProduction, storefx.FromEnvConfig), // a logger and REDIS_URL
 		fx.Provide(httpfx.AsRoutes(func() httpfx.Routes {

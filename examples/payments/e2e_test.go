@@ -405,7 +405,9 @@ func TestPayments_GracefulStop_FinishesInFlightAndRecordsIt(t *testing.T) {
 
 func TestPayments_InvalidEnvStopsStartNamingTheVariable(t *testing.T) {
 	t.Parallel()
-	for _, env := range []string{"IDEMPOTENCY_ERROR_POLICY=sometimes", "IDEMPOTENCY_TTL=-1h", "REDIS_URL=http://nope", "TRACING_EXPORTER=pigeon", "PAYMENTS_DELAY=soon"} {
+	for _, env := range []string{"IDEMPOTENCY_ERROR_POLICY=sometimes", "IDEMPOTENCY_TTL=-1h", "REDIS_URL=http://nope", "TRACING_EXPORTER=pigeon", "PAYMENTS_DELAY=soon",
+		"OTEL_TRACES_SAMPLER=sometimes", "OTEL_EXPORTER_OTLP_ENDPOINT=collector:4318", "OTEL_PROPAGATORS=zipkin",
+		"HTTP_ADDR=notanaddr", "HTTP_ADDR=127.0.0.1:99999", "REDIS_URL=redis://127.0.0.1:1/-1"} {
 		cmd := exec.Command(binary)
 		cmd.Env = append(os.Environ(), "HTTP_ADDR=127.0.0.1:0", env)
 		out, err := cmd.CombinedOutput()
@@ -507,5 +509,24 @@ func inProgress(t *testing.T, srv *redistest.Server, key string) {
 			t.Fatalf("%s never in progress", key)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// A payment body is one JSON object: data after it is a 400 (it was charged),
+// trailing white space is not; a body over the handler's 64 KiB says so.
+func TestPayments_BodyWithDataAfterTheObject_400(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	p := start(t, "REDIS_URL="+srv.URL(), "IDEMPOTENCY_KEY_PREFIX="+redistest.Prefix(t))
+	for i, body := range []string{card + ` this is not json`, card + `{"a":1}`} {
+		problem(t, p.pay(fmt.Sprint("trailing-", i), body), 400, "invalid_request")
+	}
+	if r := p.pay("trailing-space", card+" \n"); r.status != 201 {
+		t.Fatalf("body with trailing white space: %d %s", r.status, r.body)
+	}
+	big := p.pay("big", `{"amount":1,"currency":"EUR","card":"4242","pad":"`+strings.Repeat("x", 100<<10)+`"}`)
+	problem(t, big, 400, "invalid_request")
+	if !strings.Contains(big.body, "64 KiB") {
+		t.Fatalf("a body over 64 KiB: %s", big.body)
 	}
 }

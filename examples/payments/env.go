@@ -1,7 +1,9 @@
 package main
 
 import (
+	"crypto/rand"
 	"fmt"
+	"net"
 	"net/url"
 	"strconv"
 	"strings"
@@ -38,6 +40,11 @@ type Env struct {
 	// (PAYMENTS_LOCK_WAIT).
 	CardLock bool
 	LockWait time.Duration
+	// KeyHashSecret keys the digest that stands for a card's lock name in
+	// the spans (PAYMENTS_KEY_HASH_SECRET): processes that share it write
+	// the same digest for the same card. Unset: a random secret of this
+	// process.
+	KeyHashSecret []byte
 }
 
 // EnvError names the variable whose value is invalid.
@@ -64,12 +71,17 @@ func LoadEnv(getenv func(string) string) (Env, error) {
 		Header:          get("IDEMPOTENCY_HEADER", idempotencyfx.DefaultHeaderName),
 		KeyPrefix:       get("IDEMPOTENCY_KEY_PREFIX", idempotencyfx.DefaultKeyPrefix),
 		ErrorPolicy:     idempotencyfx.ErrorPolicy(get("IDEMPOTENCY_ERROR_POLICY", string(idempotencyfx.FailClosed))),
-		TracingExporter: get("TRACING_EXPORTER", tracingfx.ExporterNone),
+		TracingExporter: getenv("TRACING_EXPORTER"), // unset: the OTEL_* variables decide (tracingfx)
 		MetricsPrefix:   get("METRICS_PREFIX", "payments"),
 		ServiceName:     getenv("OTEL_SERVICE_NAME"),
 	}
 	if e.ServiceName == "" {
 		e.ServiceName = "payments"
+	}
+	e.KeyHashSecret = []byte(getenv("PAYMENTS_KEY_HASH_SECRET"))
+	if len(e.KeyHashSecret) == 0 {
+		e.KeyHashSecret = make([]byte, 32)
+		_, _ = rand.Read(e.KeyHashSecret) // never fails (crypto/rand)
 	}
 	var err error
 	durations := []struct {
@@ -91,6 +103,14 @@ func LoadEnv(getenv func(string) string) (Env, error) {
 			return e, &EnvError{d.name, v, "negative duration"}
 		}
 	}
+	if e.TTL == 0 {
+		// The convention of a TTL written as text: 0 never expires. In Go that is
+		// the named NeverExpire; a zero DefaultTTL would mean 24h.
+		e.TTL = idempotencyfx.NeverExpire
+	}
+	if msg := badListenAddr(e.HTTPAddr); msg != "" {
+		return e, &EnvError{"HTTP_ADDR", e.HTTPAddr, msg}
+	}
 	if e.RedisURL != "" {
 		if _, err := storefx.ParseURL(e.RedisURL); err != nil {
 			return e, &EnvError{"REDIS_URL", redactURL(e.RedisURL), "not a redis:// or rediss:// URL"}
@@ -106,27 +126,11 @@ func LoadEnv(getenv func(string) string) (Env, error) {
 		return e, &EnvError{"IDEMPOTENCY_HEADER", e.Header, "not an HTTP header name"}
 	}
 	switch e.TracingExporter {
-	case tracingfx.ExporterOTLP, tracingfx.ExporterConsole, tracingfx.ExporterJaeger, tracingfx.ExporterZipkin, tracingfx.ExporterNone:
+	case "", tracingfx.ExporterOTLP, tracingfx.ExporterConsole, tracingfx.ExporterJaeger, tracingfx.ExporterZipkin, tracingfx.ExporterNone:
 	default:
 		return e, &EnvError{"TRACING_EXPORTER", e.TracingExporter, "not otlp, console, jaeger, zipkin or none"}
 	}
-	for _, name := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"} {
-		if v := getenv(name); v != "" {
-			if u, err := url.Parse(v); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-				return e, &EnvError{name, v, "not an http(s) URL"}
-			}
-		}
-	}
-	switch v := getenv("OTEL_TRACES_SAMPLER"); v {
-	case "", "always_on", "always_off", "traceidratio", "parentbased_always_on", "parentbased_always_off", "parentbased_traceidratio":
-	default:
-		return e, &EnvError{"OTEL_TRACES_SAMPLER", v, "not a sampler OpenTelemetry knows"}
-	}
-	if v := getenv("OTEL_TRACES_SAMPLER_ARG"); v != "" {
-		if f, err := strconv.ParseFloat(v, 64); err != nil || f < 0 || f > 1 {
-			return e, &EnvError{"OTEL_TRACES_SAMPLER_ARG", v, "not a number between 0 and 1"}
-		}
-	}
+	// The OTEL_* variables are tracingfx's: it fails start-up naming a bad one.
 	if v := getenv("RATE_LIMIT"); v != "" {
 		if e.RateLimit, e.RateLimitWindow, err = parseRate(v); err != nil {
 			return e, &EnvError{"RATE_LIMIT", v, err.Error()}
@@ -182,4 +186,17 @@ func redactURL(raw string) string {
 		return u.Redacted()
 	}
 	return "(unparseable)"
+}
+
+// badListenAddr says what is wrong with a listen address ("host:port",
+// ":port"; the port a number up to 65535 or a service name), or "".
+func badListenAddr(addr string) string {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "not a listen address host:port (e.g. :8080, 127.0.0.1:8080)"
+	}
+	if _, err := net.LookupPort("tcp", port); err != nil {
+		return "the port is not a number from 0 to 65535"
+	}
+	return ""
 }

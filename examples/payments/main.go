@@ -19,6 +19,7 @@ import (
 	"github.com/redisfx/redisfx/internal/embedded"
 	"github.com/redisfx/redisfx/lockfx"
 	"github.com/redisfx/redisfx/metricsfx"
+	"github.com/redisfx/redisfx/plugintrace"
 	"github.com/redisfx/redisfx/ratelimitfx"
 	"github.com/redisfx/redisfx/storefx"
 	"github.com/redisfx/redisfx/streamfx"
@@ -119,9 +120,12 @@ func cacheConfig() *cachefx.Config {
 }
 
 // lockConfig: a card's lock is held only for the charge itself, so a
-// short first backoff keeps concurrent payments with one card quick.
+// short first backoff keeps concurrent payments with one card quick. The
+// lock is named "card:<number>": spans carry a keyed digest of the name,
+// never the card number, and the spans of one card still share it.
 func lockConfig(env Env) *lockfx.Config {
-	return &lockfx.Config{TTL: 10 * time.Second, Attempts: 1 << 20, Backoff: time.Millisecond, MaxBackoff: 20 * time.Millisecond, WaitTimeout: env.LockWait}
+	return &lockfx.Config{TTL: 10 * time.Second, Attempts: 1 << 20, Backoff: time.Millisecond, MaxBackoff: 20 * time.Millisecond, WaitTimeout: env.LockWait,
+		KeyAttribute: plugintrace.HashKey(env.KeyHashSecret)}
 }
 
 func rateLimitConfig(env Env) *ratelimitfx.Config {

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"sync"
 	"time"
@@ -156,10 +157,23 @@ func (s *PaymentService) Create(w http.ResponseWriter, r *http.Request) error {
 }
 
 // parse validates the body and says what is wrong.
+// maxPaymentBody is the largest payment body the handler reads.
+const maxPaymentBody = 64 << 10
+
 func parse(r *http.Request, req *createRequest) (int64, string) {
-	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, 64<<10))
-	if err := dec.Decode(req); err != nil {
-		return 0, "the body must be a JSON object: {\"amount\": <int>, \"currency\": \"<3 letters>\", \"card\": \"<digits>\"}"
+	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, maxPaymentBody))
+	err := dec.Decode(req)
+	if err == nil {
+		// One object and nothing after it but white space: `{…} junk` is not a payment.
+		if _, end := dec.Token(); end != io.EOF {
+			err = errors.New("data after the JSON object")
+		}
+	}
+	if tooLarge := new(http.MaxBytesError); errors.As(err, &tooLarge) {
+		return 0, "the body is larger than 64 KiB"
+	}
+	if err != nil {
+		return 0, "the body must be a JSON object: {\"amount\": <int>, \"currency\": \"<3 letters>\", \"card\": \"<digits>\"} and nothing after it"
 	}
 	var amount int64
 	if err := json.Unmarshal(req.Amount, &amount); err != nil || amount <= 0 {
@@ -176,7 +190,7 @@ func parse(r *http.Request, req *createRequest) (int64, string) {
 
 func letters(s string) bool {
 	for _, c := range s {
-		if !(c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z') {
+		if (c < 'A' || c > 'Z') && (c < 'a' || c > 'z') {
 			return false
 		}
 	}

@@ -61,9 +61,10 @@ func TestPayments_CacheLockAndStream_MetricsSeeRealSeries(t *testing.T) {
 	// The receipt of the first payment is sent by the in-process consumer.
 	waitUntil(t, func() bool { return strings.Contains(p.stderr.String(), `"msg":"receipt sent","payment":"`+pay.ID+`"`) })
 	var scrape string
-	waitUntil(t, func() bool { // the consumer's ack lands just after its log line
+	waitUntil(t, func() bool { // the consumer's ack lands just after its log line; the backlog is read every 5s
 		scrape = p.do("GET", "/metrics", "", "").body
-		return metric(scrape, `payments_stream_consumer_lag{group="payments",stream="payment.created"}`) == 0
+		return metric(scrape, `payments_stream_consumer_lag{group="payments",stream="payment.created"}`) == 0 &&
+			metric(scrape, `payments_stream_length{stream="payment.created"}`) == 1
 	})
 	for series, want := range map[string]float64{
 		`payments_cache_hits_total{layer="local"}`:                                     2,
@@ -141,8 +142,8 @@ func TestPayments_RateLimit_OffByDefault_OnWhenConfigured(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	off := start(t, "REDIS_URL="+srv.URL(), "IDEMPOTENCY_KEY_PREFIX="+redistest.Prefix(t))
-	if r := off.pay("rl-0", card); r.status != 201 || r.header.Get("RateLimit-Limit") != "" {
-		t.Fatalf("default: %d, RateLimit-Limit %q", r.status, r.header.Get("RateLimit-Limit"))
+	if r := off.pay("rl-0", card); r.status != 201 || r.header.Get("RateLimit-Policy") != "" {
+		t.Fatalf("default: %d, RateLimit-Policy %q", r.status, r.header.Get("RateLimit-Policy"))
 	}
 	if n := metric(off.do("GET", "/metrics", "", "").body, "payments_lock_acquisitions_total"); n != 0 {
 		t.Fatalf("the card lock is off by default, yet %v acquisitions", n)
@@ -153,7 +154,8 @@ func TestPayments_RateLimit_OffByDefault_OnWhenConfigured(t *testing.T) {
 		if r.status != want {
 			t.Fatalf("POST %d: %d, want %d", i+1, r.status, want)
 		}
-		if r.header.Get("RateLimit-Limit") != "2" || r.header.Get("RateLimit-Remaining") != strconv.Itoa(max(1-i, 0)) {
+		if r.header.Get("RateLimit-Policy") != `"payments";q=2;w=60` ||
+			!strings.HasPrefix(r.header.Get("RateLimit"), `"payments";r=`+strconv.Itoa(max(1-i, 0))+";t=") {
 			t.Fatalf("POST %d headers %v", i+1, r.header)
 		}
 		if want == 429 {
@@ -210,7 +212,7 @@ func TestPayments_PluginsOnEmbeddedRedis(t *testing.T) {
 	t.Parallel()
 	p := start(t, "RATE_LIMIT=3/1m", "PAYMENTS_CARD_LOCK=on")
 	created := p.pay("emb-1", card)
-	if created.status != 201 || created.header.Get("RateLimit-Remaining") != "2" {
+	if created.status != 201 || !strings.HasPrefix(created.header.Get("RateLimit"), `"payments";r=2;t=`) {
 		t.Fatalf("POST: %d %v", created.status, created.header)
 	}
 	var pay Payment
