@@ -392,3 +392,17 @@ func (n *notifier) confirmedCount() int {
 	}
 	return k
 }
+
+// pendingSignals is the number of channels with a waiter's signal not yet
+// fired (for tests: 0 once a message reached every waiting channel).
+func (n *notifier) pendingSignals() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	k := 0
+	for _, t := range n.topics {
+		if t.cur != nil {
+			k++
+		}
+	}
+	return k
+}

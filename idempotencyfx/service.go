@@ -235,8 +235,11 @@ func (s *Service) wait(ctx context.Context, storeKey, key, fp, owner string, lea
 		poll := time.NewTimer(s.pollAfter(leaseLeft))
 		defer poll.Stop()
 		var polledOn <-chan struct{} // the confirmation already answered with a poll
+		// The signal is kept until it fires, not taken anew on every turn:
+		// a message delivered while this waiter's poll is in flight fires
+		// it, and the waiter must still see it after handling the poll.
+		sig := w.signal()
 		for {
-			sig := w.signal()
 			confirmed := w.confirmed()
 			if confirmed == polledOn {
 				confirmed = nil
@@ -246,6 +249,7 @@ func (s *Service) wait(ctx context.Context, storeKey, key, fp, owner string, lea
 				if g, ok, err := s.grantFromMessage(sig.payload, key, fp); ok {
 					return g, err
 				}
+				sig = w.signal()
 				poll.Reset(0) // not this request's outcome: ask Redis
 			case <-confirmed:
 				polledOn = confirmed

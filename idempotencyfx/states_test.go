@@ -314,3 +314,42 @@ func TestWaiter_WokenByNotification_NotByPolling(t *testing.T) {
 		t.Fatal("handler ran more than once")
 	}
 }
+
+// A completion message that arrives while the waiter's own poll is in
+// flight is not lost: the poll (sent before the completion) says "in
+// progress", and the message, delivered meanwhile, must still wake the
+// waiter. With a poll interval far beyond WaitTimeout only that message
+// can answer it in time. (Found in CI: the waiter took a fresh signal on
+// every turn of its loop, dropping the one that had fired during the poll,
+// and answered 409 after WaitTimeout.)
+func TestWait_MessageDuringPoll_NotLost(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{WaitTimeout: 3 * time.Second, PollInterval: time.Hour}, nil)
+	g := newGate(t)
+	e.setHandler(func(w http.ResponseWriter, r *http.Request) {
+		e.calls.Add(1)
+		g.hold()
+		w.WriteHeader(201)
+	})
+	first := make(chan reply, 1)
+	go func() { first <- e.post("/payments", "k", `{}`) }()
+	g.waitEntered(t)
+	// The waiter's confirmation poll has been answered "in progress" when
+	// this hook runs; before the waiter looks at its signal again, the
+	// owner completes and the message reaches the notifier.
+	var once sync.Once
+	e.svc.onWaitPoll = func() {
+		once.Do(func() {
+			g.open()
+			waitFor(t, func() bool { return e.record("k").State == StateCompleted && e.svc.notify.pendingSignals() == 0 })
+		})
+	}
+	r := e.post("/payments", "k", `{}`)
+	if r.status != 201 || r.header.Get(ReplayedHeader) != "true" {
+		t.Fatalf("waiter: %d %v %s, want the replay", r.status, r.header, r.body)
+	}
+	if e.calls.Load() != 1 {
+		t.Fatal("handler ran more than once")
+	}
+	<-first
+}
