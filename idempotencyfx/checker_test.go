@@ -87,6 +87,9 @@ const chkKeyEpoch = 2 * time.Second
 const (
 	chkInstances = 3
 	chkWorkers   = 6
+	// chkStallThreshold: a probe turn longer than this is recorded as a
+	// stall (the history excuses only stalls long enough to matter).
+	chkStallThreshold = 150 * time.Millisecond
 )
 
 func chkConfig(prefix string) Config {
@@ -124,6 +127,10 @@ func TestIdempotencyChecker(t *testing.T) {
 			violations := w.hist.Check(w.bounds)
 			st := w.hist.Stats()
 			t.Logf("seed %d, %v: %s", seed, durations[i], st)
+			if excused := w.hist.ExcusedByStalls(w.bounds); len(excused) > 0 {
+				t.Logf("excused because the process or Redis stalled (longest stall %v): %d, the first: %s\n%s",
+					w.hist.LongestStall(), len(excused), excused[0], w.hist.Explain(excused, 1))
+			}
 			if st.Executions == 0 || st.Requests < 10 {
 				t.Errorf("the checker did hardly anything: %s", st)
 			}
@@ -138,6 +145,7 @@ func TestIdempotencyChecker(t *testing.T) {
 				t.Errorf("%d violations of kind %q", len(groups[kind]), kind)
 			}
 			if len(violations) > 0 {
+				t.Log(w.hist.Explain(violations, 3))
 				t.Errorf("%d violations; replay with:\n  REDISFX_CHECK_SEED=%d REDISFX_CHECK_DURATION=%v go test -race -count=1 -run '^TestIdempotencyChecker$' ./idempotencyfx",
 					len(violations), seed, durations[i])
 			}
@@ -538,6 +546,10 @@ func (w *chkWorld) run(d time.Duration) {
 			}
 		})
 	}
+	probeCtx, stopProbe := context.WithCancel(context.Background())
+	var probe sync.WaitGroup
+	probe.Go(func() { w.hist.WatchStalls(probeCtx, w.admin, chkStallThreshold) })
+	defer func() { stopProbe(); probe.Wait() }()
 	faults := rand.New(rand.NewPCG(w.seed, 0))
 	for time.Now().Before(deadline) {
 		wait := time.Duration(300+faults.IntN(1700)) * time.Millisecond

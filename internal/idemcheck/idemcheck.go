@@ -53,11 +53,17 @@ const (
 	FaultRestart      = "restart"       // redis-server killed and restarted empty
 	FaultEviction     = "eviction"      // a small maxmemory with allkeys-random, filler written
 	FaultDelete       = "delete"        // the operator's Service.Delete of one record
+	// FaultStall is not injected: the checker's process or Redis did not
+	// answer a probe (WatchStalls) for a while, as on a loaded machine
+	// (the race detector, other test packages). A stall of a third of the
+	// lease can let a living owner's lease lapse, which the documentation
+	// states (LockTimeout must exceed the longest stall).
+	FaultStall = "stall"
 )
 
 // FaultKinds lists every fault kind, for reports.
 var FaultKinds = []string{FaultCrash, FaultPubSubKill, FaultFreeze, FaultFreezePubSub, FaultPause,
-	FaultScriptFlush, FaultRestart, FaultEviction, FaultDelete}
+	FaultScriptFlush, FaultRestart, FaultEviction, FaultDelete, FaultStall}
 
 // Bounds are the configuration the checked services run with, and the
 // margin a request may exceed its documented bound by.
@@ -282,8 +288,9 @@ var documented = map[string]int{
 //  1. Overlap: an execution B that starts while an earlier A still runs
 //     needs a fault that could have stopped A's lease renewals (a pause, a
 //     restart, an eviction, a freeze or crash of A's instance, the
-//     operator's Delete of the record) between A's start and B's start; and
-//     B's fencing token is higher than A's.
+//     operator's Delete of the record, a stall of the process or of Redis
+//     of at least a third of LockTimeout) between A's start and B's start;
+//     and B's fencing token is higher than A's.
 //  2. Re-execution: a B after A ended needs A's record to have expired (B
 //     starts LockTimeout after a failed A ended, DefaultTTL after a
 //     completed one), A to have crashed, or a fault as in 1 (which may have
@@ -436,6 +443,10 @@ func (h *History) holder(r *Request, b Bounds, idx index) bool {
 		switch f.Kind {
 		case FaultPause, FaultRestart, FaultEviction, FaultFreeze, FaultCrash:
 			return true
+		case FaultStall:
+			if f.End.Sub(f.Start) >= b.LockTimeout/3 {
+				return true
+			}
 		}
 	}
 	return false
@@ -454,6 +465,10 @@ func (h *History) disturbed(a *Exec, t time.Time, b Bounds) bool {
 		switch f.Kind {
 		case FaultPause, FaultRestart, FaultEviction:
 			return true
+		case FaultStall:
+			if f.End.Sub(f.Start) >= b.LockTimeout/3 {
+				return true
+			}
 		case FaultFreeze, FaultCrash:
 			if f.Instance == a.Instance {
 				return true
@@ -479,6 +494,10 @@ func (h *History) faultNear(inst int, from, to time.Time, b Bounds) bool {
 		switch f.Kind {
 		case FaultPause, FaultRestart, FaultEviction:
 			return true
+		case FaultStall:
+			if f.End.Sub(f.Start) >= b.StoreTimeout/2 {
+				return true
+			}
 		case FaultFreeze, FaultCrash:
 			if f.Instance == inst {
 				return true
@@ -671,4 +690,162 @@ func Group(violations []string) map[string][]string {
 		out[kind] = append(out[kind], v)
 	}
 	return out
+}
+
+// Explain is the timeline of the records that the violations name (at most
+// limit records): every request and execution of the record and every fault
+// around them, in order of time, so that a failing seed can be understood
+// without replaying it (a replay re-creates the storm, not the
+// interleaving).
+func (h *History) Explain(violations []string, limit int) string {
+	var b strings.Builder
+	seen := map[[2]string]bool{}
+	for _, v := range violations {
+		var scope, key string
+		if _, err := fmt.Sscanf(v, "record %q/%q:", &scope, &key); err != nil {
+			if _, err := fmt.Sscanf(v, "request %*d (%*s instance %*d, scope %q key %q", &scope, &key); err != nil {
+				continue
+			}
+		}
+		k := [2]string{scope, key}
+		if seen[k] || len(seen) == limit {
+			continue
+		}
+		seen[k] = true
+		h.explainRecord(&b, k)
+	}
+	return b.String()
+}
+
+func (h *History) explainRecord(b *strings.Builder, k [2]string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	type line struct {
+		at   time.Time
+		text string
+	}
+	var lines []line
+	var from, to time.Time
+	span := func(s, e time.Time) {
+		if from.IsZero() || s.Before(from) {
+			from = s
+		}
+		if e.After(to) {
+			to = e
+		}
+	}
+	for _, e := range h.order {
+		if e.Scope != k[0] || e.Key != k[1] {
+			continue
+		}
+		span(e.Start, e.End)
+		lines = append(lines, line{e.Start, fmt.Sprintf("exec %s req %d instance %d token %d fp %s: %s, ran until %s (status %d)",
+			e.ID, e.Req, e.Instance, e.Token, e.FP, e.Kind, ts(e.End), e.Status)})
+	}
+	for _, r := range h.reqs {
+		if r.Scope != k[0] || r.Key != k[1] {
+			continue
+		}
+		span(r.Start, r.End)
+		answer := r.Code
+		switch {
+		case r.Crashed:
+			answer = "crashed"
+		case r.Cancelled:
+			answer = "cancelled"
+		case r.Replayed:
+			answer = "replay of " + r.ExecID
+		case r.ExecID != "":
+			answer = "own " + r.ExecID
+		}
+		if r.Err != "" {
+			answer += " (" + r.Err + ")"
+		}
+		lines = append(lines, line{r.Start, fmt.Sprintf("request %d %s instance %d fp %s: until %s, status %d, %s",
+			r.ID, r.Via, r.Instance, r.FP, ts(r.End), r.Status, answer)})
+	}
+	from, to = from.Add(-2*time.Second), to.Add(time.Second)
+	for _, f := range h.faults {
+		if f.End.Before(from) || f.Start.After(to) {
+			continue
+		}
+		what := f.Kind
+		if f.Instance >= 0 {
+			what += fmt.Sprintf(" of instance %d", f.Instance)
+		}
+		if f.Kind == FaultDelete {
+			what += fmt.Sprintf(" of %q/%q", f.Scope, f.Key)
+		}
+		lines = append(lines, line{f.Start, fmt.Sprintf("fault %s, until %s", what, ts(f.End))})
+	}
+	slices.SortStableFunc(lines, func(x, y line) int { return x.at.Compare(y.at) })
+	fmt.Fprintf(b, "timeline of record %q/%q:\n", k[0], k[1])
+	for _, l := range lines {
+		fmt.Fprintf(b, "  %s %s\n", ts(l.at), l.text)
+	}
+}
+
+// StallProbeEvery is how often WatchStalls probes.
+const StallProbeEvery = 20 * time.Millisecond
+
+// WatchStalls records a FaultStall whenever one turn of its probe (sleep
+// StallProbeEvery, then PING rdb) takes longer than threshold, until ctx
+// ends: the process was not scheduled, or Redis did not answer. It runs in
+// the caller's goroutine. Probes that fail at once (Redis restarting) are
+// not stalls; one that blocks (a CLIENT PAUSE) is recorded beside the
+// injected fault, which does no harm.
+func (h *History) WatchStalls(ctx context.Context, rdb redis.UniversalClient, threshold time.Duration) {
+	for ctx.Err() == nil {
+		began := time.Now()
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(StallProbeEvery):
+		}
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_ = rdb.Ping(pctx).Err()
+		cancel()
+		if end := time.Now(); end.Sub(began) > threshold && ctx.Err() == nil {
+			h.AddFault(Fault{Kind: FaultStall, Instance: -1, Start: began, End: end})
+		}
+	}
+}
+
+// ExcusedByStalls returns the violations that Check would report if the
+// stalls were not faults: what the run excused because the process or
+// Redis stalled. A report shows them, so that the stall rule never hides a
+// bug unseen.
+func (h *History) ExcusedByStalls(b Bounds) []string {
+	h.mu.Lock()
+	without := &History{execs: h.execs, order: h.order, reqs: h.reqs}
+	for _, f := range h.faults {
+		if f.Kind != FaultStall {
+			without.faults = append(without.faults, f)
+		}
+	}
+	h.mu.Unlock()
+	with := map[string]bool{}
+	for _, v := range h.Check(b) {
+		with[v] = true
+	}
+	var out []string
+	for _, v := range without.Check(b) {
+		if !with[v] {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// LongestStall is the longest stall recorded (0 if none).
+func (h *History) LongestStall() time.Duration {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var d time.Duration
+	for _, f := range h.faults {
+		if f.Kind == FaultStall {
+			d = max(d, f.End.Sub(f.Start))
+		}
+	}
+	return d
 }

@@ -144,3 +144,52 @@ func TestCheck_FastStoreErrorAfterASlowOne_BreakerOpen(t *testing.T) {
 		t.Fatalf("breaker open too long: %q, want it reported", v)
 	}
 }
+
+// A stall long enough to let a living owner's lease lapse excuses a second
+// execution (the documented limit: LockTimeout must exceed the longest
+// stall); a short one does not, and ExcusedByStalls names what a stall
+// excused.
+func TestCheck_StallExcusesOnlyWhenLongEnough(t *testing.T) {
+	h := NewHistory()
+	exec(h, "e1", 1, "", "k", 1, 1, 0, 900, ExecOK, "1")
+	exec(h, "e2", 2, "", "k", 2, 2, 960, 1000, ExecError, "2")
+	h.AddFault(Fault{Kind: FaultStall, Instance: -1, Start: at(100), End: at(250)}) // 150ms < LockTimeout/3
+	wantViolation(t, h, "a second execution")
+	if got := h.ExcusedByStalls(bounds); len(got) != 0 {
+		t.Fatalf("a short stall excused %q", got)
+	}
+	h.AddFault(Fault{Kind: FaultStall, Instance: -1, Start: at(300), End: at(800)}) // 500ms >= LockTimeout/3
+	wantNone(t, h)
+	excused := h.ExcusedByStalls(bounds)
+	if len(excused) != 1 || !strings.Contains(excused[0], "a second execution") {
+		t.Fatalf("excused: %q, want the second execution", excused)
+	}
+	if got := h.LongestStall(); got != 500*time.Millisecond {
+		t.Fatalf("longest stall %v, want 500ms", got)
+	}
+}
+
+// Explain gives the timeline of a violating record: its executions, its
+// requests and the faults around them, in order of time.
+func TestExplain_TimelineOfTheViolatingRecord(t *testing.T) {
+	h := NewHistory()
+	exec(h, "e1", 1, "t1", "k", 1, 1, 0, 100, ExecOK, "1")
+	exec(h, "e2", 2, "t1", "k", 2, 2, 1000, 1100, ExecOK, "2")
+	exec(h, "e3", 3, "t2", "other", 3, 1, 0, 100, ExecOK, "3")
+	h.AddRequest(&Request{ID: 2, Via: "http", Instance: 2, Scope: "t1", Key: "k", FP: "A", Start: at(990), End: at(1110), Status: 201, ExecID: "e2"})
+	h.AddFault(Fault{Kind: FaultPubSubKill, Instance: -1, Start: at(500), End: at(510)})
+	h.AddFault(Fault{Kind: FaultDelete, Instance: -1, Scope: "t9", Key: "x", Start: at(600), End: at(610)})
+	got := h.Explain(h.Check(bounds), 3)
+	for _, want := range []string{`timeline of record "t1"/"k"`, "exec e1 req 1 instance 1", "exec e2 req 2 instance 2",
+		"request 2 http instance 2 fp A", "own e2", "fault pubsub_kill", `fault delete of "t9"/"x"`} {
+		if !strings.Contains(got, want) {
+			t.Errorf("timeline lacks %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "e3") {
+		t.Errorf("timeline shows another record's execution:\n%s", got)
+	}
+	if i, j := strings.Index(got, "exec e1"), strings.Index(got, "fault pubsub_kill"); i > j {
+		t.Errorf("timeline out of order:\n%s", got)
+	}
+}
