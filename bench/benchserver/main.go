@@ -127,20 +127,10 @@ func main() {
 		<-app.Wait()
 		_ = app.Stop(context.Background())
 	case "stack", "stack-notracing":
-		opts := []fx.Option{fx.NopLogger,
-			fx.Provide(zap.NewProduction),
-			fx.Supply(&storefx.Config{URL: *redisURL, Breaker: storefx.BreakerConfig{Disabled: !*breaker}}, &httpfx.Config{Addr: *addr},
-				&idempotencyfx.Config{KeyPrefix: *prefix, DefaultTTL: time.Hour, ErrorPolicy: idempotencyfx.ErrorPolicy(*policy)},
-				&metricsfx.Config{Prefix: "bench"}),
-			storefx.Module, metricsfx.Module, idempotencyfx.Module, httpfx.Module,
-			fx.Provide(httpfx.AsRoutes(func() httpfx.Routes {
-				return func(r chi.Router) { r.With(idempotencyfx.Idempotent()).Post("/payments", payment) }
-			})),
-		}
-		if *mode == "stack" {
-			opts = append(opts, tracingfx.Module)
-		}
-		app := fx.New(opts...)
+		app := fx.New(append(stackOptions(stackConfig{
+			redisURL: *redisURL, addr: *addr, prefix: *prefix, policy: idempotencyfx.ErrorPolicy(*policy),
+			breaker: *breaker, tracing: *mode == "stack",
+		}), fx.Provide(zap.NewProduction))...)
 		if err := app.Start(context.Background()); err != nil {
 			log.Fatal(err)
 		}
@@ -204,4 +194,30 @@ func limit(rdb *redis.Client, prefix string) func(http.Handler) http.Handler {
 			}
 		})
 	}
+}
+
+// stackConfig is what differs between the README stacks measured.
+type stackConfig struct {
+	redisURL, addr, prefix string
+	policy                 idempotencyfx.ErrorPolicy
+	breaker, tracing       bool
+}
+
+// stackOptions wire the app as the README does (storefx, metricsfx,
+// idempotencyfx, httpfx, tracingfx unless left out) with one idempotent
+// route; the caller provides the *zap.Logger.
+func stackOptions(c stackConfig) []fx.Option {
+	opts := []fx.Option{fx.NopLogger,
+		fx.Supply(&storefx.Config{URL: c.redisURL, Breaker: storefx.BreakerConfig{Disabled: !c.breaker}}, &httpfx.Config{Addr: c.addr},
+			&idempotencyfx.Config{KeyPrefix: c.prefix, DefaultTTL: time.Hour, ErrorPolicy: c.policy},
+			&metricsfx.Config{Prefix: "bench"}),
+		storefx.Module, metricsfx.Module, idempotencyfx.Module, httpfx.Module,
+		fx.Provide(httpfx.AsRoutes(func() httpfx.Routes {
+			return func(r chi.Router) { r.With(idempotencyfx.Idempotent()).Post("/payments", payment) }
+		})),
+	}
+	if c.tracing {
+		opts = append(opts, tracingfx.Module)
+	}
+	return opts
 }

@@ -1,0 +1,88 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/go-chi/chi/v5"
+	"go.uber.org/fx"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/redisfx/redisfx/internal/redistest"
+)
+
+// The README stack in process: the same wiring as `benchserver -mode
+// stack` (and as bench/run measures over the network), each request
+// served by the router without a socket. Time per request moves with the
+// machine; allocations and bytes per request do not, so they are what a
+// change to the hot path is judged by first (docs/performance.md).
+
+const stackBody = `{"amount":1250,"currency":"EUR","card":"4242424242424242"}`
+
+// stackRouter starts the stack on a private Redis, with the production
+// logger (JSON, sampled as zap.NewProduction samples) writing nowhere.
+func stackRouter(b *testing.B, tracing bool) http.Handler {
+	b.Helper()
+	for _, k := range []string{"OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+		"OTEL_TRACES_SAMPLER", "OTEL_SDK_DISABLED", "TRACING_EXPORTER"} {
+		b.Setenv(k, "")
+	}
+	srv := redistest.Start(b)
+	log := zap.New(zapcore.NewSamplerWithOptions(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()),
+		zapcore.AddSync(io.Discard), zap.InfoLevel), 1e9, 100, 100))
+	var mux *chi.Mux
+	app := fx.New(append(stackOptions(stackConfig{redisURL: srv.URL(), addr: "127.0.0.1:0", prefix: redistest.Prefix(b),
+		breaker: true, tracing: tracing}), fx.Supply(log), fx.Populate(&mux))...)
+	if err := app.Start(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = app.Stop(context.Background()) })
+	return mux
+}
+
+func stackRequest(key string) *http.Request {
+	r := httptest.NewRequest(http.MethodPost, "/payments", strings.NewReader(stackBody))
+	r.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		r.Header.Set("Idempotency-Key", key)
+	}
+	return r
+}
+
+func serveStack(b *testing.B, h http.Handler, key func(i int) string) {
+	b.Helper()
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, stackRequest(key(i)))
+		if w.Code != http.StatusCreated {
+			b.Fatalf("status %d: %s", w.Code, w.Body)
+		}
+	}
+}
+
+// BenchmarkStack_Plain is the payment handler on a bare chi router: the
+// request and recorder the benchmark itself allocates, to subtract.
+func BenchmarkStack_Plain(b *testing.B) {
+	r := chi.NewRouter()
+	r.Post("/payments", payment)
+	serveStack(b, r, func(int) string { return "" })
+}
+
+func BenchmarkStack_NoKey(b *testing.B) {
+	serveStack(b, stackRouter(b, true), func(int) string { return "" })
+}
+
+func BenchmarkStack_NewKey(b *testing.B) {
+	serveStack(b, stackRouter(b, true), func(i int) string { return "new-" + strconv.Itoa(i) })
+}
+
+func BenchmarkStack_Replay(b *testing.B) {
+	serveStack(b, stackRouter(b, true), func(int) string { return "replayed" })
+}
