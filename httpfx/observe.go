@@ -9,8 +9,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/felixge/httpsnoop"
 	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -147,7 +147,16 @@ func (f *front) serve(w http.ResponseWriter, r *http.Request, next http.Handler)
 	}
 	ctx = context.WithValue(ctx, requestStateKey{}, &requestState{id: id, errors: f.errors})
 	r = r.WithContext(ctx)
-	metrics := httpsnoop.CaptureMetricsFn(w, func(w http.ResponseWriter) { next.ServeHTTP(w, r) })
+	// chi's writer wrapper: one allocation, the optional interfaces of w
+	// (Flusher, Hijacker, ReaderFrom, Pusher) kept, Unwrap for
+	// http.ResponseController.
+	ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
+	began := time.Now()
+	next.ServeHTTP(ww, r)
+	metrics := responseMetrics{Code: ww.Status(), Written: int64(ww.BytesWritten()), Duration: time.Since(began)}
+	if metrics.Code == 0 { // nothing written: net/http sends 200
+		metrics.Code = http.StatusOK
+	}
 	route := routePattern(r)
 	if span != nil && span.IsRecording() {
 		attrs := make([]attribute.KeyValue, 0, 3)
@@ -179,6 +188,13 @@ func (f *front) serve(w http.ResponseWriter, r *http.Request, next http.Handler)
 		}
 		ce.Write(fields...)
 	}
+}
+
+// responseMetrics is what the front middleware measured of a response.
+type responseMetrics struct {
+	Code     int
+	Written  int64
+	Duration time.Duration
 }
 
 // requestAttributes are the SERVER span's request attributes (OpenTelemetry
