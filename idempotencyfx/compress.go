@@ -5,6 +5,7 @@ import (
 	"compress/flate"
 	"errors"
 	"io"
+	"strings"
 	"sync"
 )
 
@@ -48,13 +49,13 @@ func deflate(payload []byte) []byte {
 
 // inflate decompresses a stored response. More than maxRecordBytes is
 // refused: a record is read back whole or not at all, never cut short.
-func inflate(z []byte) ([]byte, error) {
+func inflate(z string) ([]byte, error) {
 	r, ok := readers.Get().(inflater)
 	if !ok {
 		r, _ = flate.NewReader(bytes.NewReader(nil)).(inflater)
 	}
 	defer readers.Put(r)
-	if err := r.Reset(bytes.NewReader(z), nil); err != nil {
+	if err := r.Reset(strings.NewReader(z), nil); err != nil {
 		return nil, err
 	}
 	var out bytes.Buffer

@@ -43,11 +43,11 @@ func (s *Service) DoInScope(ctx context.Context, scope, key, fingerprint string,
 	}
 	s.obs.outcome(ctx, g.outcome)
 	if g.lease == nil {
-		resp, err := decodeResponse([]byte(g.resp))
+		rp, err := decodeRecord(g.resp)
 		if err != nil {
 			return nil, false, newStoreError(err)
 		}
-		return resp.Body, true, nil
+		return []byte(rp.body), true, nil
 	}
 	l := g.lease
 	returned := false

@@ -2,7 +2,9 @@ package idempotencyfx
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
+	"math/rand/v2"
 	"net/http"
 	"strings"
 	"testing"
@@ -198,4 +200,62 @@ func hasFoldCollision(v any) bool {
 		}
 	}
 	return false
+}
+
+// The record decoder reads varints from the record's text; it must agree
+// with encoding/binary on every input: values, truncation and overflow.
+func TestDecoderUvarint_AgreesWithEncodingBinary(t *testing.T) {
+	t.Parallel()
+	inputs := [][]byte{{}, {0}, {1}, {0x7f}, {0x80}, {0x80, 1}, {0xff, 0xff, 0xff, 0xff, 0x0f},
+		{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01},       // max uint64
+		{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02},       // overflow in the 10th byte
+		{0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x01}, // 11 bytes
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 20000 {
+		b := make([]byte, rng.IntN(12))
+		for i := range b {
+			b[i] = byte(rng.IntN(256))
+			if rng.IntN(3) > 0 {
+				b[i] |= 0x80
+			}
+		}
+		inputs = append(inputs, b)
+	}
+	for _, b := range inputs {
+		want, n := binary.Uvarint(b)
+		d := decoder{s: string(b)}
+		got := d.uvarint()
+		if n <= 0 {
+			if d.err == nil {
+				t.Fatalf("%x: decoded %d, encoding/binary refuses it (%d)", b, got, n)
+			}
+			continue
+		}
+		if d.err != nil || got != want || len(d.s) != len(b)-n {
+			t.Fatalf("%x: got %d (err %v, %d left), want %d (%d read)", b, got, d.err, len(d.s), want, n)
+		}
+	}
+}
+
+// A replayed header's values share one backing array with the others: an
+// append to one (a middleware adding a value after the replay) must not
+// change another's.
+func TestDecodeRecord_HeadersDoNotShareCapacity(t *testing.T) {
+	t.Parallel()
+	b, _ := encodeResponse(201, http.Header{"A": {"1"}, "B": {"2"}, "C": {"3", "4"}}, nil, []byte("x"))
+	rp, err := decodeRecord(string(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := range rp.header {
+		rp.header[k] = append(rp.header[k], "appended")
+	}
+	rp.marker = append(rp.marker, "appended")
+	if rp.header["A"][0] != "1" || rp.header["B"][0] != "2" || strings.Join(rp.header["C"][:2], ",") != "3,4" || rp.marker[0] != "true" {
+		t.Fatalf("an append changed another header: %v marker %v", rp.header, rp.marker)
+	}
+	if rp.status != 201 || rp.body != "x" {
+		t.Fatalf("decoded %d %q", rp.status, rp.body)
+	}
 }

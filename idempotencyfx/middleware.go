@@ -103,14 +103,14 @@ func (s *Service) serveHTTP(w http.ResponseWriter, r *http.Request, next http.Ha
 		return
 	}
 	if g.lease == nil {
-		resp, err := decodeResponse([]byte(g.resp))
+		rp, err := decodeRecord(g.resp)
 		if err != nil {
 			s.obs.outcome(ctx, OutcomeStoreError)
 			s.errors.Render(w, r, newStoreError(err))
 			return
 		}
 		s.obs.outcome(ctx, g.outcome)
-		resp.write(w)
+		rp.write(w)
 		return
 	}
 	s.obs.outcome(ctx, g.outcome)

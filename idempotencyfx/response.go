@@ -3,6 +3,7 @@ package idempotencyfx
 import (
 	"encoding/binary"
 	"errors"
+	"io"
 	"net/http"
 )
 
@@ -86,83 +87,115 @@ func appendString(b []byte, s string) []byte {
 	return append(b, s...)
 }
 
-// decodeResponse reads a blob written by encodeResponse. The body aliases
-// the input.
+// decodeResponse reads a blob written by encodeResponse into a Response
+// (its body a copy): for Service.Get and Do, which hand it to the caller.
 func decodeResponse(b []byte) (Response, error) {
-	if len(b) > 0 && b[0] == responseDeflated {
-		raw, err := inflate(b[1:])
+	rp, err := decodeRecord(string(b))
+	if err != nil {
+		return Response{}, err
+	}
+	return Response{Status: rp.status, Header: rp.header, Body: []byte(rp.body)}, nil
+}
+
+// replay is a recorded response decoded without copying the record: header
+// names and values and the body are substrings of the record's text (a
+// Redis reply, immutable), and the values of every header share one backing
+// array whose last slot holds the replay marker.
+type replay struct {
+	status int
+	header http.Header
+	marker []string // {"true"}, for ReplayedHeader
+	body   string
+}
+
+// decodeRecord reads a record written by encodeResponse, as Redis returns
+// it. A record that is not well formed is refused (errBadRecord).
+func decodeRecord(s string) (replay, error) {
+	if len(s) > 0 && s[0] == responseDeflated {
+		raw, err := inflate(s[1:])
 		if err != nil {
-			return Response{}, errBadRecord
+			return replay{}, errBadRecord
 		}
-		b = raw
+		s = string(raw)
 	}
-	if len(b) == 0 || b[0] != responseFormat {
-		return Response{}, errBadRecord
+	if len(s) == 0 || s[0] != responseFormat {
+		return replay{}, errBadRecord
 	}
-	d := decoder{b: b[1:]}
+	d := decoder{s: s[1:]}
 	status := d.uvarint()
 	n := d.uvarint()
-	if d.err != nil || status < 100 || status > 999 || n > uint64(len(d.b)) {
-		return Response{}, errBadRecord
+	if d.err != nil || status < 100 || status > 999 || n > uint64(len(d.s)) {
+		return replay{}, errBadRecord
 	}
-	h := make(http.Header, n)
+	h := make(http.Header, n+1)
+	values := make([]string, 0, n+1) // one value per header is the usual case; more grow it
 	for i := uint64(0); i < n && d.err == nil; i++ {
 		k := d.str()
 		nv := d.uvarint()
-		if nv > uint64(len(d.b)) {
-			return Response{}, errBadRecord
+		if nv > uint64(len(d.s)) {
+			return replay{}, errBadRecord
 		}
-		vs := make([]string, 0, nv)
+		first := len(values)
 		for j := uint64(0); j < nv && d.err == nil; j++ {
-			vs = append(vs, d.str())
+			values = append(values, d.str())
 		}
-		h[k] = vs
+		h[k] = values[first:len(values):len(values)] // full: an append to it copies
 	}
 	if d.err != nil {
-		return Response{}, errBadRecord
+		return replay{}, errBadRecord
 	}
-	return Response{Status: int(status), Header: h, Body: d.b}, nil
+	values = append(values, "true")
+	return replay{status: int(status), header: h, marker: values[len(values)-1:], body: d.s}, nil
 }
 
+// decoder reads the fields of an encoded record from its text.
 type decoder struct {
-	b   []byte
+	s   string
 	err error
 }
 
+// uvarint reads an unsigned varint (encoding/binary's format).
 func (d *decoder) uvarint() uint64 {
 	if d.err != nil {
 		return 0
 	}
-	v, n := binary.Uvarint(d.b)
-	if n <= 0 {
-		d.err = errBadRecord
-		return 0
+	var v uint64
+	for i := 0; i < len(d.s) && i < binary.MaxVarintLen64; i++ {
+		c := d.s[i]
+		if c < 0x80 {
+			if i == binary.MaxVarintLen64-1 && c > 1 {
+				break // overflow
+			}
+			d.s = d.s[i+1:]
+			return v | uint64(c)<<(7*i)
+		}
+		v |= uint64(c&0x7f) << (7 * i)
 	}
-	d.b = d.b[n:]
-	return v
+	d.err = errBadRecord
+	return 0
 }
 
 func (d *decoder) str() string {
 	n := d.uvarint()
-	if d.err != nil || n > uint64(len(d.b)) {
+	if d.err != nil || n > uint64(len(d.s)) {
 		d.err = errBadRecord
 		return ""
 	}
-	s := string(d.b[:n])
-	d.b = d.b[n:]
+	s := d.s[:n]
+	d.s = d.s[n:]
 	return s
 }
 
 // write sends a recorded response, marked as a replay.
-func (resp Response) write(w http.ResponseWriter) {
+func (rp replay) write(w http.ResponseWriter) {
 	h := w.Header()
-	for k, vs := range resp.Header {
+	for k, vs := range rp.header {
 		h[k] = vs
 	}
-	h.Set(ReplayedHeader, "true")
-	w.WriteHeader(resp.Status)
-	if len(resp.Body) > 0 {
-		_, _ = w.Write(resp.Body)
+	h[ReplayedHeader] = rp.marker
+	w.WriteHeader(rp.status)
+	if rp.body != "" {
+		_, _ = io.WriteString(w, rp.body)
 	}
 }
 
