@@ -193,22 +193,50 @@ func readBody(r *http.Request, limit int64) ([]byte, error) {
 	if r.ContentLength > limit {
 		return nil, bodyTooLarge(limit)
 	}
-	size := r.ContentLength
-	if size < 0 || size > limit {
-		size = 512
+	size := 512
+	if r.ContentLength >= 0 {
+		size = int(r.ContentLength)
 	}
-	buf := bytes.NewBuffer(make([]byte, 0, size+1))
-	n, err := buf.ReadFrom(io.LimitReader(r.Body, limit+1))
+	body, err := readAll(r.Body, size, limit)
 	if err != nil {
 		return nil, &httpfx.ProblemError{Problem: httpfx.NewProblem(http.StatusBadRequest, "body_unreadable", "the request body could not be read")}
 	}
-	if n > limit {
+	if int64(len(body)) > limit {
 		return nil, bodyTooLarge(limit)
 	}
-	body := buf.Bytes()
-	r.Body = io.NopCloser(bytes.NewReader(body))
+	rb := &restoredBody{}
+	rb.Reset(body)
+	r.Body = rb
 	return body, nil
 }
+
+// readAll is io.ReadAll with a size hint and a limit: a body of the hinted
+// size is read into one allocation (its spare byte takes the final EOF
+// read), a longer one grows, and reading stops once more than limit bytes
+// are in.
+func readAll(r io.Reader, size int, limit int64) ([]byte, error) {
+	b := make([]byte, 0, size+1)
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		switch {
+		case int64(len(b)) > limit, err == io.EOF:
+			return b, nil
+		case err != nil:
+			return b, err
+		}
+	}
+}
+
+// restoredBody is the request body given back to the handler after it was
+// read for the fingerprint.
+type restoredBody struct{ bytes.Reader }
+
+// Close implements io.Closer.
+func (*restoredBody) Close() error { return nil }
 
 func bodyTooLarge(limit int64) error {
 	return &IdempotencyBodyTooLargeError{Limit: limit, BaseError: redisfx.BaseError{Code: CodeBodyTooLarge,
