@@ -6,11 +6,12 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
-	"io"
+	"hash"
 	"net/http"
 	"net/url"
 	"sort"
 	"strings"
+	"sync"
 )
 
 // DefaultFingerprint is a hex SHA-256 over the method, the path, the
@@ -42,13 +43,18 @@ func IgnoreJSONFields(paths ...string) FingerprintGenerator {
 }
 
 func fingerprint(r *http.Request, body []byte, ignore *ignoreSet) (string, error) {
-	h := sha256.New()
-	writeField(h, r.Method)
-	writeField(h, r.URL.EscapedPath())
-	writeField(h, canonicalQuery(r.URL.RawQuery))
+	f, ok := fingerprinters.Get().(*fingerprinter)
+	if !ok {
+		f = &fingerprinter{h: sha256.New()}
+	}
+	defer f.release()
+	f.field(r.Method)
+	f.field(r.URL.EscapedPath())
+	f.field(canonicalQuery(r.URL.RawQuery))
+	f.flush()
 	json := false
 	if isJSON(r.Header.Get("Content-Type")) {
-		switch err := canonical(h, body, ignore); {
+		switch err := canonical(f.h, body, ignore); { // writes nothing unless it succeeds
 		case err == nil:
 			json = true
 		case errors.Is(err, errTooDeep):
@@ -56,19 +62,46 @@ func fingerprint(r *http.Request, body []byte, ignore *ignoreSet) (string, error
 		}
 	}
 	if json {
-		writeField(h, "json")
+		f.field("json")
+		f.flush()
 	} else { // not JSON: nothing was written for it
-		writeField(h, "bytes")
-		_, _ = h.Write(body)
+		f.field("bytes")
+		f.flush()
+		_, _ = f.h.Write(body)
 	}
-	var sum [sha256.Size]byte
-	return hex.EncodeToString(h.Sum(sum[:0])), nil
+	var digest [2 * sha256.Size]byte
+	hex.Encode(digest[:], f.h.Sum(f.buf[:0]))
+	return string(digest[:]), nil
 }
 
-func writeField(h io.Writer, s string) {
-	var n [binary.MaxVarintLen64]byte
-	_, _ = h.Write(n[:binary.PutUvarint(n[:], uint64(len(s)))])
-	_, _ = io.WriteString(h, s)
+// fingerprinter is a SHA-256 and a scratch buffer, pooled: the fields
+// before and after the body are gathered in the buffer and written in one
+// call. What is hashed, and so every fingerprint, does not depend on how
+// the writes are cut: each field is its length as a uvarint, then its text.
+type fingerprinter struct {
+	h   hash.Hash
+	buf []byte
+}
+
+var fingerprinters = sync.Pool{New: func() any { return &fingerprinter{h: sha256.New()} }}
+
+func (f *fingerprinter) field(s string) {
+	f.buf = binary.AppendUvarint(f.buf, uint64(len(s)))
+	f.buf = append(f.buf, s...)
+}
+
+func (f *fingerprinter) flush() {
+	_, _ = f.h.Write(f.buf)
+	f.buf = f.buf[:0]
+}
+
+func (f *fingerprinter) release() {
+	f.h.Reset()
+	if cap(f.buf) > 1<<10 { // a long path or query: not kept
+		f.buf = nil
+	}
+	f.buf = f.buf[:0]
+	fingerprinters.Put(f)
 }
 
 // canonicalQuery sorts the parameters by name, keeping the order of values
