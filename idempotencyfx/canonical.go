@@ -29,8 +29,10 @@ var (
 // serialisation: 'a' + element count then the elements; 'o' + member count
 // then, per member sorted by key, 'k' + key and the value; 's' + string;
 // 'n' + number text; 't', 'f', 'z' for true, false, null. Counts and lengths
-// are uvarints. It matches what encoding/json decodes: the last of duplicate
-// keys wins, invalid UTF-8 becomes U+FFFD, "\u0041" is "A".
+// are uvarints. It matches what encoding/json decodes: invalid UTF-8 becomes
+// U+FFFD, "\u0041" is "A". Duplicate keys all count, in document order:
+// encoding/json does not simply keep the last (a null leaves a string field
+// as it was, repeated objects merge into a struct).
 //
 // An object with two keys that are equal under case folding ("amount" and
 // "Amount") is tagged 'O' and keeps the document order of those keys:
@@ -521,9 +523,9 @@ func (c *canonicalizer) emit(i int32, path string, live bool) {
 }
 
 // arrange puts the members of one object, c.members[from:], in canonical
-// order: ignored ones dropped, one per key (the last), sorted by key, or by
-// folded key and then document order when two keys collide under case
-// folding (tag 'O').
+// order: ignored ones dropped, sorted by key and then document order (every
+// duplicate kept), or by folded key and then document order when two keys
+// collide under case folding (tag 'O').
 func (c *canonicalizer) arrange(from int, path string, live bool) (tag byte) {
 	ms := c.members[from:]
 	if live {
@@ -541,24 +543,17 @@ func (c *canonicalizer) arrange(from int, path string, live bool) (tag byte) {
 		}
 		return cmp.Compare(a.order, b.order)
 	})
-	kept := ms[:0]
-	for k, m := range ms {
-		if k+1 < len(ms) && bytes.Equal(c.keyOf(ms[k+1]), c.keyOf(m)) {
-			continue // a later duplicate overwrites it
-		}
-		kept = append(kept, m)
-	}
-	c.members = c.members[:from+len(kept)]
-	if !c.foldCollision(kept) {
+	c.members = c.members[:from+len(ms)]
+	if !c.foldCollision(ms) {
 		return 'o'
 	}
 	for k, f := range c.folds {
-		kept[k] = f.m
+		ms[k] = f.m
 	}
 	return 'O'
 }
 
-// foldCollision reports whether two of the (distinct) keys are equal under
+// foldCollision reports whether two of the keys (duplicates aside) are equal under
 // the case folding encoding/json uses to match struct fields. When they
 // are, c.folds holds the members ordered by folded key, then document order.
 func (c *canonicalizer) foldCollision(ms []member) bool {

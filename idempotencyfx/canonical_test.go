@@ -71,6 +71,9 @@ func TestFingerprint_KeysDifferingOnlyInCase_Differ(t *testing.T) {
 		{`{"a":{"k":1,"K":2}}`, `{"a":{"K":2,"k":1}}`},
 		{`{"k":1,"\u212a":2}`, `{"\u212a":2,"k":1}`}, // KELVIN SIGN folds to k
 		{`[{"Id":1,"ID":2,"x":0}]`, `[{"x":0,"ID":2,"Id":1}]`},
+		// Every duplicate counts: with objects for values the earlier one
+		// is merged into a struct, not overwritten.
+		{`{"a":1,"A":5,"a":2}`, `{"A":5,"a":2}`},
 	} {
 		a := fp(t, DefaultFingerprint, "POST", "/p", "application/json", pair[0])
 		b := fp(t, DefaultFingerprint, "POST", "/p", "application/json", pair[1])
@@ -83,7 +86,6 @@ func TestFingerprint_KeysDifferingOnlyInCase_Differ(t *testing.T) {
 	for _, pair := range [][2]string{
 		{`{"amount":1,"currency":"EUR"}`, `{"currency":"EUR","amount":1}`},
 		{`{"b":0,"amount":1,"Amount":2,"c":3}`, `{"c":3,"amount":1,"b":0,"Amount":2}`},
-		{`{"a":1,"A":5,"a":2}`, `{"A":5,"a":2}`}, // an earlier duplicate is overwritten either way
 	} {
 		a := fp(t, DefaultFingerprint, "POST", "/p", "application/json", pair[0])
 		b := fp(t, DefaultFingerprint, "POST", "/p", "application/json", pair[1])
@@ -174,7 +176,9 @@ var recordedFingerprints = map[string]string{
 	"12.50":        "753d0593a27662afb4219d979066a52753e627cc0823f668922d02e808fd6448",
 	"null":         "1181f7d6a07d46c2fb426ac97f5a8a9b5776a94a9df48e91693b8727367fcb6a",
 	"[[],[[]],{}]": "357a79a9d14acb3c5715f836248de802bfbd871e9b9b2c886845e1b66d0a4b39",
-	"{\"a\":1,\"a\":2,\"b\":[{\"x\":\"\\n\\t\\\"\\\\\"}]}":                                                                                                                 "d0d121ff3f0e4ff09d6ac820b32b9a7f8435363fc480959e0ed010530915a964",
+	// Changed when duplicate keys began to count (each, in document order):
+	// was d0d121ff3f0e4ff09d6ac820b32b9a7f8435363fc480959e0ed010530915a964.
+	"{\"a\":1,\"a\":2,\"b\":[{\"x\":\"\\n\\t\\\"\\\\\"}]}":                                                                                                                 "631861afe0ef15e321f08a4010ca6d0e0eded9e24e6a2980538005196f0d3e3f",
 	"{\"Name\":\"Zoë\",\"ünï\":\"\\u00fc\",\"AMOUNT\":1,\"zz\":{\"Ab\":1,\"aC\":2}}":                                                                                       "ec7a6ef90eb36f7a971870203d2a9a37d238ba7921f8e33cd6c18507b2c46d17",
 	"{\"items\":[{\"sku\":\"A1\",\"qty\":2,\"ts\":\"2026-01-01\"},{\"sku\":\"B2\",\"qty\":1,\"ts\":\"x\"}],\"meta\":{\"request_id\":\"r-1\",\"k\":1},\"sent_at\":\"now\"}": "f59e1625b92d0a3fcc9a870c19ef53d0e91d4b1f0f2efb840c2fb5c5bafd02fa",
 	"{\"bad\":\"\xff\xfe\"}": "44b8191a2a8d95b3c5b38b83bec811e09736bd7692e4eab8afc8e2508791aeb3",
@@ -190,8 +194,100 @@ var recordedIgnoringFingerprints = map[string]string{
 	"12.50":        "5e33b2014c827ee0718b1cec49c68e38c7a6fc78c308bfa294dc42385199e136",
 	"null":         "1cfd9b422a6467a4fa38527303753699aa2a2d40f9c86c14dd2ed4990a4fb6f1",
 	"[[],[[]],{}]": "a39865697954a622f1d3bf4ada1a700b5552145ed94bde567c14f9cfabda11f5",
-	"{\"a\":1,\"a\":2,\"b\":[{\"x\":\"\\n\\t\\\"\\\\\"}]}":                                                                                                                 "fd0bd1ea0e98796f1ca3cf5ca350a1bfdf650a7a7a026c30ea12b70bf3951548",
+	// Changed when duplicate keys began to count: was fd0bd1ea0e98796f1ca3cf5ca350a1bfdf650a7a7a026c30ea12b70bf3951548.
+	"{\"a\":1,\"a\":2,\"b\":[{\"x\":\"\\n\\t\\\"\\\\\"}]}":                                                                                                                 "cb07f3b3e738b172ab4c5e0a31a863857b4db83b0bd138ad1498392b446bc02d",
 	"{\"Name\":\"Zoë\",\"ünï\":\"\\u00fc\",\"AMOUNT\":1,\"zz\":{\"Ab\":1,\"aC\":2}}":                                                                                       "c7929c4d3016afa83cc2c37772294f8d4fc962d2bf9628019aef49d368a5603d",
 	"{\"items\":[{\"sku\":\"A1\",\"qty\":2,\"ts\":\"2026-01-01\"},{\"sku\":\"B2\",\"qty\":1,\"ts\":\"x\"}],\"meta\":{\"request_id\":\"r-1\",\"k\":1},\"sent_at\":\"now\"}": "cd2a511dddb678468168073ed5fa3e5fd0deed58ae3e92af94a26aea6380b4f0",
 	"{\"bad\":\"\xff\xfe\"}": "d832a175a31e781df7489aed0835b60724abe802cebc2247b65e6fb628b4f80f",
+}
+
+// Duplicate keys: encoding/json does not simply keep the last value. A null
+// leaves a string or number field as it was, and repeated objects are
+// merged into a struct or typed map. So every duplicate counts, in document
+// order, and two bodies share a canonical form only if they decode alike
+// into structs (nested, pointers) and maps. Values are drawn from ints,
+// null, strings and small objects, keys from a set with case collisions.
+// (Found by an adversary: {"card":"4242","card":null} and
+// {"card":"5555","card":null} shared a fingerprint, and the second payment
+// got the first one's charge replayed.)
+func TestCanonicalJSON_DuplicateKeysDecodeAlike(t *testing.T) {
+	t.Parallel()
+	type inner struct{ X, Y int }
+	type target struct {
+		A    int
+		Card string
+		P    *int
+		M    inner
+		MP   *inner
+	}
+	keys := []string{"a", "A", "card", "Card", "p", "m", "M", "mp"}
+	values := []string{"1", "2", "null", `"s1"`, `"s2"`, `{"x":1}`, `{"y":2}`, `{"x":3,"y":4}`}
+	rng := rand.New(rand.NewPCG(19, 1))
+	byForm := map[string][]string{}
+	for range 40000 {
+		n := 1 + rng.IntN(5)
+		var b strings.Builder
+		b.WriteByte('{')
+		for i := range n {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(`"` + keys[rng.IntN(len(keys))] + `":` + values[rng.IntN(len(values))])
+		}
+		b.WriteByte('}')
+		form, ok := CanonicalJSON([]byte(b.String()))
+		if !ok {
+			t.Fatalf("%s not JSON", b.String())
+		}
+		byForm[string(form)] = append(byForm[string(form)], b.String())
+	}
+	decode := func(doc string) string {
+		var s target
+		var m map[string]any
+		var mm map[string]map[string]int
+		errS, errM, errMM := json.Unmarshal([]byte(doc), &s), json.Unmarshal([]byte(doc), &m), json.Unmarshal([]byte(doc), &mm)
+		out, _ := json.Marshal([]any{s, m, mm, errS != nil, errM != nil, errMM != nil})
+		return string(out)
+	}
+	shared := 0
+	for _, docs := range byForm {
+		want := decode(docs[0])
+		for _, d := range docs[1:] {
+			shared++
+			if got := decode(d); got != want {
+				t.Fatalf("%s and %s share a canonical form but decode as\n%s\n%s", docs[0], d, want, got)
+			}
+		}
+	}
+	if shared < 1000 {
+		t.Fatalf("only %d documents shared a canonical form: the test proves little", shared)
+	}
+}
+
+func TestFingerprint_DuplicateKeysEachCount(t *testing.T) {
+	t.Parallel()
+	for _, pair := range [][2]string{
+		{`{"amount":100,"card":"4242","card":null}`, `{"amount":100,"card":"5555","card":null}`},
+		{`{"amount":100,"meta":{"a":1},"meta":{"b":2}}`, `{"amount":100,"meta":{"b":2}}`},
+		{`{"a":1,"a":2}`, `{"a":2,"a":1}`},
+	} {
+		if fp(t, DefaultFingerprint, "POST", "/p", "application/json", pair[0]) ==
+			fp(t, DefaultFingerprint, "POST", "/p", "application/json", pair[1]) {
+			t.Errorf("%s and %s share a fingerprint", pair[0], pair[1])
+		}
+	}
+	// Key order and whitespace still do not matter, duplicates included.
+	if fp(t, DefaultFingerprint, "POST", "/p", "application/json", `{"a":1,"b":2,"a":3}`) !=
+		fp(t, DefaultFingerprint, "POST", "/p", "application/json", `{ "b":2, "a":1, "a":3 }`) {
+		t.Error("reordering distinct keys around duplicates changed the fingerprint")
+	}
+}
+
+// Through the middleware: the second payment charges another card, so it
+// gets 422, not the first one's charge replayed.
+func TestDuplicateKeys_SecondPaymentGets422(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{}, nil)
+	wantStatus(t, e.post("/payments", "dup", `{"amount":100,"card":"4242","card":null}`), 201, "")
+	wantStatus(t, e.post("/payments", "dup", `{"amount":100,"card":"5555","card":null}`), 422, CodeKeyReused)
 }
