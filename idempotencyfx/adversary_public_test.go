@@ -179,3 +179,75 @@ func TestIdempotent_BoundTwiceAroundAPlainWrapper_EngagesOnce(t *testing.T) {
 		t.Fatalf("first request with the route bound twice: %d %s (calls %d)", resp.StatusCode, b, calls.Load())
 	}
 }
+
+// A request served inside another request's idempotent work is a request
+// of its own: a batch endpoint that dispatches sub-requests through the
+// router (their contexts derive from the batch's), or a Do function that
+// serves a route in process. Each sub-request's key is protected: key pay-A
+// runs once across two batches and a direct request. (Found by an
+// adversary: the check for a binding already engaged took any fencing
+// token in the context for "this request", and pay-A ran 3 times.)
+func TestIdempotent_SubRequestsOfIdempotentWork_EachProtected(t *testing.T) {
+	srv := redistest.StartPrivate(t)
+	client, _ := storefx.New("default", storefx.Config{URL: srv.URL()})
+	defer client.Close()
+	svc, err := idempotencyfx.New(client, idempotencyfx.Config{KeyPrefix: redistest.Prefix(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc.Close()
+	r := chi.NewRouter()
+	r.Use(svc.Install)
+	var charges atomic.Int64
+	r.With(idempotencyfx.Idempotent()).Post("/payments", func(w http.ResponseWriter, r *http.Request) {
+		charges.Add(1)
+		w.WriteHeader(201)
+		_, _ = io.WriteString(w, "charged")
+	})
+	dispatch := func(ctx context.Context, key string) *httptest.ResponseRecorder {
+		sub, _ := http.NewRequestWithContext(ctx, http.MethodPost, "/payments", strings.NewReader("x"))
+		sub.Header.Set("Idempotency-Key", key)
+		rec := httptest.NewRecorder()
+		r.ServeHTTP(rec, sub)
+		return rec
+	}
+	r.With(idempotencyfx.Idempotent()).Post("/batch", func(w http.ResponseWriter, req *http.Request) {
+		rec := dispatch(req.Context(), "pay-A")
+		_, _ = io.WriteString(w, rec.Result().Status+" "+rec.Header().Get(idempotencyfx.ReplayedHeader))
+	})
+	hs := httptest.NewServer(r)
+	defer hs.Close()
+	post := func(path, key string) string {
+		req, _ := http.NewRequest(http.MethodPost, hs.URL+path, strings.NewReader("x"))
+		req.Header.Set("Idempotency-Key", key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	if got := post("/batch", "batch-1"); got != "201 Created " {
+		t.Fatalf("batch 1: %q, want the sub-request's own 201", got)
+	}
+	if got := post("/batch", "batch-2"); got != "201 Created true" {
+		t.Fatalf("batch 2: %q, want the sub-request replayed", got)
+	}
+	if got := post("/payments", "pay-A"); got != "charged" {
+		t.Fatalf("direct: %q", got)
+	}
+	// Inside Do's function too.
+	_, _, err = svc.Do(context.Background(), "job-1", "fp", func(ctx context.Context) ([]byte, error) {
+		if rec := dispatch(ctx, "pay-A"); rec.Header().Get(idempotencyfx.ReplayedHeader) != "true" {
+			t.Errorf("a sub-request inside Do was not protected: %d %v", rec.Code, rec.Header())
+		}
+		return nil, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := charges.Load(); n != 1 {
+		t.Fatalf("key pay-A ran %d times, want once", n)
+	}
+}

@@ -44,7 +44,7 @@ func IdempotentRequired() func(http.Handler) http.Handler {
 func idempotent(required bool) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if engaged(w) || r.Context().Value(fenceKey{}) != nil {
+			if engaged(w) || underLease(r) {
 				next.ServeHTTP(w, r)
 				return
 			}
@@ -149,7 +149,7 @@ func (s *Service) refuse(w http.ResponseWriter, r *http.Request, next http.Handl
 func (s *Service) runOwned(w http.ResponseWriter, r *http.Request, next http.Handler, l *lease) {
 	rec := newRecorder(w, s.cfg.MaxResponseBytes)
 	outer := outerHeaders(rec.header)
-	ctx := context.WithValue(r.Context(), fenceKey{}, l.token)
+	ctx := context.WithValue(r.Context(), fenceKey{}, &leaseMark{token: l.token, header: headerID(r.Header)})
 	returned := false
 	defer func() {
 		if returned {

@@ -3,6 +3,8 @@ package idempotencyfx
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -379,6 +381,34 @@ func (s *Service) warnFailOpen(err error) {
 
 type fenceKey struct{}
 
+// leaseMark is what idempotent work carries in its context: the fencing
+// token, and for HTTP the request the lease belongs to, known by its header
+// map. A copy of the request made by a middleware (WithContext,
+// http.StripPrefix) shares the map, so a second Idempotent() bound on the
+// same route finds its request already engaged; a sub-request (NewRequest,
+// Clone) has a map of its own and is protected in its own right.
+type leaseMark struct {
+	token  int64
+	header uintptr // 0 outside HTTP (Do)
+}
+
+// headerID is the identity of a request's header map (0 for none). Heap
+// objects do not move, and the request that owns the map keeps it alive
+// while anything compares with it.
+func headerID(h http.Header) uintptr {
+	if h == nil {
+		return 0
+	}
+	return reflect.ValueOf(h).Pointer()
+}
+
+// underLease reports whether r is the very request an idempotent binding
+// further out already serves.
+func underLease(r *http.Request) bool {
+	m, _ := r.Context().Value(fenceKey{}).(*leaseMark)
+	return m != nil && m.header != 0 && m.header == headerID(r.Header)
+}
+
 // FencingToken returns the fencing token of the idempotent work running in
 // ctx. It strictly increases at every new owner of a (scope, key): Redis
 // TIME in microseconds at the claim, or the previous owner's token + 1 if
@@ -387,6 +417,8 @@ type fenceKey struct{}
 // lost. Pass it to downstream writes so that they can refuse a stale
 // attempt. It is 0 outside idempotent work.
 func FencingToken(ctx context.Context) int64 {
-	t, _ := ctx.Value(fenceKey{}).(int64)
-	return t
+	if m, _ := ctx.Value(fenceKey{}).(*leaseMark); m != nil {
+		return m.token
+	}
+	return 0
 }
