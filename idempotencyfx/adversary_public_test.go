@@ -251,3 +251,61 @@ func TestIdempotent_SubRequestsOfIdempotentWork_EachProtected(t *testing.T) {
 		t.Fatalf("key pay-A ran %d times, want once", n)
 	}
 }
+
+// A handler whose Hijack fails (HTTP/2 cannot hijack; gorilla/websocket then
+// answers an error) answers normally, and that answer is the client's and
+// the record's: 418 reaches the client and is replayed; 500 reaches the
+// client and records a failure. (Found by an adversary: the recorder
+// marked the response as hijacked even when the hijack failed, and the
+// client got 200.)
+func TestIdempotent_FailedHijack_AnswerKeptAndRecorded(t *testing.T) {
+	srv := redistest.StartPrivate(t)
+	client, _ := storefx.New("default", storefx.Config{URL: srv.URL()})
+	defer client.Close()
+	svc, err := idempotencyfx.New(client, idempotencyfx.Config{KeyPrefix: redistest.Prefix(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc.Close()
+	upgrade := func(status int) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			if _, _, err := http.NewResponseController(w).Hijack(); err != nil {
+				http.Error(w, "upgrade failed", status)
+			}
+		}
+	}
+	r := chi.NewRouter()
+	r.Use(svc.Install)
+	r.With(idempotencyfx.Idempotent()).Post("/ws418", upgrade(http.StatusTeapot))
+	r.With(idempotencyfx.Idempotent()).Post("/ws500", upgrade(http.StatusInternalServerError))
+	hs := httptest.NewUnstartedServer(r)
+	hs.EnableHTTP2 = true
+	hs.StartTLS()
+	defer hs.Close()
+	post := func(path string) (int, string, string) {
+		req, _ := http.NewRequest(http.MethodPost, hs.URL+path, strings.NewReader("x"))
+		req.Header.Set("Idempotency-Key", "hijack"+path)
+		resp, err := hs.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.ProtoMajor != 2 {
+			t.Fatalf("served over %s, want HTTP/2 (where Hijack fails)", resp.Proto)
+		}
+		return resp.StatusCode, resp.Header.Get(idempotencyfx.ReplayedHeader), strings.TrimSpace(string(b))
+	}
+	if code, replayed, body := post("/ws418"); code != 418 || replayed != "" || body != "upgrade failed" {
+		t.Fatalf("first: %d %q %q, want the handler's 418", code, replayed, body)
+	}
+	if code, replayed, _ := post("/ws418"); code != 418 || replayed != "true" {
+		t.Fatalf("retry: %d replayed=%q, want the 418 replayed", code, replayed)
+	}
+	if code, _, _ := post("/ws500"); code != 500 {
+		t.Fatalf("first 500 case: %d, want the handler's 500", code)
+	}
+	if code, _, body := post("/ws500"); code != 409 || !strings.Contains(body, "idempotency_previous_failed") {
+		t.Fatalf("retry of the failed one: %d %s, want 409 previous_failed", code, body)
+	}
+}

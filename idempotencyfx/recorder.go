@@ -83,10 +83,15 @@ func (rec *recorder) Flush() {
 	_ = http.NewResponseController(rec.w).Flush()
 }
 
-// Hijack hands the connection to the handler; nothing can be recorded.
+// Hijack hands the connection to the handler; nothing can be recorded. A
+// hijack that fails (HTTP/2, a writer that cannot) changes nothing: the
+// handler then answers as usual, and that answer is recorded.
 func (rec *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
-	rec.passing, rec.reason = true, "connection was hijacked"
-	return http.NewResponseController(rec.w).Hijack()
+	conn, rw, err := http.NewResponseController(rec.w).Hijack()
+	if err == nil {
+		rec.passing, rec.reason = true, "connection was hijacked"
+	}
+	return conn, rw, err
 }
 
 // Unwrap lets http.ResponseController reach the underlying writer for
