@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
 
 	"github.com/redisfx/redisfx/idempotencyfx"
 	"github.com/redisfx/redisfx/internal/redistest"
@@ -307,5 +308,48 @@ func TestIdempotent_FailedHijack_AnswerKeptAndRecorded(t *testing.T) {
 	}
 	if code, _, body := post("/ws500"); code != 409 || !strings.Contains(body, "idempotency_previous_failed") {
 		t.Fatalf("retry of the failed one: %d %s, want 409 previous_failed", code, body)
+	}
+}
+
+// A handler that panics behind Idempotent(): the recovery middleware's 500
+// keeps the headers outer middleware set (a request id, CORS), and none of
+// those the handler set before it panicked. (Found by an adversary: the
+// request id was dropped.)
+func TestIdempotent_Panic_OuterHeadersKept(t *testing.T) {
+	srv := redistest.StartPrivate(t)
+	client, _ := storefx.New("default", storefx.Config{URL: srv.URL()})
+	defer client.Close()
+	svc, err := idempotencyfx.New(client, idempotencyfx.Config{KeyPrefix: redistest.Prefix(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc.Close()
+	r := chi.NewRouter()
+	r.Use(func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("X-Request-Id", "req-7")
+			w.Header().Set("Access-Control-Allow-Origin", "*")
+			next.ServeHTTP(w, r)
+		})
+	})
+	r.Use(middleware.Recoverer)
+	r.Use(svc.Install)
+	r.With(idempotencyfx.Idempotent()).Post("/p", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Partial", "half")
+		w.Header().Set("X-Request-Id", "changed by the handler")
+		panic("boom")
+	})
+	hs := httptest.NewServer(r)
+	defer hs.Close()
+	req, _ := http.NewRequest(http.MethodPost, hs.URL+"/p", strings.NewReader("x"))
+	req.Header.Set("Idempotency-Key", "panics")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 500 || resp.Header.Get("X-Request-Id") != "req-7" ||
+		resp.Header.Get("Access-Control-Allow-Origin") != "*" || resp.Header.Get("X-Partial") != "" {
+		t.Fatalf("%d %v: want 500 with the outer headers as they were and none of the handler's", resp.StatusCode, resp.Header)
 	}
 }

@@ -158,7 +158,12 @@ func (s *Service) runOwned(w http.ResponseWriter, r *http.Request, next http.Han
 		panicked := recover() // nil: runtime.Goexit, which goes on after this
 		s.finish(ctx, l, StateFailed, nil)
 		if panicked != nil {
-			clear(rec.header) // the recovery middleware answers afresh
+			// The recovery middleware answers afresh: with the headers outer
+			// middleware set (a request id, CORS), none of the handler's.
+			clear(rec.header)
+			for k, vs := range outer {
+				rec.header[k] = vs
+			}
 			panic(panicked)
 		}
 	}()
@@ -245,37 +250,32 @@ func bodyTooLarge(limit int64) error {
 
 // outerHeaders notes the response headers that outer middleware set before
 // the handler ran (a request id, say). They belong to this request, not to
-// the outcome, so a replay must not repeat them. A header the handler left
-// alone still has the very same value slice, which is what is compared: no
-// copy of the values is made.
-func outerHeaders(h http.Header) map[string]valueSlice {
+// the outcome, so a replay must not repeat them, and an answer made afresh
+// after a panic keeps them. A header the handler left alone still has the
+// very same value slice, which is what is compared: the values are not
+// copied.
+func outerHeaders(h http.Header) http.Header {
 	if len(h) == 0 {
 		return nil
 	}
-	seen := make(map[string]valueSlice, len(h))
+	seen := make(http.Header, len(h))
 	for k, vs := range h {
 		if len(vs) > 0 {
-			seen[k] = valueSlice{&vs[0], len(vs)}
+			seen[k] = vs
 		}
 	}
 	return seen
 }
 
-// valueSlice identifies a header's value slice: its first element and length.
-type valueSlice struct {
-	first *string
-	n     int
-}
-
 // handlerHeaders is h without the headers that outer middleware set and
 // the handler left unchanged.
-func handlerHeaders(h http.Header, outer map[string]valueSlice) http.Header {
+func handlerHeaders(h, outer http.Header) http.Header {
 	if len(outer) == 0 {
 		return h
 	}
 	own := make(http.Header, len(h))
 	for k, vs := range h {
-		if o, ok := outer[k]; ok && len(vs) == o.n && &vs[0] == o.first {
+		if o, ok := outer[k]; ok && len(vs) == len(o) && &vs[0] == &o[0] {
 			continue
 		}
 		own[k] = vs
