@@ -353,3 +353,42 @@ func TestIdempotent_Panic_OuterHeadersKept(t *testing.T) {
 		t.Fatalf("%d %v: want 500 with the outer headers as they were and none of the handler's", resp.StatusCode, resp.Header)
 	}
 }
+
+// Trailers a handler declares (Trailer: X-Sum, set after the body) are sent
+// as trailers, not headers, on the first answer and on its replay.
+func TestIdempotent_Trailers_SentAsTrailersAndReplayed(t *testing.T) {
+	srv := redistest.StartPrivate(t)
+	client, _ := storefx.New("default", storefx.Config{URL: srv.URL()})
+	defer client.Close()
+	svc, err := idempotencyfx.New(client, idempotencyfx.Config{KeyPrefix: redistest.Prefix(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc.Close()
+	r := chi.NewRouter()
+	r.Use(svc.Install)
+	r.With(idempotencyfx.Idempotent()).Post("/p", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Trailer", "X-Sum")
+		w.WriteHeader(201)
+		_, _ = io.WriteString(w, "body")
+		w.Header().Set("X-Sum", "42")
+	})
+	hs := httptest.NewServer(r)
+	defer hs.Close()
+	for _, attempt := range []string{"first", "replay"} {
+		req, _ := http.NewRequest(http.MethodPost, hs.URL+"/p", strings.NewReader("x"))
+		req.Header.Set("Idempotency-Key", "trailers")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body) // trailers arrive after the body
+		resp.Body.Close()
+		if resp.StatusCode != 201 || string(b) != "body" || resp.Header.Get("X-Sum") != "" || resp.Trailer.Get("X-Sum") != "42" {
+			t.Fatalf("%s: %d %q header %v trailer %v; want X-Sum only as a trailer", attempt, resp.StatusCode, b, resp.Header, resp.Trailer)
+		}
+		if replayed := resp.Header.Get(idempotencyfx.ReplayedHeader) == "true"; replayed != (attempt == "replay") {
+			t.Fatalf("%s: replayed=%v", attempt, replayed)
+		}
+	}
+}

@@ -220,8 +220,10 @@ func (c Config) normalize() (*settings, error) {
 }
 
 // hopByHop headers belong to one connection and are never recorded (RFC 9110 §7.6.1).
+// Trailer is not one of them: it declares which fields follow the body, end
+// to end, and a replay needs it for net/http to send them as trailers.
 var hopByHop = []string{"Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
-	"Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+	"Proxy-Connection", "Te", "Transfer-Encoding", "Upgrade"}
 
 // Validate reports the first invalid option.
 func (c Config) Validate() error {

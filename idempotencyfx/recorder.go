@@ -2,8 +2,10 @@ package idempotencyfx
 
 import (
 	"bufio"
+	"io"
 	"net"
 	"net/http"
+	"strings"
 )
 
 // recorder buffers the handler's response so that the record is written to
@@ -111,9 +113,39 @@ func (rec *recorder) send() {
 	if rec.passing {
 		return
 	}
-	rec.w.WriteHeader(rec.finishedStatus())
-	if len(rec.body) > 0 {
-		_, _ = rec.w.Write(rec.body)
+	sendWithTrailers(rec.w, rec.finishedStatus(), rec.body, "")
+}
+
+// sendWithTrailers writes status and body (body, or if empty bodyText) to
+// w, whose header map holds the response's headers. The values of the
+// trailers the response declares (Trailer: X-Sum) are held back until after
+// the body, so that they are sent as trailers, as the handler meant, and not
+// as headers: the handler set them after its body, but a recorded or
+// replayed response has them all in hand before the first byte.
+func sendWithTrailers(w http.ResponseWriter, status int, body []byte, bodyText string) {
+	h := w.Header()
+	var held http.Header
+	for _, declared := range h["Trailer"] {
+		for name := range strings.SplitSeq(declared, ",") {
+			name = http.CanonicalHeaderKey(strings.TrimSpace(name))
+			if vs, ok := h[name]; ok {
+				if held == nil {
+					held = http.Header{}
+				}
+				held[name] = vs
+				delete(h, name)
+			}
+		}
+	}
+	w.WriteHeader(status)
+	switch {
+	case len(body) > 0:
+		_, _ = w.Write(body)
+	case bodyText != "":
+		_, _ = io.WriteString(w, bodyText)
+	}
+	for k, vs := range held {
+		h[k] = vs
 	}
 }
 

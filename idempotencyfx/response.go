@@ -3,7 +3,6 @@ package idempotencyfx
 import (
 	"encoding/binary"
 	"errors"
-	"io"
 	"net/http"
 )
 
@@ -193,10 +192,7 @@ func (rp replay) write(w http.ResponseWriter) {
 		h[k] = vs
 	}
 	h[ReplayedHeader] = rp.marker
-	w.WriteHeader(rp.status)
-	if rp.body != "" {
-		_, _ = io.WriteString(w, rp.body)
-	}
+	sendWithTrailers(w, rp.status, nil, rp.body)
 }
 
 // ReplayedHeader marks a replayed response.
