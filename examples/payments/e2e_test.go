@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -403,17 +404,49 @@ func TestPayments_GracefulStop_FinishesInFlightAndRecordsIt(t *testing.T) {
 	}
 }
 
+// A stop waits for a payment however long PAYMENTS_DELAY makes it: here
+// longer than the 15 s an HTTP server drains by default. (Found by an
+// adversary: with PAYMENTS_DELAY=20s the in-flight request got no answer,
+// its record stayed in progress and the process exited 1.)
+func TestPayments_GracefulStop_WaitsForAPaymentLongerThanTheDefaultDrain(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	prefix := redistest.Prefix(t)
+	p := start(t, "REDIS_URL="+srv.URL(), "IDEMPOTENCY_KEY_PREFIX="+prefix, "PAYMENTS_DELAY=16s")
+	done := make(chan resp)
+	go func() { done <- p.pay("slow", card) }()
+	inProgress(t, srv, prefix+"slow")
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	if r := <-done; r.status != 201 {
+		t.Fatalf("in-flight 16 s payment during stop: %+v", r)
+	}
+	select {
+	case err := <-p.exited:
+		p.exited <- err
+		if err != nil {
+			t.Fatalf("exit: %v, want 0", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("did not exit after SIGTERM")
+	}
+	if state := srv.Client().HGet(context.Background(), prefix+"slow", "s").Val(); state != "c" {
+		t.Fatalf("record state %q after the stop, want completed", state)
+	}
+}
+
 func TestPayments_InvalidEnvStopsStartNamingTheVariable(t *testing.T) {
 	t.Parallel()
 	for _, env := range []string{"IDEMPOTENCY_ERROR_POLICY=sometimes", "IDEMPOTENCY_TTL=-1h", "REDIS_URL=http://nope", "TRACING_EXPORTER=pigeon", "PAYMENTS_DELAY=soon",
 		"OTEL_TRACES_SAMPLER=sometimes", "OTEL_EXPORTER_OTLP_ENDPOINT=collector:4318", "OTEL_PROPAGATORS=zipkin",
-		"HTTP_ADDR=notanaddr", "HTTP_ADDR=127.0.0.1:99999", "REDIS_URL=redis://127.0.0.1:1/-1"} {
+		"HTTP_ADDR=notanaddr", "HTTP_ADDR=127.0.0.1:99999", "REDIS_URL=redis://127.0.0.1:1/-1",
+		"IDEMPOTENCY_TTL=500us", "IDEMPOTENCY_LOCK_TIMEOUT=5ms", "IDEMPOTENCY_HEADER=Bad Header"} {
 		cmd := exec.Command(binary)
 		cmd.Env = append(os.Environ(), "HTTP_ADDR=127.0.0.1:0", env)
 		out, err := cmd.CombinedOutput()
 		name := strings.SplitN(env, "=", 2)[0]
-		if err == nil || !strings.Contains(string(out), name) {
-			t.Errorf("%s: exit %v, output %s", env, err, out)
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 2 || !strings.Contains(string(out), name) {
+			t.Errorf("%s: exit %v (want 2, naming %s), output %s", env, err, name, out)
 		}
 		if strings.Contains(string(out), "http server listening") {
 			t.Errorf("%s: served anyway", env)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redisfx/redisfx"
 	"github.com/redisfx/redisfx/idempotencyfx"
 	"github.com/redisfx/redisfx/ratelimitfx"
 	"github.com/redisfx/redisfx/storefx"
@@ -45,6 +47,18 @@ type Env struct {
 	// the same digest for the same card. Unset: a random secret of this
 	// process.
 	KeyHashSecret []byte
+}
+
+// idempotencyVariables are the variables behind the fields of the
+// idempotency Config (idempotencyConfig).
+var idempotencyVariables = map[string]string{
+	"Config.DefaultTTL":  "IDEMPOTENCY_TTL",
+	"Config.HeaderName":  "IDEMPOTENCY_HEADER",
+	"Config.KeyPrefix":   "IDEMPOTENCY_KEY_PREFIX",
+	"Config.LockTimeout": "IDEMPOTENCY_LOCK_TIMEOUT",
+	"Config.WaitTimeout": "IDEMPOTENCY_WAIT_TIMEOUT",
+	"Config.NoWait":      "IDEMPOTENCY_WAIT_TIMEOUT",
+	"Config.ErrorPolicy": "IDEMPOTENCY_ERROR_POLICY",
 }
 
 // EnvError names the variable whose value is invalid.
@@ -116,14 +130,16 @@ func LoadEnv(getenv func(string) string) (Env, error) {
 			return e, &EnvError{"REDIS_URL", redactURL(e.RedisURL), "not a redis:// or rediss:// URL"}
 		}
 	}
-	if e.ErrorPolicy != idempotencyfx.FailClosed && e.ErrorPolicy != idempotencyfx.FailOpen {
-		return e, &EnvError{"IDEMPOTENCY_ERROR_POLICY", string(e.ErrorPolicy), "not fail-closed or fail-open"}
-	}
-	if e.LockTimeout < 10*time.Millisecond {
-		return e, &EnvError{"IDEMPOTENCY_LOCK_TIMEOUT", getenv("IDEMPOTENCY_LOCK_TIMEOUT"), "shorter than 10ms"}
-	}
-	if err := (idempotencyfx.Config{HeaderName: e.Header}).Validate(); err != nil {
-		return e, &EnvError{"IDEMPOTENCY_HEADER", e.Header, "not an HTTP header name"}
+	// The idempotency settings are checked by the module's own rules, here,
+	// so that whatever it refuses is reported with the variable's name.
+	if err := idempotencyConfig(e).Validate(); err != nil {
+		var ce *redisfx.ConfigError
+		if errors.As(err, &ce) {
+			if name, ok := idempotencyVariables[ce.Field]; ok {
+				return e, &EnvError{name, get(name, "(default)"), ce.Reason}
+			}
+		}
+		return e, err
 	}
 	switch e.TracingExporter {
 	case "", tracingfx.ExporterOTLP, tracingfx.ExporterConsole, tracingfx.ExporterJaeger, tracingfx.ExporterZipkin, tracingfx.ExporterNone:

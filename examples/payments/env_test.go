@@ -31,3 +31,22 @@ func TestLoadEnv_TTL(t *testing.T) {
 		}
 	}
 }
+
+func TestDrainTimeout_CoversTheLongestPayment(t *testing.T) {
+	for _, c := range []struct {
+		env  Env
+		want time.Duration
+	}{
+		{Env{}, 15 * time.Second},
+		{Env{PaymentsDelay: 20 * time.Second}, 35 * time.Second},
+		{Env{PaymentsDelay: 20 * time.Second, CardLock: true, LockWait: 10 * time.Second}, 45 * time.Second},
+		{Env{CardLock: false, LockWait: 10 * time.Second}, 15 * time.Second},
+	} {
+		if got := drainTimeout(c.env); got != c.want {
+			t.Errorf("drainTimeout(%+v) = %v, want %v", c.env, got, c.want)
+		}
+		if got := stopTimeout(c.env); got != c.want+15*time.Second {
+			t.Errorf("stopTimeout(%+v) = %v, want the drain and 15 s", c.env, got)
+		}
+	}
+}

@@ -4,6 +4,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"go.uber.org/fx/fxevent"
 	"go.uber.org/zap"
 
+	"github.com/redisfx/redisfx"
 	"github.com/redisfx/redisfx/cachefx"
 	"github.com/redisfx/redisfx/httpfx"
 	"github.com/redisfx/redisfx/idempotencyfx"
@@ -38,13 +40,24 @@ func main() {
 		_ = log.Sync()
 		os.Exit(2)
 	}
-	fx.New(App(env, log)).Run() // SIGINT/SIGTERM: drain, flush, close, exit 0
+	app := fx.New(App(env, log))
+	if err := app.Err(); err != nil {
+		// Fx has logged the error. A module's configuration error (an
+		// OTEL_* variable that tracingfx refuses) is a configuration error
+		// like the example's own: exit 2.
+		if errors.As(err, new(*redisfx.ConfigError)) {
+			os.Exit(2)
+		}
+		os.Exit(1)
+	}
+	app.Run() // SIGINT/SIGTERM: drain, flush, close, exit 0
 }
 
 // App is the whole application for env, built only from redisfx modules.
 func App(env Env, log *zap.Logger) fx.Option {
 	return fx.Options(
 		fx.Supply(env, log),
+		fx.StopTimeout(stopTimeout(env)),
 		fx.WithLogger(func(l *zap.Logger) fxevent.Logger {
 			return &fxevent.ZapLogger{Logger: l.Named("fx").WithOptions(zap.IncreaseLevel(zap.WarnLevel))}
 		}),
@@ -109,7 +122,25 @@ func tracingConfig(env Env) *tracingfx.Config {
 	}
 }
 
-func httpConfig(env Env) *httpfx.Config { return &httpfx.Config{Addr: env.HTTPAddr} }
+func httpConfig(env Env) *httpfx.Config {
+	return &httpfx.Config{Addr: env.HTTPAddr, ShutdownTimeout: drainTimeout(env)}
+}
+
+// drainTimeout is how long a stop waits for in-flight payments: as long as
+// one can take (PAYMENTS_DELAY, and the wait for the card's lock when it is
+// on) and 15 s more, so that a stop never cuts a payment off and leaves its
+// record in progress.
+func drainTimeout(env Env) time.Duration {
+	d := env.PaymentsDelay + 15*time.Second
+	if env.CardLock {
+		d += env.LockWait
+	}
+	return d
+}
+
+// stopTimeout bounds the whole stop: the drain, then the span flush and
+// closing Redis.
+func stopTimeout(env Env) time.Duration { return drainTimeout(env) + 15*time.Second }
 
 func metricsConfig(env Env) *metricsfx.Config { return &metricsfx.Config{Prefix: env.MetricsPrefix} }
 
