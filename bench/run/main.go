@@ -55,6 +55,10 @@ var servers = []server{
 		env: []string{"OTEL_EXPORTER_OTLP_ENDPOINT=http://{recv}", "OTEL_TRACES_SAMPLER=parentbased_always_on"}},
 	{name: "stack-notracing", label: "README stack without tracingfx", mode: "stack-notracing"},
 	{name: "stripped", label: "stripped: no-op logger, no tracingfx (earlier tables' \"redisfx\")", mode: "redisfx"},
+	// The payments example as users start it, only HTTP_ADDR and REDIS_URL
+	// set: its own handler, which also caches each payment and publishes a
+	// receipt to a stream, so it does more than the trivial handler.
+	{name: "payments", label: "examples/payments with its defaults (its handler also caches and publishes a receipt)", mode: "payments"},
 }
 
 func main() {
@@ -72,6 +76,10 @@ func main() {
 	defer os.RemoveAll(dir)
 	bin := filepath.Join(dir, "benchserver")
 	if out, err := exec.Command("go", "build", "-o", bin, "./bench/benchserver").CombinedOutput(); err != nil {
+		log.Fatalf("build: %v\n%s", err, out)
+	}
+	payments := filepath.Join(dir, "payments")
+	if out, err := exec.Command("go", "build", "-o", payments, "./examples/payments").CombinedOutput(); err != nil {
 		log.Fatalf("build: %v\n%s", err, out)
 	}
 	if *down {
@@ -106,9 +114,13 @@ func main() {
 		for _, path := range paths {
 			for _, s := range chosen {
 				addr := local.FreeAddr()
-				srv := exec.Command(bin, "-mode", s.mode, "-addr", addr, "-redis", "redis://"+redisAddr,
-					"-prefix", fmt.Sprintf("bench:%s:%s:%d:", s.name, path, r))
+				prefix := fmt.Sprintf("bench:%s:%s:%d:", s.name, path, r)
+				srv := exec.Command(bin, "-mode", s.mode, "-addr", addr, "-redis", "redis://"+redisAddr, "-prefix", prefix)
 				srv.Env = serverEnv(s.env, recvAddr)
+				if s.mode == "payments" {
+					srv = exec.Command(payments)
+					srv.Env = append(serverEnv(s.env, recvAddr), "HTTP_ADDR="+addr, "REDIS_URL=redis://"+redisAddr, "IDEMPOTENCY_KEY_PREFIX="+prefix)
+				}
 				if err := srv.Start(); err != nil {
 					log.Fatal(err)
 				}
@@ -203,8 +215,8 @@ func median(cs []cell) (cell, float64, float64) {
 
 func report(results map[string]map[load.Keys][]cell, chosen []server, paths []load.Keys, conns int, dur time.Duration, repeat int) {
 	fmt.Printf("Closed loop, %d connections, %v per run, median of %d runs (min-max in brackets); %s.\n\n", conns, dur, repeat, time.Now().UTC().Format("2006-01-02 15:04 MST"))
-	fmt.Println("| path | server | req/s | vs plain | vs limit | p50 | p99 | server CPU/req | round trips/req | OTLP bytes/req |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| path | server | req/s | vs plain | vs limit | p50 | p99 | server CPU/req | script calls/req | Redis commands/req | OTLP bytes/req |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|")
 	rps := func(name string, p load.Keys) float64 {
 		if results[name] == nil {
 			return 0
@@ -216,9 +228,9 @@ func report(results map[string]map[load.Keys][]cell, chosen []server, paths []lo
 		plain, limit := rps("plain", path), rps("limit", path)
 		for _, s := range chosen {
 			c, lo, hi := median(results[s.name][path])
-			fmt.Printf("| %s | %s | %.0f (%.0f-%.0f) | %s | %s | %v | %v | %v | %.2f | %.0f |\n",
+			fmt.Printf("| %s | %s | %.0f (%.0f-%.0f) | %s | %s | %v | %v | %v | %.2f | %.2f | %.0f |\n",
 				path, s.label, c.res.RPS(), lo, hi, pct(c.res.RPS(), plain), pct(c.res.RPS(), limit),
-				round(c.res.P50), round(c.res.P99), round(c.cpu), c.calls.trips, c.exportBytes)
+				round(c.res.P50), round(c.res.P99), round(c.cpu), c.calls.trips, c.calls.commands, c.exportBytes)
 		}
 	}
 	fmt.Println()
@@ -248,6 +260,9 @@ func report(results map[string]map[load.Keys][]cell, chosen []server, paths []lo
 		fmt.Printf("| %s: tracing default ≥ 0.97 × no tracingfx | %s |\n", p, ratio("stack", "stack-notracing", p))
 		fmt.Printf("| %s: OTLP 10 %% ≥ 0.95 × no tracingfx | %s |\n", p, ratio("stack-otlp10", "stack-notracing", p))
 		fmt.Printf("| %s: OTLP 100 %% vs no tracingfx | %s |\n", p, ratio("stack-otlp100", "stack-notracing", p))
+	}
+	for _, p := range paths {
+		fmt.Printf("| %s: payments example vs README stack (for reference) | %s |\n", p, ratio("payments", "stack", p))
 	}
 }
 
