@@ -52,6 +52,6 @@
 //
 // /healthz answers 200 while the process runs; /readyz answers 200 when every
 // readiness check (every storefx client, and the app's own) passes, else 503
-// naming the failed check; /metrics serves the metricsfx registry. Each can
-// be switched off in Config.
+// as a problem (code CodeNotReady) naming the failed checks; /metrics serves
+// the metricsfx registry. Each can be switched off in Config.
 package httpfx

@@ -2,8 +2,8 @@ package httpfx
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
+	"strings"
 	"time"
 
 	"go.uber.org/fx"
@@ -38,6 +38,10 @@ const (
 	MetricsPath = "/metrics"
 )
 
+// CodeNotReady is the code of the 503 problem /readyz answers when a
+// readiness check fails.
+const CodeNotReady = "not_ready"
+
 // isProbe reports whether r polls a probe path.
 func isProbe(r *http.Request) bool {
 	switch r.URL.Path {
@@ -53,9 +57,12 @@ func healthz(w http.ResponseWriter, _ *http.Request) {
 	_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
 }
 
-// readyz answers 200 when every check passes within a second, else 503
-// naming the failing checks (without error details, which may hold
-// addresses; those go to the log). The checks' Redis commands make no span.
+// readyz answers 200 {"status":"ready"} when every check passes within a
+// second, else 503 as a problem (code CodeNotReady) whose "failed" member
+// names the failing checks (without error details, which may hold
+// addresses; those go to the log). A 503 is an error answer like any other
+// of redisfx, so it is problem+json too. The checks' Redis commands make no
+// span.
 func readyz(checks []ReadinessCheck) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(plugintrace.WithoutCommandSpans(r.Context()), time.Second)
@@ -66,13 +73,14 @@ func readyz(checks []ReadinessCheck) http.HandlerFunc {
 				failed = append(failed, c.Name)
 			}
 		}
+		if len(failed) > 0 {
+			p := NewProblem(http.StatusServiceUnavailable, CodeNotReady, "failed readiness checks: "+strings.Join(failed, ", "))
+			p.Extensions = map[string]any{"failed": failed}
+			p.Write(w)
+			return
+		}
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Cache-Control", "no-store")
-		status, body := http.StatusOK, map[string]any{"status": "ready"}
-		if len(failed) > 0 {
-			status, body = http.StatusServiceUnavailable, map[string]any{"status": "unavailable", "failed": failed}
-		}
-		w.WriteHeader(status)
-		_ = json.NewEncoder(w).Encode(body)
+		_, _ = w.Write([]byte(`{"status":"ready"}` + "\n"))
 	}
 }

@@ -2,7 +2,9 @@ package httpfx_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -138,8 +140,11 @@ func TestHealthAndReadiness(t *testing.T) {
 		t.Fatal("readyz")
 	}
 	healthy.Store(false)
-	if code, _, body := get(t, srv.URL()+"/readyz"); code != 503 || !strings.Contains(body, `"db"`) {
-		t.Fatalf("readyz down: %d %s", code, body)
+	code, h, body := get(t, srv.URL()+"/readyz")
+	var p httpfx.Problem
+	if err := json.Unmarshal([]byte(body), &p); err != nil || code != 503 || h.Get("Content-Type") != httpfx.ProblemContentType ||
+		p.Status != 503 || p.Code != httpfx.CodeNotReady || fmt.Sprint(p.Extensions["failed"]) != "[db]" || h.Get("Cache-Control") != "no-store" {
+		t.Fatalf("readyz down: %d %s %s (%v)", code, h, body, err)
 	}
 }
 
