@@ -1,8 +1,8 @@
 package streamfx
 
 // The streams checker: a randomized, fault-injecting test against a
-// private redis-server that states the consumers' promise as invariants
-// and hunts for violations.
+// private redis-server, and a private 3-master Cluster, that states the
+// consumers' promise as invariants and hunts for violations.
 //
 // A publisher adds messages to one stream; several consumers (each a
 // Streams with a Redis client of its own, as separate processes would be)
@@ -15,7 +15,9 @@ package streamfx
 // there), a graceful stop, a start of a new consumer (a new name, or the
 // crashed one's), CLIENT KILL of every connection, CLIENT PAUSE (ALL or
 // WRITE) shorter than ClaimIdle/4, SCRIPT FLUSH, and a restart of Redis
-// that keeps its data (SAVE, kill, start on the same dump). Every run is
+// that keeps its data (SAVE, kill, start on the same dump; on the Cluster,
+// of the master that holds the stream, and the connection faults hit every
+// master). Every run is
 // recorded with the checker's clock; every dead-letter XADD with the time
 // it was sent and answered. Then, once faults stop and every message is
 // settled:
@@ -75,18 +77,25 @@ var streamsCheckerSeeds = []uint64{}
 func TestStreamsChecker(t *testing.T) {
 	t.Parallel()
 	duration := idemcheck.Duration(t, 3*time.Second)
-	for _, seed := range idemcheck.Seeds(t, streamsCheckerSeeds) {
-		t.Run(fmt.Sprint(seed), func(t *testing.T) {
-			w := newStreamsWorld(t, seed)
-			w.run(duration)
-			violations := w.check()
-			w.report(duration)
-			if len(violations) > 0 {
-				for _, v := range violations[:min(len(violations), 20)] {
-					t.Error(v)
-				}
-				t.Errorf("%d violations; replay with:\n  REDISFX_CHECK_SEED=%d REDISFX_CHECK_DURATION=%v go test -race -count=1 -run '^TestStreamsChecker$' -v ./streamfx",
-					len(violations), seed, duration)
+	for _, mode := range []string{"standalone", "cluster"} {
+		t.Run(mode, func(t *testing.T) {
+			if mode == "cluster" && testing.Short() {
+				t.Skip("-short: the Cluster variant is skipped")
+			}
+			for _, seed := range idemcheck.Seeds(t, streamsCheckerSeeds) {
+				t.Run(fmt.Sprint(seed), func(t *testing.T) {
+					w := newStreamsWorld(t, mode, seed)
+					w.run(duration)
+					violations := w.check()
+					w.report(duration)
+					if len(violations) > 0 {
+						for _, v := range violations[:min(len(violations), 20)] {
+							t.Error(v)
+						}
+						t.Errorf("%d violations; replay with:\n  REDISFX_CHECK_SEED=%d REDISFX_CHECK_DURATION=%v go test -race -count=1 -run '^TestStreamsChecker$/^%s$' -v ./streamfx",
+							len(violations), seed, duration, mode)
+					}
+				})
 			}
 		})
 	}
@@ -122,7 +131,7 @@ type dlqWrite struct {
 type incarnation struct {
 	name    string
 	s       *Streams
-	rdb     *redis.Client
+	rdb     redis.UniversalClient
 	crashed chan struct{}
 	logs    *zapobserver.ObservedLogs
 	mu      sync.Mutex
@@ -131,11 +140,13 @@ type incarnation struct {
 
 type streamsWorld struct {
 	t      *testing.T
+	mode   string // standalone or cluster
 	seed   uint64
 	rng    *rand.Rand // the schedule's: used by the fault loop only
-	srv    *redistest.Server
-	admin  *redis.Client
-	pub    *redis.Client
+	nodes  []*redistest.Server
+	admins []*redis.Client // one per node, for its faults
+	admin  redis.UniversalClient
+	pub    redis.UniversalClient
 	stream string
 	cfg    Config
 
@@ -164,15 +175,22 @@ type streamsWorld struct {
 	errs   []string
 }
 
-func newStreamsWorld(t *testing.T, seed uint64) *streamsWorld {
+func newStreamsWorld(t *testing.T, mode string, seed uint64) *streamsWorld {
 	rng := rand.New(rand.NewPCG(seed, 0x57e4))
-	w := &streamsWorld{t: t, seed: seed, rng: rng, srv: redistest.StartPrivate(t),
+	w := &streamsWorld{t: t, mode: mode, seed: seed, rng: rng,
 		plans: map[string]*msgPlan{}, ids: map[string]string{}, ambiguous: map[string]bool{}, runs: map[string][]*run{},
 		active: map[string]int{}, failsDone: map[string]int{}, ops: map[string]int{}, faults: map[string]int{}}
-	w.admin = w.srv.Client()
-	w.pub = redis.NewClient(&redis.Options{Addr: w.srv.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1, // a retried XADD could add the message twice
-		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}})
-	t.Cleanup(func() { _ = w.pub.Close() })
+	if mode == "cluster" {
+		w.nodes = redistest.StartCluster(t, 3, 0).Nodes
+	} else {
+		w.nodes = []*redistest.Server{redistest.StartPrivate(t)}
+	}
+	for _, n := range w.nodes {
+		w.admins = append(w.admins, n.Client())
+	}
+	w.admin = w.newClient(0, 0)
+	w.pub = w.newClient(0, -1) // a retried XADD could add the message twice
+	t.Cleanup(func() { _ = w.admin.Close(); _ = w.pub.Close() })
 	w.stream = "chk"
 	claimIdle := []time.Duration{300, 400, 600}[rng.IntN(3)] * time.Millisecond
 	w.cfg = Config{
@@ -186,6 +204,41 @@ func newStreamsWorld(t *testing.T, seed uint64) *streamsWorld {
 		t.Fatal(err)
 	}
 	return w
+}
+
+// newClient connects to the world's Redis (a Cluster client on the
+// Cluster); retries -1 sends every command once.
+func (w *streamsWorld) newClient(dialTimeout time.Duration, retries int) redis.UniversalClient {
+	off := &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	if w.mode == "cluster" {
+		addrs := make([]string, len(w.nodes))
+		for i, n := range w.nodes {
+			addrs[i] = n.Addr()
+		}
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true, DialTimeout: dialTimeout,
+			MaxRetries: retries, MaxRedirects: retries, MaintNotificationsConfig: off})
+	}
+	return redis.NewClient(&redis.Options{Addr: w.nodes[0].Addr(), ContextTimeoutEnabled: true, DialTimeout: dialTimeout,
+		MaxRetries: retries, MaintNotificationsConfig: off})
+}
+
+// streamNode is the node that holds the stream (on the Cluster, its slot's
+// master).
+func (w *streamsWorld) streamNode() int {
+	cc, ok := w.admin.(*redis.ClusterClient)
+	if !ok {
+		return 0
+	}
+	master, err := cc.MasterForKey(context.Background(), w.stream)
+	if err != nil {
+		return 0
+	}
+	for i, n := range w.nodes {
+		if n.Addr() == master.Options().Addr {
+			return i
+		}
+	}
+	return 0
 }
 
 func (w *streamsWorld) count(m map[string]int, k string) {
@@ -358,8 +411,7 @@ func (h recHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // startConsumer starts a consumer in slot i: a new name, or (sometimes)
 // the name of the slot's last one, as a restarted process keeps it.
 func (w *streamsWorld) startConsumer(i int, name string) {
-	rdb := redis.NewClient(&redis.Options{Addr: w.srv.Addr(), ContextTimeoutEnabled: true, DialTimeout: 300 * time.Millisecond,
-		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}})
+	rdb := w.newClient(300*time.Millisecond, 0)
 	rdb.AddHook(recHook{w: w, consumer: name})
 	core, logs := zapobserver.New(zapcore.WarnLevel)
 	cfg := w.cfg
@@ -516,16 +568,27 @@ func (w *streamsWorld) run(d time.Duration) {
 			}
 		case x < 50:
 			w.count(w.faults, "client kill")
-			_ = w.admin.Do(context.Background(), "CLIENT", "KILL", "TYPE", "normal").Err()
+			w.everyNode(func(c *redis.Client) error { return c.Do(context.Background(), "CLIENT", "KILL", "TYPE", "normal").Err() })
 		case x < 70:
 			mode := []string{"ALL", "WRITE"}[w.rng.IntN(2)]
 			p := time.Duration(w.rng.Int64N(int64(w.cfg.ClaimIdle / 4)))
 			w.count(w.faults, "client pause "+mode)
-			_ = w.admin.Do(context.Background(), "CLIENT", "PAUSE", p.Milliseconds(), mode).Err()
+			w.everyNode(func(c *redis.Client) error {
+				return c.Do(context.Background(), "CLIENT", "PAUSE", p.Milliseconds(), mode).Err()
+			})
 		case x < 85:
 			w.count(w.faults, "script flush")
-			_ = w.admin.ScriptFlush(context.Background()).Err()
+			w.everyNode(func(c *redis.Client) error { return c.ScriptFlush(context.Background()).Err() })
 		default:
+			// A Cluster master is out for about its node timeout after a
+			// restart (CLUSTERDOWN until it sees the others), and runs in
+			// an outage are exempt: restart it a fifth as often, so most
+			// of the run is judged.
+			if w.mode == "cluster" && w.rng.IntN(5) != 0 {
+				w.count(w.faults, "client kill")
+				w.everyNode(func(c *redis.Client) error { return c.Do(context.Background(), "CLIENT", "KILL", "TYPE", "normal").Err() })
+				continue
+			}
 			w.restartRedis()
 		}
 	}
@@ -534,21 +597,32 @@ func (w *streamsWorld) run(d time.Duration) {
 	w.settle()
 }
 
+// everyNode runs a fault's command on every node at once.
+func (w *streamsWorld) everyNode(fault func(*redis.Client) error) {
+	var wg sync.WaitGroup
+	for _, c := range w.admins {
+		wg.Go(func() { _ = fault(c) })
+	}
+	wg.Wait()
+}
+
 // restartRedis restarts Redis keeping its data: SAVE, kill, start on the
-// same dump, with no publish in between (a publish after the SAVE would be
+// same dump (on the Cluster, the stream's master, which keeps its slots
+// through nodes.conf), with no publish in between (a publish after the SAVE would be
 // lost with the kill; acknowledgements and dead-letter moves undone by it
 // are redone by the consumers).
 func (w *streamsWorld) restartRedis() {
 	ctx := context.Background()
 	w.pubMu.Lock()
 	defer w.pubMu.Unlock()
+	node := w.streamNode()
 	before, err := w.admin.XLen(ctx, w.stream).Result()
-	if err != nil || w.admin.Save(ctx).Err() != nil {
+	if err != nil || w.admins[node].Save(ctx).Err() != nil {
 		return
 	}
 	began := time.Now()
-	w.srv.Restart()
-	for w.admin.Ping(ctx).Err() != nil {
+	w.nodes[node].Restart()
+	for !w.serving(ctx, node) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	end := time.Now()
@@ -563,6 +637,16 @@ func (w *streamsWorld) restartRedis() {
 	if after, err := w.admin.XLen(ctx, w.stream).Result(); err != nil || after != before {
 		w.fail("the restart lost data: XLEN %d before, %d after (%v)", before, after, err)
 	}
+}
+
+// serving reports whether node answers again, and on the Cluster whether
+// it sees the Cluster whole again (its slots served).
+func (w *streamsWorld) serving(ctx context.Context, node int) bool {
+	if w.mode != "cluster" {
+		return w.admins[node].Ping(ctx).Err() == nil
+	}
+	info, err := w.admins[node].ClusterInfo(ctx).Result()
+	return err == nil && strings.Contains(info, "cluster_state:ok") && w.admin.XLen(ctx, w.stream).Err() == nil
 }
 
 // settle starts a consumer in every empty slot and waits until the group
