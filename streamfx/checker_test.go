@@ -568,7 +568,7 @@ func (w *streamsWorld) run(d time.Duration) {
 			}
 		case x < 50:
 			w.count(w.faults, "client kill")
-			w.everyNode(func(c *redis.Client) error { return c.Do(context.Background(), "CLIENT", "KILL", "TYPE", "normal").Err() })
+			w.killClients()
 		case x < 70:
 			mode := []string{"ALL", "WRITE"}[w.rng.IntN(2)]
 			p := time.Duration(w.rng.Int64N(int64(w.cfg.ClaimIdle / 4)))
@@ -586,7 +586,7 @@ func (w *streamsWorld) run(d time.Duration) {
 			// of the run is judged.
 			if w.mode == "cluster" && w.rng.IntN(5) != 0 {
 				w.count(w.faults, "client kill")
-				w.everyNode(func(c *redis.Client) error { return c.Do(context.Background(), "CLIENT", "KILL", "TYPE", "normal").Err() })
+				w.killClients()
 				continue
 			}
 			w.restartRedis()
@@ -595,6 +595,11 @@ func (w *streamsWorld) run(d time.Duration) {
 	cancel()
 	bg.Wait()
 	w.settle()
+}
+
+// killClients closes every client connection of every node.
+func (w *streamsWorld) killClients() {
+	w.everyNode(func(c *redis.Client) error { return c.Do(context.Background(), "CLIENT", "KILL", "TYPE", "normal").Err() })
 }
 
 // everyNode runs a fault's command on every node at once.
