@@ -599,7 +599,9 @@ func (w *streamsWorld) run(d time.Duration) {
 
 // killClients closes every client connection of every node.
 func (w *streamsWorld) killClients() {
-	w.everyNode(func(c *redis.Client) error { return c.Do(context.Background(), "CLIENT", "KILL", "TYPE", "normal").Err() })
+	w.everyNode(func(c *redis.Client) error {
+		return c.Do(context.Background(), "CLIENT", "KILL", "TYPE", "normal").Err()
+	})
 }
 
 // everyNode runs a fault's command on every node at once.
