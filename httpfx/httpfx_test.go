@@ -308,3 +308,44 @@ func TestProbes_NotTraced_LoggedAtDebug(t *testing.T) {
 		t.Fatalf("%d probe lines at debug, want 3", n)
 	}
 }
+
+// A request no route serves gets a problem: 404 for an unknown path, 405
+// with the Allow header RFC 9110 requires for a known path and another
+// method, also inside a mounted sub-router.
+func TestUnmatched_ProblemsAndAllow(t *testing.T) {
+	t.Parallel()
+	a, srv, _ := app(t, fx.Provide(httpfx.AsRoutes(func() httpfx.Routes {
+		return func(r chi.Router) {
+			r.Route("/orders", func(r chi.Router) {
+				r.Post("/", func(http.ResponseWriter, *http.Request) {})
+				r.Put("/{id}", func(http.ResponseWriter, *http.Request) {})
+				r.Delete("/{id}", func(http.ResponseWriter, *http.Request) {})
+			})
+		}
+	})))
+	defer a.RequireStop()
+	for _, c := range []struct {
+		method, path string
+		status       int
+		code, allow  string
+	}{
+		{"GET", "/nowhere", 404, httpfx.CodeNotFound, ""},
+		{"POST", "/items/7", 405, httpfx.CodeMethodNotAllowed, "GET"},
+		{"DELETE", "/healthz", 405, httpfx.CodeMethodNotAllowed, "GET"},
+		{"GET", "/orders/9", 405, httpfx.CodeMethodNotAllowed, "PUT, DELETE"},
+		{"GET", "/orders/", 405, httpfx.CodeMethodNotAllowed, "POST"},
+	} {
+		req, _ := http.NewRequest(c.method, srv.URL()+c.path, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var p httpfx.Problem
+		err = json.NewDecoder(resp.Body).Decode(&p)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != c.status || p.Code != c.code || resp.Header.Get("Content-Type") != httpfx.ProblemContentType ||
+			resp.Header.Get("Allow") != c.allow {
+			t.Errorf("%s %s: %d %q Allow %q (%v); want %d %q Allow %q", c.method, c.path, resp.StatusCode, p.Code, resp.Header.Get("Allow"), err, c.status, c.code, c.allow)
+		}
+	}
+}

@@ -102,12 +102,8 @@ func newRouter(p routerParams) (*chi.Mux, error) {
 	for _, m := range ordered(p.Middleware, middlewareOrder) {
 		r.Use(m.Wrap)
 	}
-	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
-		NewProblem(http.StatusNotFound, "not_found", "No route matches "+r.URL.Path+".").Write(w)
-	})
-	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
-		NewProblem(http.StatusMethodNotAllowed, "method_not_allowed", r.Method+" is not allowed on "+r.URL.Path+".").Write(w)
-	})
+	r.NotFound(notFound)
+	r.MethodNotAllowed(methodNotAllowed(r))
 	if !cfg.DisableHealth {
 		r.Get(HealthPath, healthz)
 	}
