@@ -100,6 +100,29 @@ func TestRoutes_ErrorsBecomeProblems(t *testing.T) {
 	}
 }
 
+// A scanner sending methods HTTP does not define (to unknown paths and to
+// known ones) cannot grow the metrics' cardinality: such methods share the
+// label _OTHER, as in OpenTelemetry's HTTP conventions.
+func TestMetrics_UnknownMethodsCollapsed(t *testing.T) {
+	t.Parallel()
+	a, srv, _ := app(t)
+	defer a.RequireStop()
+	for i := range 30 {
+		for _, path := range []string{"/random", "/items/1"} {
+			req, _ := http.NewRequest(fmt.Sprintf("SCAN%d", i), srv.URL()+path, nil)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+		}
+	}
+	_, _, metrics := get(t, srv.URL()+"/metrics")
+	if strings.Contains(metrics, "SCAN") || !strings.Contains(metrics, `method="_OTHER"`) {
+		t.Fatalf("unknown methods became labels:\n%s", metrics)
+	}
+}
+
 func TestMetrics_LabelledByRoutePattern_UnmatchedCollapsed(t *testing.T) {
 	t.Parallel()
 	a, srv, logs := app(t)

@@ -171,7 +171,7 @@ func (f *front) serve(w http.ResponseWriter, r *http.Request, next http.Handler)
 		}
 	}
 	if f.metrics != nil {
-		f.metrics.observe(r.Method, route, metrics.Code, metrics.Duration)
+		f.metrics.observe(methodLabel(r.Method), route, metrics.Code, metrics.Duration)
 	}
 	level := zap.InfoLevel
 	if probe {
@@ -243,6 +243,16 @@ func requestAttributes(r *http.Request) []attribute.KeyValue {
 		attrs = append(attrs, semconv.NetworkProtocolVersion(v))
 	}
 	return attrs
+}
+
+// methodLabel is the method as a metric label: a method HTTP does not
+// define is "_OTHER" (OpenTelemetry's rule), so a client sending made-up
+// methods cannot grow the metrics' cardinality.
+func methodLabel(m string) string {
+	if knownMethods[m] {
+		return m
+	}
+	return "_OTHER"
 }
 
 var knownMethods = map[string]bool{
