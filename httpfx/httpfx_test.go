@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxtest"
 	"go.uber.org/goleak"
@@ -120,6 +121,35 @@ func TestMetrics_UnknownMethodsCollapsed(t *testing.T) {
 	_, _, metrics := get(t, srv.URL()+"/metrics")
 	if strings.Contains(metrics, "SCAN") || !strings.Contains(metrics, `method="_OTHER"`) {
 		t.Fatalf("unknown methods became labels:\n%s", metrics)
+	}
+}
+
+// Made-up methods do not name SERVER spans either (a tracing backend lists
+// operations by span name): the name is "HTTP", the method is kept in
+// http.request.method_original.
+func TestSpans_UnknownMethodNamedHTTP(t *testing.T) {
+	t.Parallel()
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+	a, srv, _ := app(t, fx.Provide(func() trace.TracerProvider { return tp }))
+	req, _ := http.NewRequest("SCAN7", srv.URL()+"/items/1", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	get(t, srv.URL()+"/items/2")
+	a.RequireStop()
+	var got []string
+	for _, s := range exp.GetSpans() {
+		got = append(got, s.Name)
+		if s.Name == "HTTP" && !strings.Contains(fmt.Sprint(s.Attributes), "SCAN7") {
+			t.Errorf("the method is not kept in an attribute: %v", s.Attributes)
+		}
+	}
+	if fmt.Sprint(got) != "[HTTP GET /items/{id}]" {
+		t.Fatalf("span names %v", got)
 	}
 }
 

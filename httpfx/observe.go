@@ -139,7 +139,7 @@ func (f *front) serve(w http.ResponseWriter, r *http.Request, next http.Handler)
 			prop = otel.GetTextMapPropagator()
 		}
 		ctx = prop.Extract(ctx, propagation.HeaderCarrier(r.Header))
-		ctx, span = f.tracer.Start(ctx, r.Method, serverKind)
+		ctx, span = f.tracer.Start(ctx, spanMethod(r.Method), serverKind)
 		defer span.End()
 		if span.IsRecording() {
 			span.SetAttributes(requestAttributes(r)...)
@@ -161,7 +161,7 @@ func (f *front) serve(w http.ResponseWriter, r *http.Request, next http.Handler)
 	if span != nil && span.IsRecording() {
 		attrs := make([]attribute.KeyValue, 0, 3)
 		if route != UnmatchedRoute {
-			span.SetName(r.Method + " " + route)
+			span.SetName(spanMethod(r.Method) + " " + route)
 			attrs = append(attrs, semconv.HTTPRoute(route))
 		}
 		attrs = append(attrs, semconv.HTTPResponseStatusCode(metrics.Code), semconv.HTTPResponseBodySize(int(metrics.Written)))
@@ -253,6 +253,17 @@ func methodLabel(m string) string {
 		return m
 	}
 	return "_OTHER"
+}
+
+// spanMethod is the method in a SERVER span's name: "HTTP" for a method
+// HTTP does not define (OpenTelemetry's HTTP conventions), so made-up
+// methods cannot flood a tracing backend's list of operations; the method
+// itself is in http.request.method_original.
+func spanMethod(m string) string {
+	if knownMethods[m] {
+		return m
+	}
+	return "HTTP"
 }
 
 var knownMethods = map[string]bool{
