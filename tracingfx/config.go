@@ -172,7 +172,7 @@ func (c Config) normalize() (Config, error) {
 	switch c.Sampling.Strategy {
 	case "", SampleAlways, SampleNever:
 	case SampleRatio, SampleParent:
-		if c.Sampling.Ratio < 0 || c.Sampling.Ratio > 1 {
+		if !(c.Sampling.Ratio >= 0 && c.Sampling.Ratio <= 1) { // NaN too
 			return c, bad("Sampling.Ratio", "%v is not between 0 and 1", c.Sampling.Ratio)
 		}
 	default:

@@ -1,6 +1,9 @@
 package tracingfx
 
-import "testing"
+import (
+	"math"
+	"testing"
+)
 
 // Two invalid fields that the validation used to check while ranging over a
 // map: which one was reported changed from run to run. The first invalid
@@ -37,6 +40,7 @@ func TestConfig_InvalidValuesNameTheField(t *testing.T) {
 		{Config{Exporter: ExporterConfig{Headers: map[string]string{"bad header": "x", "also:bad": "y"}}}, `tracingfx: invalid Config.Exporter.Headers: "also:bad" is not a header name`},
 		{Config{Sampling: SamplingConfig{Strategy: "sometimes"}}, `tracingfx: invalid Config.Sampling.Strategy: "sometimes" is not always, never, ratio or parent`},
 		{Config{Sampling: SamplingConfig{Strategy: SampleRatio, Ratio: 1.5}}, `tracingfx: invalid Config.Sampling.Ratio: 1.5 is not between 0 and 1`},
+		{Config{Sampling: SamplingConfig{Strategy: SampleRatio, Ratio: math.NaN()}}, `tracingfx: invalid Config.Sampling.Ratio: NaN is not between 0 and 1`},
 		{Config{Sampling: SamplingConfig{KeepSlowerThan: -1}}, `tracingfx: invalid Config.Sampling.KeepSlowerThan: -1ns is negative`},
 		{Config{Spans: SpanConfig{MaxArgLength: -1}}, `tracingfx: invalid Config.Spans.MaxArgLength: -1 is negative`},
 		{Config{Batch: BatchConfig{MaxQueueSize: 10, MaxExportBatchSize: 20}}, `tracingfx: invalid Config.Batch.MaxExportBatchSize: 20 is larger than Batch.MaxQueueSize 10`},

@@ -389,7 +389,7 @@ func envSamplerOf(getenv func(string) string) (sdktrace.Sampler, string, error) 
 			return 1, nil
 		}
 		f, err := strconv.ParseFloat(arg, 64)
-		if err != nil || f < 0 || f > 1 {
+		if err != nil || !(f >= 0 && f <= 1) { // NaN too: it compares false with everything
 			return 0, envError(envSamplerArg, "%q is not a number between 0 and 1 (the ratio of %s=%s)", arg, envSampler, name)
 		}
 		return f, nil

@@ -35,6 +35,7 @@ func TestEnv_BadValuesFailNamingTheVariable(t *testing.T) {
 		{map[string]string{envSampler: "sometimes"}, `tracingfx: invalid OTEL_TRACES_SAMPLER: "sometimes" is not always_on, always_off, traceidratio, parentbased_always_on, parentbased_always_off or parentbased_traceidratio`},
 		{map[string]string{envSampler: "jaeger_remote"}, `tracingfx: invalid OTEL_TRACES_SAMPLER: "jaeger_remote" needs a remote sampling service, which tracingfx does not support`},
 		{map[string]string{envSampler: "traceidratio", envSamplerArg: "5%"}, `tracingfx: invalid OTEL_TRACES_SAMPLER_ARG: "5%" is not a number between 0 and 1 (the ratio of OTEL_TRACES_SAMPLER=traceidratio)`},
+		{map[string]string{envSampler: "parentbased_traceidratio", envSamplerArg: "NaN"}, `tracingfx: invalid OTEL_TRACES_SAMPLER_ARG: "NaN" is not a number between 0 and 1 (the ratio of OTEL_TRACES_SAMPLER=parentbased_traceidratio)`},
 		{map[string]string{envPropagators: "tracecontext, zipkin"}, `tracingfx: invalid OTEL_PROPAGATORS: "tracecontext, zipkin": unknown propagator: zipkin (known: tracecontext, baggage, b3, b3multi, jaeger, xray, ottrace or none)`},
 		{map[string]string{envBSPMaxQueueSize: "0"}, `tracingfx: invalid OTEL_BSP_MAX_QUEUE_SIZE: "0" is not a whole number above 0`},
 		{map[string]string{envBSPMaxExportBatch: "lots"}, `tracingfx: invalid OTEL_BSP_MAX_EXPORT_BATCH_SIZE: "lots" is not a whole number above 0`},
