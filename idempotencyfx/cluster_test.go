@@ -73,9 +73,11 @@ func TestCluster_ScriptsAndWaitersAcrossMasters(t *testing.T) {
 
 // TestCluster_MasterKilledDuringLoad measures what a master failure costs:
 // errors, the longest request, the time until every key works again, and
-// any key executed twice because a claim had not reached the replica that
-// took over (asynchronous replication). It asserts recovery; the rest is
-// reported (docs/operations.md).
+// any key executed twice because a write had not reached the replica that
+// took over (asynchronous replication: the window docs/operations.md
+// states). It asserts recovery, and that a key ran twice only if its slot
+// was the dead master's: the keys of the masters that lived never do. The
+// rest is reported.
 func TestCluster_MasterKilledDuringLoad(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a 6-node cluster and kills a master")
@@ -145,6 +147,7 @@ func TestCluster_MasterKilledDuringLoad(t *testing.T) {
 		mu.Unlock()
 		return nil
 	})
+	victimSlots := slotsOf(t, client.Unwrap().(*redis.ClusterClient), victim)
 	for _, n := range cl.Nodes {
 		if n.Addr() == victim {
 			n.Kill()
@@ -181,17 +184,44 @@ func TestCluster_MasterKilledDuringLoad(t *testing.T) {
 	close(done)
 	wg.Wait()
 	mu.Lock()
-	doubles := 0
-	for _, n := range runs {
+	var doubled []string
+	for k, n := range runs {
 		if n > 1 {
-			doubles++
+			doubled = append(doubled, k)
 		}
 	}
 	keys := len(runs)
 	mu.Unlock()
 	t.Logf("master %s killed: %d keys, %d request errors (fail-closed 500s), longest request %v, recovered after %v, %d keys executed twice; circuit breaker: %+v",
-		victim, keys, errors.Load(), time.Duration(maxLatency.Load()).Round(time.Millisecond), recovered.Round(time.Millisecond), doubles, client.Breaker())
-	if doubles != 0 {
-		t.Fatalf("%d keys executed twice", doubles)
+		victim, keys, errors.Load(), time.Duration(maxLatency.Load()).Round(time.Millisecond), recovered.Round(time.Millisecond), len(doubled), client.Breaker())
+	for _, k := range doubled {
+		slot, err := client.Unwrap().ClusterKeySlot(ctx, storeKey(svc.cfg.KeyPrefix, "", k)).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !victimSlots[slot] {
+			t.Errorf("key %s (slot %d) ran twice though its master lived", k, slot)
+		}
 	}
+}
+
+// slotsOf is the set of slots master addr served.
+func slotsOf(t *testing.T, cc *redis.ClusterClient, addr string) map[int64]bool {
+	t.Helper()
+	ranges, err := cc.ClusterSlots(context.Background()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	slots := map[int64]bool{}
+	for _, r := range ranges {
+		if len(r.Nodes) > 0 && r.Nodes[0].Addr == addr {
+			for s := r.Start; s <= r.End; s++ {
+				slots[int64(s)] = true
+			}
+		}
+	}
+	if len(slots) == 0 {
+		t.Fatalf("no slot is served by %s", addr)
+	}
+	return slots
 }
