@@ -2,6 +2,7 @@ package idempotencyfx
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -208,15 +209,20 @@ func TestCluster_MasterKilledDuringLoad(t *testing.T) {
 // slotsOf is the set of slots master addr served.
 func slotsOf(t *testing.T, cc *redis.ClusterClient, addr string) map[int64]bool {
 	t.Helper()
-	ranges, err := cc.ClusterSlots(context.Background()).Result()
+	shards, err := cc.ClusterShards(context.Background()).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
 	slots := map[int64]bool{}
-	for _, r := range ranges {
-		if len(r.Nodes) > 0 && r.Nodes[0].Addr == addr {
-			for s := r.Start; s <= r.End; s++ {
-				slots[int64(s)] = true
+	for _, sh := range shards {
+		for _, n := range sh.Nodes {
+			if n.Role != "master" || net.JoinHostPort(n.IP, strconv.FormatInt(n.Port, 10)) != addr {
+				continue
+			}
+			for _, r := range sh.Slots {
+				for s := r.Start; s <= r.End; s++ {
+					slots[s] = true
+				}
 			}
 		}
 	}
