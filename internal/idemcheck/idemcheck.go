@@ -507,6 +507,27 @@ func (h *History) faultNear(inst int, from, to time.Time, b Bounds) bool {
 	return false
 }
 
+// stalledWithin is how long the process or Redis stood still (stall
+// faults) within [from, to]: time no bound can count against the library,
+// as the machine gave it none.
+func (h *History) stalledWithin(from, to time.Time) time.Duration {
+	var d time.Duration
+	for _, f := range h.faults {
+		if f.Kind != FaultStall || !f.End.After(from) || !f.Start.Before(to) {
+			continue
+		}
+		start, end := f.Start, f.End
+		if start.Before(from) {
+			start = from
+		}
+		if end.After(to) {
+			end = to
+		}
+		d += end.Sub(start)
+	}
+	return d
+}
+
 func (h *History) checkAnswer(r *Request, b Bounds, idx index) []string {
 	var out []string
 	bad := func(format string, args ...any) {
@@ -516,18 +537,20 @@ func (h *History) checkAnswer(r *Request, b Bounds, idx index) []string {
 	own := idx.byReq[r.ID]
 	// Bounds.
 	if !r.Crashed {
+		// Each bound is extended by the stalls within the interval it
+		// measures (reported, with what they excused, by ExcusedByStalls).
 		before := b.WaitTimeout + 2*b.StoreTimeout + b.Margin
 		switch {
 		case own != nil:
-			if d := own.Start.Sub(r.Start); d > before {
+			if d := own.Start.Sub(r.Start); d > before+h.stalledWithin(r.Start, own.Start) {
 				bad("its execution started %v after the request (bound %v)", d, before)
 			}
 			after := 3*b.StoreTimeout + b.Margin
-			if d := r.End.Sub(own.End); d > after {
+			if d := r.End.Sub(own.End); d > after+h.stalledWithin(own.End, r.End) {
 				bad("answered %v after its execution ended (bound %v)", d, after)
 			}
 		default:
-			if d := r.End.Sub(r.Start); d > before {
+			if d := r.End.Sub(r.Start); d > before+h.stalledWithin(r.Start, r.End) {
 				bad("took %v without running (bound WaitTimeout + 2×StoreTimeout + margin = %v)", d, before)
 			}
 		}

@@ -149,6 +149,29 @@ func TestCheck_FastStoreErrorAfterASlowOne_BreakerOpen(t *testing.T) {
 // execution (the documented limit: LockTimeout must exceed the longest
 // stall); a short one does not, and ExcusedByStalls names what a stall
 // excused.
+// A stall within a request extends its bound by the stall's length, and
+// no more: the bound of 1.3s here (WaitTimeout + 2×StoreTimeout + margin)
+// is missed by 100ms; stalls of 50ms and 30ms (the part inside the request)
+// do not cover it, 100ms more do.
+func TestCheck_StallExtendsBoundsByItsLength(t *testing.T) {
+	h := NewHistory()
+	h.AddRequest(&Request{ID: 1, Via: "http", Key: "k", FP: "A", Start: at(0), End: at(1400),
+		Status: 409, Code: "idempotency_request_in_progress"})
+	h.AddFault(Fault{Kind: FaultStall, Instance: -1, Start: at(500), End: at(550)})
+	wantViolation(t, h, "without running")
+	h.AddFault(Fault{Kind: FaultStall, Instance: -1, Start: at(1370), End: at(1600)}) // 30ms of it inside
+	wantViolation(t, h, "without running")
+	h.AddFault(Fault{Kind: FaultStall, Instance: -1, Start: at(700), End: at(800)})
+	for _, v := range h.Check(bounds) {
+		if strings.Contains(v, "without running") {
+			t.Fatalf("a bound covered by stalls reported: %s", v)
+		}
+	}
+	if excused := h.ExcusedByStalls(bounds); len(excused) != 1 || !strings.Contains(excused[0], "without running") {
+		t.Fatalf("excused %q, want the bound", excused)
+	}
+}
+
 func TestCheck_StallExcusesOnlyWhenLongEnough(t *testing.T) {
 	h := NewHistory()
 	exec(h, "e1", 1, "", "k", 1, 1, 0, 900, ExecOK, "1")
