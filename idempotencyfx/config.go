@@ -77,11 +77,12 @@ type Config struct {
 	// StoreTimeout bounds each Redis call on the request path. Default 2s.
 	StoreTimeout time.Duration
 	// ReplicaAcks, when above 0, makes every claim that creates or takes over
-	// a record wait (WAIT) until that many replicas have it, at most
-	// ReplicaAckTimeout, on the claim's own connection. It narrows the window
-	// in which a failover to a replica that never saw the claim lets a retry
-	// run the handler again; it costs one more round trip per new key. Off
-	// by default. See docs/operations.md.
+	// a record, and every recorded outcome, wait (WAIT) until that many
+	// replicas have it, at most ReplicaAckTimeout, on the write's own
+	// connection. It narrows the window in which a failover to a replica
+	// that never saw the claim or the outcome lets a retry run the handler
+	// again; it costs two more round trips per new key. Off by default. See
+	// docs/operations.md.
 	ReplicaAcks int
 	// ReplicaAckTimeout bounds that wait. Default 50ms.
 	ReplicaAckTimeout time.Duration

@@ -102,8 +102,12 @@ func (l *lease) complete(parent context.Context, state State, resp []byte, ttl t
 	parent = storefx.BypassBreaker(context.WithoutCancel(parent))
 	for attempt := 0; attempt < 2; attempt++ {
 		ctx, cancel := context.WithTimeout(parent, l.s.cfg.StoreTimeout)
-		done, err = l.s.store.complete(ctx, l.key, l.owner, state, resp, ttl)
+		var unreplicated bool
+		done, unreplicated, err = l.s.store.complete(ctx, l.key, l.owner, state, resp, ttl)
 		cancel()
+		if unreplicated {
+			l.s.obs.count(OutcomeUnreplicatedCompletion)
+		}
 		if err == nil {
 			return done, nil
 		}

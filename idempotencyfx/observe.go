@@ -35,7 +35,20 @@ const (
 	// OutcomeUnreplicated counts claims that did not reach ReplicaAcks
 	// replicas within ReplicaAckTimeout (counted besides the request's outcome).
 	OutcomeUnreplicated Outcome = "unreplicated_claim"
+	// OutcomeUnreplicatedCompletion counts recorded outcomes that did not
+	// reach ReplicaAcks replicas within ReplicaAckTimeout (counted besides
+	// the request's outcome, and not put on its span).
+	OutcomeUnreplicatedCompletion Outcome = "unreplicated_completion"
 )
+
+// count counts oc without touching a span.
+func (o *observer) count(oc Outcome) {
+	if c := o.outcomes[oc]; c != nil { // every outcome's counter, looked up once
+		c.Inc()
+	} else if o.requests != nil {
+		o.requests.WithLabelValues(string(oc)).Inc()
+	}
+}
 
 // AttrOutcome is the span attribute that carries the Outcome.
 const AttrOutcome = "redisfx.idempotency.outcome"
@@ -87,7 +100,7 @@ func newObserver(reg prometheus.Registerer, tp trace.TracerProvider) (*observer,
 	// Pre-create every series so dashboards see zeros, not gaps.
 	for _, oc := range []Outcome{OutcomeNew, OutcomeReplay, OutcomeWaitedReplay, OutcomeMismatch,
 		OutcomeInProgress, OutcomePreviousFailed, OutcomeNotReplayable, OutcomeTakeover, OutcomeStaleOwner,
-		OutcomeBypass, OutcomeStoreError, OutcomeFailOpen, OutcomeInvalidKey, OutcomeKeyRequired, OutcomeUnreplicated} {
+		OutcomeBypass, OutcomeStoreError, OutcomeFailOpen, OutcomeInvalidKey, OutcomeKeyRequired, OutcomeUnreplicated, OutcomeUnreplicatedCompletion} {
 		o.outcomes[oc] = o.requests.WithLabelValues(string(oc))
 	}
 	for _, r := range []string{notifySubscribeDenied, notifyPublishFailed, notifyConnectionReplaced} {
@@ -103,11 +116,7 @@ func (o *observer) notificationFailure(reason string) {
 }
 
 func (o *observer) outcome(ctx context.Context, oc Outcome) {
-	if c := o.outcomes[oc]; c != nil { // every outcome's counter, looked up once
-		c.Inc()
-	} else if o.requests != nil {
-		o.requests.WithLabelValues(string(oc)).Inc()
-	}
+	o.count(oc)
 	if span := trace.SpanFromContext(ctx); span.IsRecording() {
 		span.SetAttributes(attribute.String(AttrOutcome, string(oc)))
 	}

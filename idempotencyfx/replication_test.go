@@ -16,7 +16,8 @@ import (
 
 // With ReplicaAcks, a claim that writes waits until a replica has it: the
 // record is on the replica when the handler starts. Without a reachable
-// replica the claim stands and is counted as unreplicated.
+// replica the claim (and the completion) stand and are counted as
+// unreplicated.
 func TestReplicaAcks_ClaimReachesReplicaBeforeHandler(t *testing.T) {
 	t.Parallel()
 	primary := redistest.StartPrivate(t)
@@ -62,8 +63,10 @@ func TestReplicaAcks_ClaimReachesReplicaBeforeHandler(t *testing.T) {
 	if _, _, err := alone.Do(ctx, "alone", "fp", func(context.Context) ([]byte, error) { return nil, nil }); err != nil {
 		t.Fatal(err)
 	}
-	if n := testutil.ToFloat64(alone.obs.requests.WithLabelValues(string(OutcomeUnreplicated))); n != 1 {
-		t.Fatalf("unreplicated claims counted %v, want 1", n)
+	for _, oc := range []Outcome{OutcomeUnreplicated, OutcomeUnreplicatedCompletion} {
+		if n := testutil.ToFloat64(alone.obs.requests.WithLabelValues(string(oc))); n != 1 {
+			t.Fatalf("%s counted %v, want 1", oc, n)
+		}
 	}
 }
 
@@ -91,5 +94,65 @@ func benchReplicaAcks(b *testing.B, acks int) {
 	for b.Loop() {
 		i++
 		_, _, _ = svc.Do(ctx, "k"+strconv.Itoa(i), "fp", func(context.Context) ([]byte, error) { return nil, nil })
+	}
+}
+
+// With ReplicaAcks, the outcome waits for the replicas too: a failover after
+// the answer must not bring back the in-progress record, whose lease would
+// run out and let a retry run the work again. Here the replica dies while
+// the work runs (its claim was acknowledged): the completion's WAIT falls
+// short, the outcome stands, and it is counted as unreplicated.
+func TestReplicaAcks_CompletionWaitsForTheReplica(t *testing.T) {
+	t.Parallel()
+	primary := redistest.StartPrivate(t)
+	host, port, _ := strings.Cut(primary.Addr(), ":")
+	replica := redistest.StartPrivate(t, redistest.WithArgs("--replicaof", host, port))
+	ctx := context.Background()
+	waitFor(t, func() bool {
+		return strings.Contains(replica.Client().Info(ctx, "replication").Val(), "master_link_status:up")
+	})
+	client, err := storefx.New("default", storefx.Config{URL: primary.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	reg := prometheus.NewRegistry()
+	svc, err := New(client, Config{DefaultTTL: time.Minute, ReplicaAcks: 1, ReplicaAckTimeout: 5 * time.Second}, WithRegisterer(reg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc.Close()
+	unreplicated := func() float64 {
+		return testutil.ToFloat64(svc.obs.requests.WithLabelValues(string(OutcomeUnreplicated))) +
+			testutil.ToFloat64(svc.obs.requests.WithLabelValues(string(OutcomeUnreplicatedCompletion)))
+	}
+	// A healthy replica has the outcome when Do returns.
+	if _, _, err := svc.Do(ctx, "healthy", "fp", func(context.Context) ([]byte, error) { return []byte("ok"), nil }); err != nil {
+		t.Fatal(err)
+	}
+	if s := replica.Client().HGet(ctx, svc.StoreKey("", "healthy"), "s").Val(); s != "c" {
+		t.Fatalf("the replica has state %q after Do returned", s)
+	}
+	if n := unreplicated(); n != 0 {
+		t.Fatalf("%v unreplicated writes with a healthy replica", n)
+	}
+	short, err := New(client, Config{DefaultTTL: time.Minute, ReplicaAcks: 1, ReplicaAckTimeout: 300 * time.Millisecond}, WithRegisterer(prometheus.NewRegistry()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer short.Close()
+	result, _, err := short.Do(ctx, "replica-dies", "fp", func(context.Context) ([]byte, error) {
+		replica.Kill()
+		return []byte("done"), nil
+	})
+	if err != nil || string(result) != "done" {
+		t.Fatalf("Do = %q, %v", result, err)
+	}
+	if c, d := testutil.ToFloat64(short.obs.requests.WithLabelValues(string(OutcomeUnreplicated))),
+		testutil.ToFloat64(short.obs.requests.WithLabelValues(string(OutcomeUnreplicatedCompletion))); c != 0 || d != 1 {
+		t.Fatalf("unreplicated claims %v, completions %v; want 0 and 1", c, d)
+	}
+	if rec, err := short.Get(ctx, "", "replica-dies"); err != nil || rec == nil || rec.State != StateCompleted {
+		t.Fatalf("the outcome does not stand: %+v, %v", rec, err)
 	}
 }

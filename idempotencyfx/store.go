@@ -159,9 +159,32 @@ const (
 	completionUnpublished completion = 2 // recorded; the notification to waiters failed
 )
 
-func (s store) complete(ctx context.Context, key, owner string, state State, resp []byte, ttl time.Duration) (completion, error) {
-	n, err := idemscript.Complete.Run(ctx, s.rdb, []string{key}, owner, string(state), resp, ttl.Milliseconds()).Int()
-	return completion(n), err
+// complete runs completeScript. With ReplicaAcks, a recorded outcome waits
+// for the replicas as a claim does, so that a failover after the answer
+// cannot bring back the in-progress record (whose lease would run out and
+// let a retry run the work again); unreplicated reports a WAIT that fell
+// short: the outcome stands.
+func (s store) complete(ctx context.Context, key, owner string, state State, resp []byte, ttl time.Duration) (done completion, unreplicated bool, err error) {
+	var runner redis.Scripter = s.rdb
+	var conn *redis.Conn
+	if s.acks > 0 {
+		if conn, err = s.connFor(ctx, key); err != nil {
+			return completionRefused, false, err
+		}
+		defer conn.Close()
+		runner = conn
+	}
+	n, err := idemscript.Complete.Run(ctx, runner, []string{key}, owner, string(state), resp, ttl.Milliseconds()).Int()
+	if err != nil {
+		return completionRefused, false, err
+	}
+	done = completion(n)
+	if conn != nil && done != completionRefused {
+		if acked, werr := conn.Wait(ctx, s.acks, s.ackTimeout).Result(); werr != nil || acked < int64(s.acks) {
+			unreplicated = true
+		}
+	}
+	return done, unreplicated, nil
 }
 
 // Record is a stored idempotency record, as read by Service.Get.
