@@ -8,6 +8,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -200,11 +201,49 @@ func (b *broadcaster) receive(payload string) {
 	if !ok || sender == b.self {
 		return
 	}
-	var changed []string
-	if json.Unmarshal([]byte(keys), &changed) == nil {
+	if changed, ok := decodeKeys(keys); ok {
 		b.local.delete(changed...)
 		b.changed(changed...)
 	}
+}
+
+// encodeKeys writes the changed keys of a message: a JSON array of strings
+// (what every version reads), or, when a key is not valid UTF-8 (JSON would
+// turn its bytes into U+FFFD and the receivers would drop another key),
+// 'b' and a JSON array of the keys' bytes in base64.
+func encodeKeys(keys []string) string {
+	for _, k := range keys {
+		if !utf8.ValidString(k) {
+			raw := make([][]byte, len(keys))
+			for i, k := range keys {
+				raw[i] = []byte(k)
+			}
+			payload, _ := json.Marshal(raw)
+			return "b" + string(payload)
+		}
+	}
+	payload, _ := json.Marshal(keys)
+	return string(payload)
+}
+
+// decodeKeys reads what encodeKeys wrote.
+func decodeKeys(s string) ([]string, bool) {
+	if rest, ok := strings.CutPrefix(s, "b"); ok {
+		var raw [][]byte
+		if json.Unmarshal([]byte(rest), &raw) != nil {
+			return nil, false
+		}
+		keys := make([]string, len(raw))
+		for i, k := range raw {
+			keys[i] = string(k)
+		}
+		return keys, true
+	}
+	var keys []string
+	if json.Unmarshal([]byte(s), &keys) != nil {
+		return nil, false
+	}
+	return keys, true
 }
 
 func (b *broadcaster) close() error {
@@ -224,8 +263,7 @@ func (b *broadcaster) close() error {
 
 // message is what a change of keys publishes.
 func (b *broadcaster) message(keys []string) string {
-	payload, _ := json.Marshal(keys)
-	return b.self + "\n" + string(payload)
+	return b.self + "\n" + encodeKeys(keys)
 }
 
 // publish tells the other processes that keys changed.

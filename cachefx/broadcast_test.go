@@ -2,6 +2,7 @@ package cachefx
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -176,4 +177,72 @@ func TestLocalLayer_KilledSubscriptionClearsTheLayerOnResubscribing(t *testing.T
 	// Within 0.9 s: sooner than the trust window could lapse (2 s after the
 	// latest proof, which is at most 1 s old), so only the clearing explains it.
 	waitUntil(t, 900*time.Millisecond, func() bool { v, _, _ := reader.Get(ctx, "k"); return string(v) == "new" })
+}
+
+// Keys Redis accepts but that are not valid UTF-8 ("\xff", Latin-1 "caf\xe9")
+// are invalidated in the other processes: JSON turned their bytes into
+// U+FFFD, and the other process dropped another key and served the old
+// value for Local.TTL. Messages are delivered in order on one channel, so
+// once b has seen the change of a later key, it has seen the first.
+func TestLocalLayer_NonUTF8KeysInvalidatedInOtherProcesses(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	prefix := redistest.Prefix(t)
+	local := LocalConfig{MaxEntries: 100, TTL: time.Hour}
+	a := newCache(t, client(t, srv), Config{KeyPrefix: prefix, Local: local})
+	b := newCache(t, client(t, srv), Config{KeyPrefix: prefix, Local: local})
+	ctx := context.Background()
+	seen := func(marker string) {
+		t.Helper()
+		if err := a.Set(ctx, "marker", []byte(marker), time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			if v, _, _ := b.Get(ctx, "marker"); string(v) == marker {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("b never saw marker %s", marker)
+			}
+		}
+	}
+	// The marker is in b's first layer from here on, so b reads a new one
+	// only once the message of its change (and of every change before it)
+	// has been delivered.
+	seen("start")
+	for i, key := range []string{"\xff", "caf\xe9", "ok\x00\xfe"} {
+		if err := a.Set(ctx, key, []byte("old"), time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		if v, _, _ := b.Get(ctx, key); string(v) != "old" { // now in b's first layer
+			t.Fatalf("%q: b read %q", key, v)
+		}
+		if err := a.Set(ctx, key, []byte("new"), time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		seen(fmt.Sprint("set-", i))
+		if v, _, _ := b.Get(ctx, key); string(v) != "new" {
+			t.Errorf("%q: b read %q after a's Set of new was delivered", key, v)
+		}
+		if _, err := a.Delete(ctx, key); err != nil {
+			t.Fatal(err)
+		}
+		seen(fmt.Sprint("delete-", i))
+		if v, found, _ := b.Get(ctx, key); found {
+			t.Errorf("%q: b read %q after a's Delete was delivered", key, v)
+		}
+	}
+}
+
+func TestKeysMessage_RoundTripsEveryByte(t *testing.T) {
+	t.Parallel()
+	for _, keys := range [][]string{{"a", "b:c"}, {"\xff"}, {"ok", "caf\xe9", "", "\x00"}} {
+		got, ok := decodeKeys(encodeKeys(keys))
+		if !ok || fmt.Sprintf("%q", got) != fmt.Sprintf("%q", keys) {
+			t.Errorf("%q came back as %q (%v)", keys, got, ok)
+		}
+	}
+	if encodeKeys([]string{"a", "b"}) != `["a","b"]` {
+		t.Error("valid UTF-8 keys are not written as before (older processes read only that)")
+	}
 }
