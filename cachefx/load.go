@@ -106,13 +106,15 @@ func (c *Cache) GetOrLoad(ctx context.Context, key string, ttl time.Duration, lo
 	// Callers share a load only if they ask with the same tags and no write
 	// of the key or of one of the tags finished between their starts: a
 	// load that began before a write may return older data.
-	flight := full + "\x00" + strconv.FormatUint(c.writeCount(full).Load(), 10)
+	// Each part is written with its length first, so that no two (key, tags)
+	// pairs share a flight whatever bytes their names hold.
+	flight := flightPart(nil, full, c.writeCount(full).Load())
 	for _, tag := range tags {
 		tk := c.tagKey(tag)
-		flight += "\x00" + tk + "\x00" + strconv.FormatUint(c.writeCount(tk).Load(), 10)
+		flight = flightPart(flight, tk, c.writeCount(tk).Load())
 	}
 	var ran bool // written only by the closure this caller passed, if it ran
-	ch := c.loads.DoChan(flight, func() (v any, err error) {
+	ch := c.loads.DoChan(string(flight), func() (v any, err error) {
 		ran = true
 		defer func() {
 			if p := recover(); p != nil {
@@ -318,4 +320,14 @@ func valueAndTTL(res []any, noExpiry time.Duration) ([]byte, time.Duration, erro
 		ttl = noExpiry
 	}
 	return []byte(s), ttl, nil
+}
+
+// flightPart appends one name and its write count to a single-flight key:
+// the name's length, the name, the count.
+func flightPart(b []byte, name string, writes uint64) []byte {
+	b = strconv.AppendInt(b, int64(len(name)), 10)
+	b = append(b, ':')
+	b = append(b, name...)
+	b = strconv.AppendUint(b, writes, 10)
+	return append(b, ';')
 }

@@ -98,3 +98,43 @@ func TestGetOrLoad_NeverJoinsALoadOlderThanAWrite(t *testing.T) {
 	close(finish)
 	<-first
 }
+
+// Two different keys never share a load, whatever bytes they hold: the
+// single-flight key once joined parts with NUL bytes, so key "a" with tag
+// "t" and key "a\x000\x00<tag set of t>" shared one, and the second caller
+// got the first key's value without its own loader running.
+func TestGetOrLoad_KeysWithSeparatorBytesDoNotShareALoad(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := newCache(t, client(t, srv), Config{KeyPrefix: redistest.Prefix(t)})
+	ctx := context.Background()
+	keyB := "a\x000\x00" + c.tagKey("t")
+	started, release := make(chan struct{}), make(chan struct{})
+	resA := make(chan []byte, 1)
+	go func() {
+		v, err := c.GetOrLoad(ctx, "a", time.Minute, func(context.Context) ([]byte, error) {
+			close(started)
+			<-release
+			return []byte("value of a"), nil
+		}, "t")
+		if err != nil {
+			t.Error(err)
+		}
+		resA <- v
+	}()
+	<-started
+	// B's own loader releases A; if B joined A's load, the timer does.
+	unblock := time.AfterFunc(2*time.Second, func() { close(release) })
+	v, err := c.GetOrLoad(ctx, keyB, time.Minute, func(context.Context) ([]byte, error) {
+		if unblock.Stop() {
+			close(release)
+		}
+		return []byte("value of b"), nil
+	})
+	if err != nil || string(v) != "value of b" {
+		t.Fatalf("GetOrLoad(%q) = %q, %v: it joined another key's load", keyB, v, err)
+	}
+	if a := <-resA; string(a) != "value of a" {
+		t.Fatalf("GetOrLoad(a) = %q", a)
+	}
+}
