@@ -150,3 +150,46 @@ func TestCounterKey_UnambiguousAndWithoutRouteHashTags(t *testing.T) {
 		t.Fatalf("counter key %q, want %q", k, want)
 	}
 }
+
+// A route the router takes for every method (HandleFunc) has one counter
+// for all of them: an unnamed rule's counter was named "<method> <route>",
+// and a client got Limit requests per method, 9× the limit on a login
+// route. Routes of one method keep a counter each ("GET /a", "POST /a").
+func TestMiddleware_AnyMethodRouteCountsAllMethodsTogether(t *testing.T) {
+	t.Parallel()
+	l := newLimiter(t, redistest.Start(t), Config{KeyPrefix: redistest.Prefix(t)})
+	r := chi.NewRouter()
+	limited := r.With(l.Limit(Rule{Limit: 5, Window: time.Minute}))
+	limited.HandleFunc("/login", func(http.ResponseWriter, *http.Request) {})
+	limited.Get("/a", func(http.ResponseWriter, *http.Request) {})
+	limited.Post("/a", func(http.ResponseWriter, *http.Request) {})
+	send := func(method, path string) int {
+		w := httptest.NewRecorder()
+		req := httptest.NewRequest(method, path, nil)
+		req.RemoteAddr = "203.0.113.7:1234"
+		r.ServeHTTP(w, req)
+		return w.Code
+	}
+	allowed := 0
+	for _, m := range []string{"GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT", "HEAD"} {
+		for range 10 {
+			if send(m, "/login") != http.StatusTooManyRequests {
+				allowed++
+			}
+		}
+	}
+	if allowed != 5 {
+		t.Fatalf("limit 5 on a route of every method: %d of 90 requests allowed", allowed)
+	}
+	for _, m := range []string{"GET", "POST"} {
+		n := 0
+		for range 7 {
+			if send(m, "/a") != http.StatusTooManyRequests {
+				n++
+			}
+		}
+		if n != 5 {
+			t.Fatalf("%s /a: %d of 7 allowed, want its own 5", m, n)
+		}
+	}
+}

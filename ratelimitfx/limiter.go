@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/netip"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -51,6 +52,9 @@ type Limiter struct {
 	log     *zap.Logger
 	errors  *httpfx.Errors // renders refusals
 	warnLog throttle.Every // store failures, at most every 10s
+	// everyMethod caches, per route pattern, whether the router routes it
+	// for every method (Handle, HandleFunc): see counterName.
+	everyMethod sync.Map
 }
 
 // New builds a Limiter without Fx.

@@ -34,7 +34,7 @@ func (l *Limiter) Limit(rule Rule) func(http.Handler) http.Handler {
 			}
 			rr := rule
 			if route := routeOf(r); !named && route != "" {
-				rr.Name = r.Method + " " + route
+				rr.Name = l.counterName(r, route)
 			}
 			d, err := l.Check(r.Context(), rr, key)
 			if err != nil {
@@ -86,4 +86,44 @@ func routeOf(r *http.Request) string {
 		return full
 	}
 	return pattern
+}
+
+// anyMethod is what counterName tries to learn whether a route takes every
+// method.
+var anyMethod = []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+	http.MethodDelete, http.MethodConnect, http.MethodOptions, http.MethodTrace}
+
+// counterName names an unnamed rule's counter after the route: "POST
+// /payments" for a route of one method, and the bare pattern for a route
+// the router takes for every method (Handle, HandleFunc), so that a client
+// cannot multiply its limit by switching methods. The answer is cached per
+// pattern: the routes are fixed once the app serves.
+func (l *Limiter) counterName(r *http.Request, route string) string {
+	v, ok := l.everyMethod.Load(route)
+	if !ok {
+		v, _ = l.everyMethod.LoadOrStore(route, routesEveryMethod(r, route))
+	}
+	if every, _ := v.(bool); every {
+		return route
+	}
+	return r.Method + " " + route
+}
+
+// routesEveryMethod reports whether the router takes r's path to route
+// for each method of anyMethod.
+func routesEveryMethod(r *http.Request, route string) bool {
+	rc := chi.RouteContext(r.Context())
+	if rc == nil || rc.Routes == nil {
+		return false
+	}
+	path := r.URL.RawPath
+	if path == "" {
+		path = r.URL.Path
+	}
+	for _, m := range anyMethod {
+		if rc.Routes.Find(chi.NewRouteContext(), m, path) != route {
+			return false
+		}
+	}
+	return true
 }
