@@ -33,7 +33,8 @@ type Config struct {
 	// BatchSize is how many messages one read fetches. Default 10.
 	BatchSize int
 	// Concurrency is how many messages of one stream a process handles at
-	// once. Default 1 (in stream order).
+	// once. Default 1: a process's first deliveries in stream order; a
+	// retried message runs after ClaimIdle, behind later ones.
 	Concurrency int
 	// MaxLen trims each stream on publish to about this many entries
 	// (XADD MAXLEN ~). 0 keeps everything.
