@@ -57,19 +57,35 @@ func healthz(w http.ResponseWriter, _ *http.Request) {
 	_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
 }
 
-// readyz answers 200 {"status":"ready"} when every check passes within a
-// second, else 503 as a problem (code CodeNotReady) whose "failed" member
-// names the failing checks (without error details, which may hold
-// addresses; those go to the log). A 503 is an error answer like any other
-// of redisfx, so it is problem+json too. The checks' Redis commands make no
-// span.
+// readyz answers 200 {"status":"ready"} when every check passes within
+// readinessTimeout, else 503 as a problem (code CodeNotReady) whose
+// "failed" member names the failing checks (without error details, which
+// may hold addresses). The checks run side by side, and one that has not
+// returned at the deadline has failed, even if it ignores its context:
+// the answer never waits longer than the deadline. A 503 is an error answer
+// like any other of redisfx, so it is problem+json too. The checks' Redis
+// commands make no span.
 func readyz(checks []ReadinessCheck) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(plugintrace.WithoutCommandSpans(r.Context()), time.Second)
+		ctx, cancel := context.WithTimeout(plugintrace.WithoutCommandSpans(r.Context()), readinessTimeout)
 		defer cancel()
+		passed := make([]chan bool, len(checks))
+		for i, c := range checks {
+			passed[i] = make(chan bool, 1) // a late check's answer is dropped
+			go func() { passed[i] <- c.Check(ctx) == nil }()
+		}
 		failed := []string{}
-		for _, c := range checks {
-			if err := c.Check(ctx); err != nil {
+		for i, c := range checks {
+			ok := false
+			select {
+			case ok = <-passed[i]:
+			case <-ctx.Done():
+				select { // done just in time counts
+				case ok = <-passed[i]:
+				default:
+				}
+			}
+			if !ok {
 				failed = append(failed, c.Name)
 			}
 		}
@@ -84,3 +100,6 @@ func readyz(checks []ReadinessCheck) http.HandlerFunc {
 		_, _ = w.Write([]byte(`{"status":"ready"}` + "\n"))
 	}
 }
+
+// readinessTimeout bounds /readyz: a check not done by then has failed.
+const readinessTimeout = time.Second

@@ -20,10 +20,21 @@ import (
 const RequestIDHeader = "X-Request-Id"
 
 // requestState is what the router keeps about one request, in one context
-// value: its id and the application's error chain.
+// value: its id, the application's error chain, and whether the router's
+// not-found or method-not-allowed handler answered it.
 type requestState struct {
-	id     string
-	errors *Errors
+	id        string
+	errors    *Errors
+	unmatched bool
+}
+
+// markUnmatched records that no route served r: the router's own 404 or
+// 405 answered it, maybe inside a sub-router, where chi's route pattern
+// is the sub-router's mount point ("/api/*") although no route matched.
+func markUnmatched(r *http.Request) {
+	if st, ok := r.Context().Value(requestStateKey{}).(*requestState); ok {
+		st.unmatched = true
+	}
 }
 
 type requestStateKey struct{}

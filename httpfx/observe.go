@@ -89,8 +89,11 @@ func newRequestMetrics(reg prometheus.Registerer) (*requestMetrics, error) {
 }
 
 // routePattern is the chi route pattern the request matched, known only
-// after routing.
-func routePattern(r *http.Request) string {
+// after routing; UnmatchedRoute when the router's 404 or 405 answered.
+func routePattern(r *http.Request, st *requestState) string {
+	if st.unmatched {
+		return UnmatchedRoute
+	}
 	if rc := chi.RouteContext(r.Context()); rc != nil {
 		if p := rc.RoutePattern(); p != "" {
 			return p
@@ -145,7 +148,8 @@ func (f *front) serve(w http.ResponseWriter, r *http.Request, next http.Handler)
 			span.SetAttributes(requestAttributes(r)...)
 		}
 	}
-	ctx = context.WithValue(ctx, requestStateKey{}, &requestState{id: id, errors: f.errors})
+	state := &requestState{id: id, errors: f.errors}
+	ctx = context.WithValue(ctx, requestStateKey{}, state)
 	r = r.WithContext(ctx)
 	// chi's writer wrapper: one allocation, the optional interfaces of w
 	// (Flusher, Hijacker, ReaderFrom, Pusher) kept, Unwrap for
@@ -157,7 +161,7 @@ func (f *front) serve(w http.ResponseWriter, r *http.Request, next http.Handler)
 	if metrics.Code == 0 { // nothing written: net/http sends 200
 		metrics.Code = http.StatusOK
 	}
-	route := routePattern(r)
+	route := routePattern(r, state)
 	if span != nil && span.IsRecording() {
 		attrs := make([]attribute.KeyValue, 0, 3)
 		if route != UnmatchedRoute {

@@ -18,6 +18,7 @@ const (
 
 // notFound answers a path no route matches: 404 problem+json.
 func notFound(w http.ResponseWriter, r *http.Request) {
+	markUnmatched(r)
 	NewProblem(http.StatusNotFound, CodeNotFound, "No route matches "+r.URL.Path+".").Write(w)
 }
 
@@ -48,6 +49,7 @@ func methodNotAllowed(routes chi.Routes) http.HandlerFunc {
 		slices.SortFunc(methods, func(a, b string) int { return cmp.Or(methodRank(a)-methodRank(b), strings.Compare(a, b)) })
 	}
 	return func(w http.ResponseWriter, r *http.Request) {
+		markUnmatched(r)
 		once.Do(build)
 		path := r.URL.RawPath // as chi routes it
 		if path == "" {

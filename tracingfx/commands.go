@@ -12,7 +12,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 
@@ -161,17 +160,19 @@ func (h *commandHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			buf := getAttrs()
 			attrs := append(h.common(*buf),
 				dbOperationKey.String(names.operation), semconv.DBOperationName(names.operation),
-				dbStatementKey.String(h.statement(names.operation, cmd.Args())),
+				dbStatementKey.String(h.statement(names.operation, cmd)),
 				plugintrace.DurationMS.Float64(float64(took.Microseconds())/1000))
-			if h.spans.IncludeArgs {
+			if h.showsArgs(cmd) {
 				attrs = append(attrs, dbStatementArgsKey.String(h.cut(joinArgs(cmd.Args()[1:]))))
 			}
-			if h.spans.IncludeResult && err == nil {
+			if h.spans.IncludeResult && err == nil && !credentialCommands[name] {
 				attrs = append(attrs, dbStatementResultKey.String(h.cut(resultString(cmd))))
 			}
 			span.SetAttributes(attrs...)
 			putAttrs(buf, attrs)
-			out.record(span, err)
+			if out.record(span); out.failed {
+				recordFailure(span, err, h.errorText(err, out.status, cmd), errorType(err, out.status))
+			}
 		}
 		span.End()
 		return err
@@ -196,12 +197,12 @@ func (h *commandHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 		err := next(ctx, cmds)
 		took := time.Since(began)
 		// The span fails with the pipeline's error, else the first command's.
-		out, cause := outcomeOf(err), err
+		out, cause, culprits := outcomeOf(err), err, cmds
 		for _, c := range cmds {
 			cout := outcomeOf(c.Err())
 			h.measure(c.Name(), took, cout.failed)
 			if cout.failed && !out.failed {
-				out, cause = cout, c.Err()
+				out, cause, culprits = cout, c.Err(), []redis.Cmder{c}
 			}
 		}
 		if span == nil {
@@ -212,7 +213,7 @@ func (h *commandHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 			batch := 0
 			for _, c := range cmds {
 				n := commandNames(c.Name(), c.Args())
-				stmts = append(stmts, h.statement(n.operation, c.Args()))
+				stmts = append(stmts, h.statement(n.operation, c))
 				if !wrapper[c.Name()] {
 					batch++
 				}
@@ -224,7 +225,9 @@ func (h *commandHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 				plugintrace.DurationMS.Float64(float64(took.Microseconds())/1000))
 			span.SetAttributes(attrs...)
 			putAttrs(buf, attrs)
-			out.record(span, cause)
+			if out.record(span); out.failed {
+				recordFailure(span, cause, h.errorText(cause, out.status, culprits...), errorType(cause, out.status))
+			}
 		}
 		span.End()
 		return err
@@ -307,18 +310,12 @@ func outcomeOf(err error) outcome {
 	return outcome{failed: true}
 }
 
-// record sets db.response.status_code and, on a failure, the status ERROR
-// with err's message, the exception event, error.type and redisfx.error.
-func (o outcome) record(span trace.Span, err error) {
+// record sets db.response.status_code; a failure is then recorded by
+// recordFailure, with the error's text as errorText allows it.
+func (o outcome) record(span trace.Span) {
 	if o.status != "" {
 		span.SetAttributes(semconv.DBResponseStatusCode(o.status))
 	}
-	if !o.failed {
-		return
-	}
-	span.RecordError(err)
-	span.SetStatus(codes.Error, err.Error())
-	span.SetAttributes(semconv.ErrorTypeKey.String(errorType(err, o.status)), plugintrace.Error.Bool(true))
 }
 
 // errorPrefix is the first word of a Redis error when it is an upper-case

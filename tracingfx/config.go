@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/net/http/httpguts"
+
 	"github.com/redisfx/redisfx"
 )
 
@@ -161,20 +163,29 @@ func (c Config) normalize() (Config, error) {
 	}
 	if c.Exporter.Endpoint != "" {
 		if _, err := parseHTTPURL(c.Exporter.Endpoint); err != nil {
-			return c, bad("Exporter.Endpoint", "%q %s", c.Exporter.Endpoint, err.Error())
+			return c, bad("Exporter.Endpoint", "%q %s", redactedURL(c.Exporter.Endpoint), err.Error())
 		}
 	}
 	for _, k := range slices.Sorted(maps.Keys(c.Exporter.Headers)) {
-		if k == "" || strings.ContainsAny(k, " :\r\n\t") {
+		if !httpguts.ValidHeaderFieldName(k) {
 			return c, bad("Exporter.Headers", "%q is not a header name", k)
 		}
+		if !httpguts.ValidHeaderFieldValue(c.Exporter.Headers[k]) {
+			// The value is not shown: it may be a credential.
+			return c, bad("Exporter.Headers", "the value of %q holds a control character such as a line break", k)
+		}
+	}
+	if !(c.Sampling.Ratio >= 0 && c.Sampling.Ratio <= 1) { // NaN too
+		return c, bad("Sampling.Ratio", "%v is not between 0 and 1", c.Sampling.Ratio)
 	}
 	switch c.Sampling.Strategy {
 	case "", SampleAlways, SampleNever:
-	case SampleRatio, SampleParent:
-		if !(c.Sampling.Ratio >= 0 && c.Sampling.Ratio <= 1) { // NaN too
-			return c, bad("Sampling.Ratio", "%v is not between 0 and 1", c.Sampling.Ratio)
+		if c.Sampling.Ratio != 0 {
+			// A ratio the strategy does not read is a mistake, not a setting.
+			return c, bad("Sampling.Ratio", "%v is set, but only Strategy %q or %q reads it (Strategy is %q)",
+				c.Sampling.Ratio, SampleRatio, SampleParent, c.Sampling.Strategy)
 		}
+	case SampleRatio, SampleParent:
 	default:
 		return c, bad("Sampling.Strategy", "%q is not always, never, ratio or parent", c.Sampling.Strategy)
 	}

@@ -1,7 +1,9 @@
 package tracingfx
 
 import (
+	"errors"
 	"fmt"
+	"net/http"
 	"net/url"
 	"path"
 	"strconv"
@@ -11,6 +13,7 @@ import (
 	"go.opentelemetry.io/contrib/propagators/autoprop"
 	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"golang.org/x/net/http/httpguts"
 
 	"github.com/redisfx/redisfx"
 )
@@ -200,7 +203,7 @@ func (s *settings) readEndpoints(getenv func(string) string) error {
 			continue
 		}
 		if _, err := parseHTTPURL(v.value); err != nil {
-			return envError(v.name, "%q %s", v.value, err.Error())
+			return envError(v.name, "%q %s", redactedURL(v.value), err.Error())
 		}
 	}
 	const fromConfig = "Config.Exporter.Endpoint"
@@ -257,9 +260,15 @@ func hostOnly(raw string) string {
 	return u.Scheme + "://" + u.Host
 }
 
-// parseHTTPURL accepts an http or https URL with a host.
+// parseHTTPURL accepts an http or https URL with a host and without
+// credentials: the OTLP exporters send only host and path, so a user and
+// password in the URL would be dropped in silence and every export
+// refused by the backend.
 func parseHTTPURL(raw string) (*url.URL, error) {
 	u, err := url.Parse(raw)
+	if err == nil && u.User != nil {
+		return nil, errors.New("holds credentials, which the OTLP exporter does not send: put them in OTEL_EXPORTER_OTLP_HEADERS (Authorization=Basic%20<base64 of user:password>) or Config.Exporter.Headers")
+	}
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		hint := ""
 		if err == nil && u.Scheme != "http" && u.Scheme != "https" && !strings.Contains(raw, "://") {
@@ -268,6 +277,16 @@ func parseHTTPURL(raw string) (*url.URL, error) {
 		return nil, fmt.Errorf("is not an http(s) URL%s", hint)
 	}
 	return u, nil
+}
+
+// redactedURL is raw with the password of its user info, if any, shown as
+// xxxxx: fit for an error message or a log line.
+func redactedURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.User == nil {
+		return raw
+	}
+	return u.Redacted()
 }
 
 // joinPath appends p to the URL's path, as OpenTelemetry does with
@@ -306,7 +325,11 @@ func baseOf(raw string) string {
 
 // readHeaders merges OTEL_EXPORTER_OTLP_HEADERS, then
 // OTEL_EXPORTER_OTLP_TRACES_HEADERS, then Config.Exporter.Headers: the
-// later wins for the same header. Values are never repeated in an error.
+// later wins for the same header, whatever the case of its name (HTTP
+// header names are case-insensitive; two spellings of one name would both
+// be sent, in map order). A name that is not an HTTP token or a value with
+// a control character (CR, LF …) could never be sent: every export would
+// fail, so start-up fails instead. Values are never repeated in an error.
 func (s *settings) readHeaders(getenv func(string) string) error {
 	s.headers = map[string]string{}
 	for _, name := range []string{envHeaders, envTracesHeaders} {
@@ -314,8 +337,8 @@ func (s *settings) readHeaders(getenv func(string) string) error {
 			return err
 		}
 	}
-	for k, v := range s.Exporter.Headers {
-		s.headers[k] = v
+	for k, v := range s.Exporter.Headers { // checked by Config.Validate
+		s.headers[http.CanonicalHeaderKey(k)] = v
 	}
 	return nil
 }
@@ -328,14 +351,17 @@ func parseHeaders(name, raw string, into map[string]string) error {
 	for i, entry := range strings.Split(raw, ",") {
 		k, v, ok := strings.Cut(entry, "=")
 		k = strings.TrimSpace(k)
-		if !ok || k == "" || strings.ContainsAny(k, " :\r\n\t") {
-			return envError(name, "entry %d is not key=value (the values are not shown: they may be credentials)", i+1)
+		if !ok || !httpguts.ValidHeaderFieldName(k) {
+			return envError(name, "entry %d is not key=value with a valid header name (the values are not shown: they may be credentials)", i+1)
 		}
 		value, err := url.PathUnescape(strings.TrimSpace(v))
 		if err != nil {
 			return envError(name, "the value of %q is not URL-encoded correctly", k)
 		}
-		into[k] = value
+		if !httpguts.ValidHeaderFieldValue(value) {
+			return envError(name, "the value of %q holds a control character such as a line break once decoded (the value is not shown: it may be a credential)", k)
+		}
+		into[http.CanonicalHeaderKey(k)] = value
 	}
 	return nil
 }

@@ -29,8 +29,11 @@ func TestEnv_BadValuesFailNamingTheVariable(t *testing.T) {
 		{map[string]string{envTracesProtocol: "http/json"}, `tracingfx: invalid OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: "http/json" is not supported by the OpenTelemetry Go exporter: use http/protobuf or grpc`},
 		{map[string]string{envEndpoint: "collector:4318"}, `tracingfx: invalid OTEL_EXPORTER_OTLP_ENDPOINT: "collector:4318" is not an http(s) URL (write http://collector:4318)`},
 		{map[string]string{envTracesEndpoint: "ftp://collector/traces"}, `tracingfx: invalid OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: "ftp://collector/traces" is not an http(s) URL`},
+		{map[string]string{envEndpoint: "http://user:pa55w0rd@collector:4318"}, `tracingfx: invalid OTEL_EXPORTER_OTLP_ENDPOINT: "http://user:xxxxx@collector:4318" holds credentials, which the OTLP exporter does not send: put them in OTEL_EXPORTER_OTLP_HEADERS (Authorization=Basic%20<base64 of user:password>) or Config.Exporter.Headers`},
 		{map[string]string{envLogsEndpoint: "collector"}, `tracingfx: invalid OTEL_EXPORTER_OTLP_LOGS_ENDPOINT: "collector" is not an http(s) URL (write http://collector)`},
-		{map[string]string{envHeaders: "authorization=Bearer abc,tenant"}, `tracingfx: invalid OTEL_EXPORTER_OTLP_HEADERS: entry 2 is not key=value (the values are not shown: they may be credentials)`},
+		{map[string]string{envHeaders: "authorization=Bearer abc,tenant"}, `tracingfx: invalid OTEL_EXPORTER_OTLP_HEADERS: entry 2 is not key=value with a valid header name (the values are not shown: they may be credentials)`},
+		{map[string]string{envHeaders: "x-api(key)=abc"}, `tracingfx: invalid OTEL_EXPORTER_OTLP_HEADERS: entry 1 is not key=value with a valid header name (the values are not shown: they may be credentials)`},
+		{map[string]string{envTracesHeaders: "x-api-key=abc%0D%0Adef"}, `tracingfx: invalid OTEL_EXPORTER_OTLP_TRACES_HEADERS: the value of "x-api-key" holds a control character such as a line break once decoded (the value is not shown: it may be a credential)`},
 		{map[string]string{envTracesHeaders: "api-key=%zz"}, `tracingfx: invalid OTEL_EXPORTER_OTLP_TRACES_HEADERS: the value of "api-key" is not URL-encoded correctly`},
 		{map[string]string{envSampler: "sometimes"}, `tracingfx: invalid OTEL_TRACES_SAMPLER: "sometimes" is not always_on, always_off, traceidratio, parentbased_always_on, parentbased_always_off or parentbased_traceidratio`},
 		{map[string]string{envSampler: "jaeger_remote"}, `tracingfx: invalid OTEL_TRACES_SAMPLER: "jaeger_remote" needs a remote sampling service, which tracingfx does not support`},
@@ -159,14 +162,16 @@ func TestEnv_GenericEndpointEndingInTracesPathWarns(t *testing.T) {
 }
 
 // Headers: the generic variable, then the traces one, then Config; the
-// later wins for the same header. Values are URL-decoded.
+// later wins for the same header, whatever the case of its name (before,
+// "Authorization" from the variable and "authorization" from Config were
+// both sent, in map order). Values are URL-decoded.
 func TestEnv_Headers(t *testing.T) {
 	t.Parallel()
-	s := resolved(t, Config{Exporter: ExporterConfig{Headers: map[string]string{"x-tenant": "config"}}}, map[string]string{
-		envHeaders:       "authorization=Basic%20abc%3D,x-tenant=generic,x-scope=generic",
-		envTracesHeaders: "x-scope=traces",
+	s := resolved(t, Config{Exporter: ExporterConfig{Headers: map[string]string{"x-tenant": "config", "authorization": "Bearer config"}}}, map[string]string{
+		envHeaders:       "Authorization=Basic%20abc%3D,x-tenant=generic,x-scope=generic",
+		envTracesHeaders: "X-SCOPE=traces",
 	})
-	want := map[string]string{"authorization": "Basic abc=", "x-tenant": "config", "x-scope": "traces"}
+	want := map[string]string{"Authorization": "Bearer config", "X-Tenant": "config", "X-Scope": "traces"}
 	if len(s.headers) != len(want) {
 		t.Fatalf("headers %v, want %v", s.headers, want)
 	}

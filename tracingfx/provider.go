@@ -33,6 +33,8 @@ type Provider struct {
 	// not none).
 	Logs   *sdklog.LoggerProvider
 	traces trace.TracerProvider
+	// abort ends the OTLP exports still running when Shutdown returns.
+	abort exportAbort
 }
 
 // NewProvider builds the TracerProvider for cfg and the OTEL_* environment
@@ -47,7 +49,7 @@ func newProvider(ctx context.Context, cfg Config, getenv func(string) string) (*
 	if err != nil {
 		return nil, err
 	}
-	p := &Provider{cfg: s}
+	p := &Provider{cfg: s, abort: newExportAbort()}
 	if s.disabled {
 		p.traces = noop.NewTracerProvider()
 		return p, nil
@@ -70,14 +72,14 @@ func newProvider(ctx context.Context, cfg Config, getenv func(string) string) (*
 		if err != nil {
 			return nil, fmt.Errorf("tracingfx: OTLP exporter: %w", err)
 		}
-		proc = sdktrace.NewBatchSpanProcessor(exp, batchOptions(s.Batch)...)
+		proc = sdktrace.NewBatchSpanProcessor(&spanExporter{SpanExporter: exp, abort: p.abort}, batchOptions(s.Batch)...)
 		if s.exportLogs && s.logs.url != "" {
 			logExp, err := newLogExporter(ctx, s)
 			if err != nil {
 				_ = exp.Shutdown(ctx)
 				return nil, fmt.Errorf("tracingfx: OTLP log exporter: %w", err)
 			}
-			p.Logs = sdklog.NewLoggerProvider(sdklog.WithResource(res), sdklog.WithProcessor(sdklog.NewBatchProcessor(logExp)))
+			p.Logs = sdklog.NewLoggerProvider(sdklog.WithResource(res), sdklog.WithProcessor(sdklog.NewBatchProcessor(&logExporter{Exporter: logExp, abort: p.abort})))
 		}
 	}
 	if proc != nil {
@@ -158,11 +160,16 @@ func (p *Provider) Warnings() []string { return append([]string(nil), p.cfg.warn
 
 // Shutdown flushes and stops the exporters within Config.ShutdownTimeout,
 // so that a slow or dead backend never hangs the application's stop. It
-// reports spans or logs that could not be delivered in time. It leaves an
-// application's own TracerProvider alone.
+// reports spans or logs that could not be delivered in time; an export
+// still running then is ended, so nothing of the provider talks to the
+// backend after Shutdown returned. It leaves an application's own
+// TracerProvider alone.
 func (p *Provider) Shutdown(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.ShutdownTimeout)
 	defer cancel()
+	if p.abort.cancel != nil {
+		defer p.abort.cancel()
+	}
 	// Traces and logs flush side by side: a hanging traces endpoint must not
 	// eat the logs' share of the deadline.
 	logsDone := make(chan error, 1)

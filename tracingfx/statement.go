@@ -10,12 +10,14 @@ import (
 )
 
 // statement is the command with every argument replaced by "?", or with
-// the arguments (cut) when IncludeArgs is on.
-func (h *commandHook) statement(name string, args []any) string {
+// the arguments (cut) when IncludeArgs is on and the command carries no
+// credentials.
+func (h *commandHook) statement(name string, cmd redis.Cmder) string {
+	args := cmd.Args()
 	if len(args) <= 1 {
 		return name
 	}
-	if h.spans.IncludeArgs {
+	if h.showsArgs(cmd) {
 		return h.cut(name + " " + joinArgs(args[1:]))
 	}
 	var b strings.Builder
@@ -27,12 +29,8 @@ func (h *commandHook) statement(name string, args []any) string {
 	return b.String()
 }
 
-func (h *commandHook) cut(s string) string {
-	if len(s) > h.spans.MaxArgLength {
-		return s[:h.spans.MaxArgLength]
-	}
-	return s
-}
+// cut cuts s at Spans.MaxArgLength bytes, never inside a character.
+func (h *commandHook) cut(s string) string { return cutUTF8(s, h.spans.MaxArgLength) }
 
 func joinArgs(args []any) string {
 	parts := make([]string, len(args))

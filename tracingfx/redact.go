@@ -1,0 +1,107 @@
+package tracingfx
+
+import (
+	"errors"
+	"reflect"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/codes"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/redisfx/redisfx/plugintrace"
+)
+
+// credentialCommands may carry credentials in their arguments or replies
+// (AUTH and HELLO passwords, ACL SETUSER >password, CONFIG SET requirepass,
+// CONFIG GET masterauth, MIGRATE … AUTH): a span shows them with every
+// argument replaced by "?" and never their arguments or reply, whatever
+// Spans.IncludeArgs and IncludeResult say. AUTH and HELLO make no span of
+// their own (handshake); inside a pipeline they are still written as ?.
+var credentialCommands = map[string]bool{"auth": true, "hello": true, "acl": true, "config": true, "migrate": true}
+
+// showsArgs reports whether a span may carry the arguments of cmd.
+func (h *commandHook) showsArgs(cmd redis.Cmder) bool {
+	return h.spans.IncludeArgs && !credentialCommands[cmd.Name()]
+}
+
+// errorText is err's message as the spans of cmds may carry it. Redis
+// echoes arguments in some error replies ("ERR unknown command 'JSON.SET',
+// with args beginning with: 'user:alice@example.com' …", "ERR Error in ACL
+// SETUSER modifier '<old-password>' …"). Unless every command's arguments
+// may be shown, a Redis error is cut before its first quote, and reduced to
+// its code (ERR, WRONGTYPE …) if it still holds an argument. Errors that do
+// not come from Redis (network, timeouts) hold no argument and are kept.
+func (h *commandHook) errorText(err error, status string, cmds ...redis.Cmder) string {
+	msg := err.Error()
+	var rerr redis.Error
+	if !errors.As(err, &rerr) {
+		return msg
+	}
+	shown := true
+	for _, c := range cmds {
+		shown = shown && h.showsArgs(c)
+	}
+	if shown {
+		return msg
+	}
+	if i := strings.IndexAny(msg, `'"`); i >= 0 {
+		msg = strings.TrimRight(msg[:i], " ,:")
+	}
+	for _, c := range cmds {
+		for _, a := range c.Args()[1:] {
+			if s := argString(a); len(s) >= 3 && strings.Contains(msg, s) {
+				if status == "" {
+					return "redis error (message not shown: it holds an argument)"
+				}
+				return status
+			}
+		}
+	}
+	return msg
+}
+
+// argString is an argument as Redis receives it, "" when it is neither
+// text nor a number (such an argument cannot be echoed verbatim).
+func argString(a any) string {
+	switch v := a.(type) {
+	case string:
+		return v
+	case []byte:
+		return string(v)
+	}
+	return toString(a)
+}
+
+// recordFailure marks span failed with the message text: status ERROR, the
+// exception event (with the type of err, as span.RecordError writes it, but
+// text instead of err's own message), error.type and redisfx.error.
+func recordFailure(span trace.Span, err error, text, errorType string) {
+	span.AddEvent(semconv.ExceptionEventName, trace.WithAttributes(
+		semconv.ExceptionTypeKey.String(typeName(err)), semconv.ExceptionMessageKey.String(text)))
+	span.SetStatus(codes.Error, text)
+	span.SetAttributes(semconv.ErrorTypeKey.String(errorType), plugintrace.Error.Bool(true))
+}
+
+// typeName is the exception.type the SDK's RecordError would write.
+func typeName(err error) string {
+	t := reflect.TypeOf(err)
+	if t.PkgPath() == "" && t.Name() == "" {
+		return t.String() // a pointer or another unnamed type
+	}
+	return t.PkgPath() + "." + t.Name()
+}
+
+// cutUTF8 is s cut to at most n bytes without splitting a character: a
+// cut half of one is invalid UTF-8, which OTLP cannot carry.
+func cutUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}

@@ -1,0 +1,162 @@
+package tracingfx
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/redisfx/redisfx/internal/redistest"
+)
+
+// spanText is everything a span carries as text: name, attributes, status
+// and events with their attributes.
+func spanText(s tracetest.SpanStub) string {
+	var b strings.Builder
+	b.WriteString(s.Name + "\n" + s.Status.Description + "\n")
+	for _, kv := range s.Attributes {
+		b.WriteString(string(kv.Key) + "=" + kv.Value.String() + "\n")
+	}
+	for _, e := range s.Events {
+		b.WriteString(e.Name + "\n")
+		for _, kv := range e.Attributes {
+			b.WriteString(string(kv.Key) + "=" + kv.Value.String() + "\n")
+		}
+	}
+	return b.String()
+}
+
+// Redis echoes arguments in some error replies. Without IncludeArgs, the
+// span of an unknown command (a module command sent to a server without the
+// module) carried its key and value in its status and exception event.
+func TestRedact_ErrorEchoingArguments_ArgsNotInSpan(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c, m := tracedClient(t, srv.URL(), SpanConfig{}, nil)
+	key := redistest.Prefix(t) + "user:alice@example.com"
+	err := c.Do(context.Background(), "JSON.SET", key, "$", `{"ssn":"123-45-6789"}`).Err()
+	if err == nil || !strings.Contains(err.Error(), "alice@example.com") {
+		t.Fatalf("the premise: Redis echoes the key in its error, got %v", err)
+	}
+	s := m.one(t, "redis.JSON.SET")
+	text := spanText(s)
+	for _, secret := range []string{"alice@example.com", "123-45-6789"} {
+		if strings.Contains(text, secret) {
+			t.Errorf("%q reached the span:\n%s", secret, text)
+		}
+	}
+	if s.Status.Description != "ERR unknown command" {
+		t.Errorf("status = %q, want the message up to its first quote", s.Status.Description)
+	}
+	if ev := s.Events; len(ev) != 1 || ev[0].Name != "exception" {
+		t.Errorf("events = %v, want one exception", ev)
+	}
+	if attrsOf(s)["error.type"].AsString() != "ERR" {
+		t.Errorf("error.type = %v", attrsOf(s)["error.type"])
+	}
+}
+
+// serverError is an error reply of Redis, as go-redis types it.
+type serverError string
+
+func (e serverError) Error() string { return string(e) }
+func (serverError) RedisError()     {}
+
+// An error without quotes that still holds an argument is reduced to its
+// code; one without an argument is kept whole.
+func TestRedact_ErrorText(t *testing.T) {
+	t.Parallel()
+	h := &commandHook{}
+	cmd := redis.NewCmd(context.Background(), "set", "secret-key", "v")
+	for _, tc := range []struct{ msg, status, want string }{
+		{"WRONGTYPE Operation against a key holding the wrong kind of value", "WRONGTYPE", "WRONGTYPE Operation against a key holding the wrong kind of value"},
+		{"ERR no such key secret-key here", "ERR", "ERR"},
+		{"something about secret-key", "", "redis error (message not shown: it holds an argument)"},
+		{"ERR Error in ACL SETUSER modifier '<pw': Syntax error", "ERR", "ERR Error in ACL SETUSER modifier"},
+	} {
+		if got := h.errorText(serverError(tc.msg), tc.status, cmd); got != tc.want {
+			t.Errorf("errorText(%q) = %q, want %q", tc.msg, got, tc.want)
+		}
+	}
+	shown := &commandHook{spans: SpanConfig{IncludeArgs: true}}
+	if got := shown.errorText(serverError("ERR x 'secret-key'"), "ERR", cmd); got != "ERR x 'secret-key'" {
+		t.Errorf("with IncludeArgs the message is whole, got %q", got)
+	}
+}
+
+// A credential rotation that fails: Redis's error names the modifier, the
+// old password. It never reaches the span, not even with IncludeArgs.
+func TestRedact_ACLSetuserError_PasswordNeverInSpan(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartPrivate(t)
+	for _, spans := range []SpanConfig{{}, {IncludeArgs: true, IncludeResult: true}} {
+		c, m := tracedClient(t, srv.URL(), spans, nil)
+		err := c.Do(context.Background(), "ACL", "SETUSER", "app", "on", ">n3w-S3cret", "<0ld-S3cret").Err()
+		if err == nil || !strings.Contains(err.Error(), "0ld-S3cret") {
+			t.Fatalf("the premise: Redis echoes the modifier, got %v", err)
+		}
+		s := m.one(t, "redis.ACL SETUSER")
+		text := spanText(s)
+		for _, secret := range []string{"n3w-S3cret", "0ld-S3cret"} {
+			if strings.Contains(text, secret) {
+				t.Errorf("IncludeArgs %v: %q reached the span:\n%s", spans.IncludeArgs, secret, text)
+			}
+		}
+	}
+}
+
+// AUTH (and every credential command) inside a pipeline is written with ?
+// whatever IncludeArgs says; it was skipped only as a pipeline's first.
+func TestRedact_AuthInsideAPipeline_PasswordNeverInSpan(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartPrivate(t, redistest.WithArgs("--requirepass", "hunter2-secret"))
+	c, m := tracedClient(t, "redis://:hunter2-secret@"+srv.Addr(), SpanConfig{IncludeArgs: true, IncludeResult: true}, nil)
+	ctx := context.Background()
+	if _, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.Ping(ctx)
+		p.Auth(ctx, "hunter2-secret")
+		p.ConfigSet(ctx, "masterauth", "hunter2-secret")
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	s := m.one(t, "redis.PIPELINE")
+	if text := spanText(s); strings.Contains(text, "hunter2-secret") {
+		t.Fatalf("the password reached the pipeline's span:\n%s", text)
+	}
+	if st := attrsOf(s)["db.statement"].AsString(); st != "PING\nAUTH ?\nCONFIG SET ? ? ?" {
+		t.Errorf("db.statement = %q", st)
+	}
+}
+
+// Spans.MaxArgLength cut a two-byte character in half: the invalid UTF-8
+// then made the export of the whole batch fail.
+func TestRedact_MaxArgLengthNeverSplitsACharacter(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c, m := tracedClient(t, srv.URL(), SpanConfig{IncludeArgs: true, IncludeResult: true, MaxArgLength: 16}, nil)
+	key := redistest.Prefix(t) + "k"
+	value := strings.Repeat("a", 15-len(key)%15) + "ëëëëëëëë"
+	c.Set(context.Background(), key, value, time.Minute)
+	c.Get(context.Background(), key)
+	for _, s := range m.spans() {
+		for _, kv := range s.Attributes {
+			if !utf8.ValidString(kv.Value.String()) {
+				t.Errorf("%s %s = %q is not UTF-8", s.Name, kv.Key, kv.Value.String())
+			}
+		}
+	}
+	for _, tc := range []struct {
+		s    string
+		n    int
+		want string
+	}{{"abë", 3, "ab"}, {"abë", 4, "abë"}, {"ab", 5, "ab"}, {"ëë", 1, ""}} {
+		if got := cutUTF8(tc.s, tc.n); got != tc.want {
+			t.Errorf("cutUTF8(%q, %d) = %q, want %q", tc.s, tc.n, got, tc.want)
+		}
+	}
+}
