@@ -247,21 +247,27 @@ func promDuration(d time.Duration) string {
 	return fmt.Sprintf("%dms", d.Milliseconds())
 }
 
-// expr renders an expression for the profile: prefix, job, windows.
+// expr renders an expression for the profile: prefix, windows, then the
+// job, last, so that a job name holding brackets ("api[eu]") is not read
+// as a window; it is escaped as a PromQL string.
 func (p Profile) expr(e string) string {
-	e = strings.ReplaceAll(withPrefix(e, p.Prefix), "$job", p.job())
+	e = withPrefix(e, p.Prefix)
 	var out strings.Builder
 	for {
 		open := strings.Index(e, "[")
 		if open < 0 {
 			out.WriteString(e)
-			return out.String()
+			break
 		}
 		end := strings.Index(e[open:], "]")
 		out.WriteString(e[:open+1] + p.scale(e[open+1:open+end]) + "]")
 		e = e[open+end+1:]
 	}
+	return strings.ReplaceAll(out.String(), "$job", promString.Replace(p.job()))
 }
+
+// promString escapes the inside of a double-quoted PromQL string.
+var promString = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
 
 func withPrefix(s, prefix string) string { return strings.ReplaceAll(s, "P_", prefix+"_") }
 

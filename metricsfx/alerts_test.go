@@ -86,6 +86,20 @@ func TestSpeedupDividesEveryDuration(t *testing.T) {
 	}
 }
 
+// A job name with brackets was read as a rate window: AlertRules panicked
+// ("bad duration eu"), and so did `redisfx-alerts -job 'api[eu]'`.
+func TestJobNameWithBracketsAndQuotes(t *testing.T) {
+	rules := string(AlertRules(Profile{Prefix: "payments", Job: `api[eu]`, Speedup: 60}))
+	for _, want := range []string{`up{job="api[eu]"} == 0`, "rate(payments_lock_timeouts_total[5s])"} {
+		if !strings.Contains(rules, want) {
+			t.Errorf("rules lack %q", want)
+		}
+	}
+	if rules := string(AlertRules(Profile{Prefix: "payments", Job: `a"b\c`})); !strings.Contains(rules, `job=\"a\\\"b\\\\c\"`) && !strings.Contains(rules, `job="a\"b\\c"`) {
+		t.Errorf("a quote or backslash in the job is not escaped as a PromQL string:\n%s", rules)
+	}
+}
+
 // A critical alert that fires and clears between two flushes of its
 // Alertmanager group is never sent. Every critical alert therefore keeps
 // firing for longer than the pager's group_interval plus one evaluation

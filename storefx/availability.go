@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/redisfx/redisfx/plugintrace"
 )
@@ -67,7 +69,7 @@ type probe struct {
 
 func (p *probe) check(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
-	err := p.client.Ping(ctx).Err()
+	err := healthCheck(ctx, p.client)
 	cancel()
 	now := time.Now()
 	p.mu.Lock()
@@ -76,6 +78,33 @@ func (p *probe) check(ctx context.Context) {
 	if err == nil {
 		p.lastOK = now
 	}
+}
+
+// healthCheck PINGs the client. A Cluster client PINGs every master and
+// asks one node for cluster_state: a PING lands on one node, which answers
+// PONG while a master without replica is dead and every write of its slots
+// (with cluster-require-full-coverage, every write) fails.
+func healthCheck(ctx context.Context, c *Client) error {
+	cc, ok := c.UniversalClient.(*redis.ClusterClient)
+	if !ok {
+		return c.Ping(ctx).Err()
+	}
+	if err := cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+		if err := m.Ping(ctx).Err(); err != nil {
+			return fmt.Errorf("master %s: %w", m.Options().Addr, err)
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	info, err := cc.ClusterInfo(ctx).Result()
+	if err != nil {
+		return err
+	}
+	if !strings.Contains(info, "cluster_state:ok") {
+		return errors.New("cluster_state is not ok: a slot range has no reachable master")
+	}
+	return nil
 }
 
 func (p *probe) run(ctx context.Context) {

@@ -176,7 +176,10 @@ func (r *Registry) Ping(ctx context.Context) error {
 // configured ConnectTimeout (or until ctx ends). The error names the address.
 // The pings make no command span: a start is not a trace.
 func connect(ctx context.Context, c *Client, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(plugintrace.WithoutCommandSpans(ctx), timeout)
+	// The start-up PINGs pass the breaker and are not counted by it: after
+	// five of them it would open, and its refusal, not the real cause,
+	// would end the start-up error.
+	ctx, cancel := context.WithTimeout(withProbe(plugintrace.WithoutCommandSpans(ctx)), timeout)
 	defer cancel()
 	backoff := 25 * time.Millisecond
 	attempts := 0

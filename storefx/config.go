@@ -118,6 +118,9 @@ func (c Config) Validate() error {
 	return err
 }
 
+// defaultIOTimeout is the ReadTimeout and WriteTimeout of a zero Config.
+const defaultIOTimeout = 3 * time.Second
+
 // options turns the Config into go-redis options, validating every field.
 func (c Config) options() (*redis.UniversalOptions, error) {
 	o := &redis.UniversalOptions{
@@ -199,6 +202,17 @@ func (c Config) options() (*redis.UniversalOptions, error) {
 	}
 	if c.DB != 0 && (len(c.Addrs) > 1 || c.Cluster) && c.MasterName == "" {
 		return nil, fieldErr("Config.DB", "Redis Cluster has only database 0")
+	}
+	if o.DB != 0 && c.Cluster && c.MasterName == "" {
+		// The URL's database: go-redis's Cluster client drops it in silence.
+		return nil, fieldErr("Config.URL", "database %d, but Redis Cluster has only database 0", o.DB)
+	}
+	// go-redis's own default is 5s since v9.x; the documented one is 3s.
+	if o.ReadTimeout == 0 {
+		o.ReadTimeout = defaultIOTimeout
+	}
+	if o.WriteTimeout == 0 {
+		o.WriteTimeout = defaultIOTimeout
 	}
 	// Checked in the order of the struct, so the same Config always reports
 	// the same field first.

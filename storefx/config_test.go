@@ -7,6 +7,24 @@ import (
 	"time"
 )
 
+// The documented default of ReadTimeout and WriteTimeout is 3s; go-redis's
+// own became 5s, and a zero Config got that.
+func TestConfigOptions_DefaultIOTimeoutsAre3s(t *testing.T) {
+	for _, cfg := range []Config{{}, {URL: "redis://h:1/0"}, {Addrs: []string{"a:1", "b:2"}}} {
+		o, err := cfg.options()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.ReadTimeout != 3*time.Second || o.WriteTimeout != 3*time.Second {
+			t.Errorf("%+v: ReadTimeout %v, WriteTimeout %v, want 3s", cfg, o.ReadTimeout, o.WriteTimeout)
+		}
+	}
+	o, _ := Config{ReadTimeout: time.Second, WriteTimeout: 2 * time.Second}.options()
+	if o.ReadTimeout != time.Second || o.WriteTimeout != 2*time.Second {
+		t.Errorf("set timeouts not kept: %v %v", o.ReadTimeout, o.WriteTimeout)
+	}
+}
+
 func TestConfigOptions(t *testing.T) {
 	tests := []struct {
 		name      string
@@ -32,6 +50,8 @@ func TestConfigOptions(t *testing.T) {
 		{name: "addr without port", cfg: Config{Addrs: []string{"a:7000", "b"}}, wantErr: "Config.Addrs[1]"},
 		{name: "negative db", cfg: Config{DB: -1}, wantErr: "Config.DB"},
 		{name: "db on cluster", cfg: Config{Addrs: []string{"a:1", "b:2"}, DB: 1}, wantErr: "Config.DB"},
+		// The URL's database was dropped in silence on a Cluster.
+		{name: "url db on cluster", cfg: Config{URL: "redis://127.0.0.1:7000/3", Cluster: true}, wantErr: "invalid Config.URL: database 3, but Redis Cluster has only database 0"},
 		{name: "negative pool", cfg: Config{PoolSize: -1}, wantErr: "Config.PoolSize"},
 		{name: "negative timeout", cfg: Config{ReadTimeout: -time.Second}, wantErr: "Config.ReadTimeout"},
 	}
@@ -96,7 +116,8 @@ func TestFromEnv(t *testing.T) {
 // FuzzParseURL: config parsing never panics, and an error never repeats the
 // password of the URL.
 func FuzzParseURL(f *testing.F) {
-	for _, s := range []string{"redis://u:pw@h:6379/2", "rediss://h:1", "unix:///tmp/r.sock?db=3", "redis://", "http://x", "redis://h:99999/x", "redis://[::1]:6379/0?dial_timeout=1s"} {
+	for _, s := range []string{"redis://u:pw@h:6379/2", "rediss://h:1", "unix:///tmp/r.sock?db=3", "redis://", "http://x", "redis://h:99999/x", "redis://[::1]:6379/0?dial_timeout=1s",
+		"redis://default:123/Tr0ub4dorXyz@redis.internal:6379/0", "redis://default:?Tr0ub4dorXyz@redis.internal:6379/0"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, raw string) {
@@ -117,6 +138,20 @@ func FuzzParseURL(f *testing.F) {
 				t.Fatalf("error repeats the password %q: %v", p, err)
 			}
 		}
+		// What the writer meant as the password, whatever url.Parse reads:
+		// after the first ':' of the text between "://" and the last '@'.
+		// No 8 characters of it may be repeated (a password holding an
+		// unescaped '/' was read as host and path, and its tail repeated).
+		_, rest, _ := strings.Cut(raw, "://")
+		if at := strings.LastIndexByte(rest, '@'); at >= 0 {
+			if _, pw, ok := strings.Cut(rest[:at], ":"); ok {
+				for i := 0; i+8 <= len(pw); i++ {
+					if w := pw[i : i+8]; strings.Contains(err.Error(), w) && !strings.Contains(rest[at:], w) && !strings.Contains(raw[:strings.Index(raw, "://")], w) {
+						t.Fatalf("error repeats %q of the password: %v", w, err)
+					}
+				}
+			}
+		}
 	})
 }
 
@@ -126,9 +161,13 @@ func TestParseURL_ErrorsSayHowToFixIt(t *testing.T) {
 		"redis://127.0.0.1:notaport/0": `storefx: invalid Config.URL: port "notaport" is not a TCP port (1-65535)`,
 		"redis://127.0.0.1:6379/-1":    `storefx: invalid Config.URL: database number -1 is negative`,
 		"redis://u:s3cret@h:99999/0":   `storefx: invalid Config.URL: port "99999" is not a TCP port (1-65535)`,
-		"localhost:6379":               `storefx: invalid Config.URL: "localhost:6379" is an address, not a URL: write redis://localhost:6379`,
-		"pw@localhost:6379":            `storefx: invalid Config.URL: not a URL (redis://host:port/db, rediss://… or unix:///path)`,
-		"redis://u:pa/ss@h:x/0":        `storefx: invalid Config.URL: not a URL (redis://host:port/db, rediss://… or unix:///path)`,
+		// A password with an unescaped '/' or '?' was read as host, path and
+		// options, and the error repeated its tail (an adversary's find).
+		"redis://default:123/Tr0ub4dorXyz@redis.internal:6379/0": `storefx: invalid Config.URL: '@' after the host: a user name or password holding '/', '?' or '#' must be percent-encoded (%2F, %3F, %23); the URL is not shown, it may hold credentials`,
+		"redis://default:?Tr0ub4dorXyz@redis.internal:6379/0":    `storefx: invalid Config.URL: '@' after the host: a user name or password holding '/', '?' or '#' must be percent-encoded (%2F, %3F, %23); the URL is not shown, it may hold credentials`,
+		"localhost:6379":        `storefx: invalid Config.URL: "localhost:6379" is an address, not a URL: write redis://localhost:6379`,
+		"pw@localhost:6379":     `storefx: invalid Config.URL: not a URL (redis://host:port/db, rediss://… or unix:///path)`,
+		"redis://u:pa/ss@h:x/0": `storefx: invalid Config.URL: not a URL (redis://host:port/db, rediss://… or unix:///path)`,
 	} {
 		if _, err := ParseURL(raw); err == nil || err.Error() != want {
 			t.Errorf("ParseURL(%q) = %v\n want %s", raw, err, want)

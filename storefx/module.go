@@ -111,12 +111,18 @@ func newManagedClient(name string, cfg Config, lc fx.Lifecycle, reg *Registry, i
 	var unwatch func()
 	lc.Append(fx.Hook{
 		OnStart: func(ctx context.Context) error {
+			// Fx runs no OnStop for a hook whose OnStart failed: the client
+			// is closed here then, or its breaker would go on probing an
+			// address nobody uses.
 			if err := connect(ctx, c, cfg.connectTimeout()); err != nil {
+				_ = c.Close()
 				return err
 			}
 			interval, timeout := cfg.healthCheck()
 			var err error
-			unwatch, err = reg.Watch(name, interval, timeout)
+			if unwatch, err = reg.Watch(name, interval, timeout); err != nil {
+				_ = c.Close()
+			}
 			return err
 		},
 		OnStop: func(context.Context) error {

@@ -70,6 +70,39 @@ func TestStartFailsFastNamingTheAddress(t *testing.T) {
 	}
 }
 
+// The start-up PINGs counted as breaker failures: once it opened (after
+// 5, about 9 s of dial retries) the error ended with "circuit open", not
+// the cause; and a client whose start failed was never closed (Fx runs no
+// OnStop for a failed OnStart), so its breaker went on probing. With
+// Breaker.Failures 1 the first failed PING would open it.
+func TestStartFailure_NamesTheCauseAndLeavesNoClient(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartPrivate(t)
+	addr := srv.Addr()
+	srv.Kill()
+	var c *storefx.Client
+	app := fx.New(
+		storefx.Module,
+		fx.Supply(&storefx.Config{URL: "redis://" + addr, ConnectTimeout: 2 * time.Second,
+			Breaker: storefx.BreakerConfig{Failures: 1, ProbeInterval: 20 * time.Millisecond}}),
+		fx.Populate(&c),
+		fx.NopLogger,
+	)
+	err := app.Start(context.Background())
+	if err == nil || !strings.HasSuffix(err.Error(), "connect: connection refused") {
+		t.Fatalf("start-up error does not end with the cause: %v", err)
+	}
+	_ = app.Stop(context.Background())
+	probes := c.Breaker().Probes
+	time.Sleep(200 * time.Millisecond) // ten probe intervals
+	if n := c.Breaker().Probes - probes; n > 0 {
+		t.Fatalf("the client of a failed start still probes Redis: %d probes in 200ms", n)
+	}
+	if err := c.Ping(context.Background()).Err(); !errors.Is(err, redis.ErrClosed) {
+		t.Fatalf("the client of a failed start is open: %v", err)
+	}
+}
+
 func TestInvalidConfigFailsNamingTheField(t *testing.T) {
 	t.Parallel()
 	app := fx.New(
@@ -203,6 +236,46 @@ func TestClusterClientAgainstThreeMasters(t *testing.T) {
 	})
 	if masters := masters.Load(); masters != 3 {
 		t.Fatalf("keys landed on %d masters, want 3", masters)
+	}
+}
+
+// A Cluster master without replica killed for good: every write failed
+// (CLUSTERDOWN), yet the health check's PING landed on a live node, so
+// store_up stayed 1 and /readyz ready. Every master is PINGed now, and
+// cluster_state must be ok.
+func TestClusterHealth_DeadMasterIsDown(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cluster start takes a few seconds")
+	}
+	t.Parallel()
+	cl := redistest.StartCluster(t, 3, 0)
+	c, err := storefx.New("default", storefx.Config{Addrs: cl.Addrs(), DialTimeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	reg := storefx.NewRegistry()
+	if err := reg.Add(c); err != nil {
+		t.Fatal(err)
+	}
+	stop, err := reg.Watch("default", 50*time.Millisecond, 300*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	if !reg.Health("default").Up {
+		t.Fatalf("not up before the fault: %v", reg.Health("default").Err)
+	}
+	cl.Nodes[0].Kill()
+	deadline := time.Now().Add(10 * time.Second)
+	for reg.Health("default").Up {
+		if time.Now().After(deadline) {
+			t.Fatal("a dead master (no replica) is still reported up after 10s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := reg.Ready(context.Background()); err == nil {
+		t.Fatal("Ready passes with a dead master")
 	}
 }
 

@@ -42,6 +42,13 @@ func ParseURL(raw string) (URLSettings, error) {
 		// url.Parse's message repeats the URL, password included: not used.
 		return URLSettings{}, fieldErr("Config.URL", "not a URL (redis://host:port/db, rediss://… or unix:///path)")
 	}
+	if strings.Contains(u.Path+u.RawQuery+u.Fragment, "@") {
+		// "redis://user:123/pa55@host": the host ends at the first '/', '?'
+		// or '#', so a password holding one is read as host, path and
+		// options, and the errors that follow would repeat its tail.
+		return URLSettings{}, fieldErr("Config.URL", "'@' after the host: a user name or password holding '/', '?' or '#' "+
+			"must be percent-encoded (%%2F, %%3F, %%23); the URL is not shown, it may hold credentials")
+	}
 	switch u.Scheme {
 	case "redis", "rediss", "unix":
 	default:
