@@ -30,11 +30,15 @@ const stackBody = `{"amount":1250,"currency":"EUR","card":"4242424242424242"}`
 
 // stackRouter starts the stack on a private Redis, with the production
 // logger (JSON, sampled as zap.NewProduction samples) writing nowhere.
-func stackRouter(b *testing.B, tracing bool) http.Handler {
+func stackRouter(b *testing.B, tracing bool, env ...string) http.Handler {
 	b.Helper()
 	for _, k := range []string{"OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-		"OTEL_TRACES_SAMPLER", "OTEL_SDK_DISABLED", "TRACING_EXPORTER"} {
+		"OTEL_TRACES_SAMPLER", "OTEL_TRACES_SAMPLER_ARG", "OTEL_SDK_DISABLED", "TRACING_EXPORTER"} {
 		b.Setenv(k, "")
+	}
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		b.Setenv(k, v)
 	}
 	srv := redistest.Start(b)
 	log := zap.New(zapcore.NewSamplerWithOptions(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()),
@@ -129,4 +133,48 @@ func BenchmarkStack_NewKey(b *testing.B) {
 
 func BenchmarkStack_Replay(b *testing.B) {
 	serveStack(b, stackRouter(b, true), func(int) string { return "replayed" })
+}
+
+// otlpReceiver accepts OTLP/HTTP exports and discards them, as bench/run's
+// receiver does; its address is returned as an OTEL_EXPORTER_OTLP_ENDPOINT
+// setting, with the sampler settings of one ratio.
+func otlpReceiver(b *testing.B, ratio string) []string {
+	b.Helper()
+	rc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/x-protobuf")
+	}))
+	b.Cleanup(rc.Close)
+	return []string{"OTEL_EXPORTER_OTLP_ENDPOINT=" + rc.URL, "OTEL_TRACES_SAMPLER=parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG=" + ratio}
+}
+
+// The stack exporting OTLP/HTTP at 10 % sampling, in process: the
+// exporter's goroutine runs in this process, so cpu-ns/op includes it.
+func BenchmarkStack_NoKeyOTLP10(b *testing.B) {
+	serveStack(b, stackRouter(b, true, otlpReceiver(b, "0.1")...), func(int) string { return "" })
+}
+
+func BenchmarkStack_NewKeyOTLP10(b *testing.B) {
+	serveStack(b, stackRouter(b, true, otlpReceiver(b, "0.1")...), func(i int) string { return "new-" + strconv.Itoa(i) })
+}
+
+func BenchmarkStack_ReplayOTLP10(b *testing.B) {
+	serveStack(b, stackRouter(b, true, otlpReceiver(b, "0.1")...), func(int) string { return "replayed" })
+}
+
+// Without tracingfx: the baseline of the tracing rows.
+func BenchmarkStack_NoKeyNoTracing(b *testing.B) {
+	serveStack(b, stackRouter(b, false), func(int) string { return "" })
+}
+
+func BenchmarkStack_ReplayNoTracing(b *testing.B) {
+	serveStack(b, stackRouter(b, false), func(int) string { return "replayed" })
+}
+
+func BenchmarkStack_NoKeyOTLP100(b *testing.B) {
+	serveStack(b, stackRouter(b, true, otlpReceiver(b, "1")...), func(int) string { return "" })
+}
+
+func BenchmarkStack_ReplayOTLP100(b *testing.B) {
+	serveStack(b, stackRouter(b, true, otlpReceiver(b, "1")...), func(int) string { return "replayed" })
 }
