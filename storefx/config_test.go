@@ -161,6 +161,9 @@ func TestParseURL_ErrorsSayHowToFixIt(t *testing.T) {
 		"redis://127.0.0.1:notaport/0": `storefx: invalid Config.URL: port "notaport" is not a TCP port (1-65535)`,
 		"redis://127.0.0.1:6379/-1":    `storefx: invalid Config.URL: database number -1 is negative`,
 		"redis://u:s3cret@h:99999/0":   `storefx: invalid Config.URL: port "99999" is not a TCP port (1-65535)`,
+		// Options were accepted and ignored: the pool stayed at 20.
+		"redis://h:6379/0?pool_size=3":   `storefx: invalid Config.URL: option "pool_size" is not read from the URL: set Config.PoolSize`,
+		"redis://h:6379/0?max_retries=0": `storefx: invalid Config.URL: option "max_retries" is not read from the URL: set the matching Config field`,
 		// A password with an unescaped '/' or '?' was read as host, path and
 		// options, and the error repeated its tail (an adversary's find).
 		"redis://default:123/Tr0ub4dorXyz@redis.internal:6379/0": `storefx: invalid Config.URL: '@' after the host: a user name or password holding '/', '?' or '#' must be percent-encoded (%2F, %3F, %23); the URL is not shown, it may hold credentials`,

@@ -4,9 +4,11 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -66,6 +68,9 @@ func ParseURL(raw string) (URLSettings, error) {
 		}
 		return URLSettings{}, fieldErr("Config.URL", "%s", msg)
 	}
+	if err := unreadOptions(u); err != nil {
+		return URLSettings{}, err
+	}
 	if o.DB < 0 { // go-redis reads "/-1" as db -1, and SELECT is then skipped: db 0 in silence
 		return URLSettings{}, fieldErr("Config.URL", "database number %d is negative", o.DB)
 	}
@@ -73,6 +78,31 @@ func ParseURL(raw string) (URLSettings, error) {
 		Network: o.Network, Addr: o.Addr, Username: o.Username,
 		Password: o.Password, DB: o.DB, TLS: o.TLSConfig,
 	}, nil
+}
+
+// urlOptionFields names the Config field of each query option go-redis
+// reads in a URL. storefx takes address, credentials, database and TLS
+// from a URL and its settings from Config, so an option is refused rather
+// than accepted and ignored (?pool_size=3 left the pool at 20).
+var urlOptionFields = map[string]string{
+	"pool_size": "PoolSize", "min_idle_conns": "MinIdleConns", "dial_timeout": "DialTimeout",
+	"read_timeout": "ReadTimeout", "write_timeout": "WriteTimeout", "client_name": "ClientName",
+}
+
+// unreadOptions refuses the query options of u that storefx does not apply:
+// all but db (the unix form's database) and skip_verify (part of the TLS
+// settings it keeps).
+func unreadOptions(u *url.URL) error {
+	for _, name := range slices.Sorted(maps.Keys(u.Query())) {
+		switch {
+		case name == "db" || name == "skip_verify":
+		case urlOptionFields[name] != "":
+			return fieldErr("Config.URL", "option %q is not read from the URL: set Config.%s", name, urlOptionFields[name])
+		default:
+			return fieldErr("Config.URL", "option %q is not read from the URL: set the matching Config field", name)
+		}
+	}
+	return nil
 }
 
 // FromEnv returns the configuration an application gets from its environment:
