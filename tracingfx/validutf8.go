@@ -132,20 +132,19 @@ func validSpans(spans []sdktrace.ReadOnlySpan) []sdktrace.ReadOnlySpan {
 	return out
 }
 
-// validateSpan returns a valid copy of s and true if s held invalid UTF-8.
+// validateSpan returns a valid copy of s and true if s held invalid UTF-8;
+// a valid span (nearly every one) costs no allocation.
 func validateSpan(s sdktrace.ReadOnlySpan) (sdktrace.ReadOnlySpan, bool) {
-	v := &validSpan{ReadOnlySpan: s, name: validString(s.Name()), status: s.Status()}
-	changed := v.name != s.Name()
-	var c bool
-	v.attrs, c = validAttributes(s.Attributes())
-	changed = changed || c
-	if d := validString(v.status.Description); d != v.status.Description {
-		v.status.Description, changed = d, true
+	name, status := validString(s.Name()), s.Status()
+	description := validString(status.Description)
+	attrs, ca := validAttributes(s.Attributes())
+	events, ce := validEvents(s.Events())
+	links, cl := validLinks(s.Links())
+	if !ca && !ce && !cl && name == s.Name() && description == status.Description {
+		return s, false
 	}
-	v.events, c = validEvents(s.Events())
-	changed = changed || c
-	v.links, c = validLinks(s.Links())
-	return v, changed || c
+	status.Description = description
+	return &validSpan{ReadOnlySpan: s, name: name, attrs: attrs, events: events, links: links, status: status}, true
 }
 
 // validEvents is events with valid names and attributes, and whether any
