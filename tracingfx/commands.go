@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 
@@ -165,14 +166,12 @@ func (h *commandHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			if h.showsArgs(cmd) {
 				attrs = append(attrs, dbStatementArgsKey.String(h.cut(joinArgs(cmd.Args()[1:]))))
 			}
-			if h.spans.IncludeResult && err == nil && !credentialCommands[name] {
+			if h.showsResult(cmd) && err == nil {
 				attrs = append(attrs, dbStatementResultKey.String(h.cut(resultString(cmd))))
 			}
 			span.SetAttributes(attrs...)
 			putAttrs(buf, attrs)
-			if out.record(span); out.failed {
-				recordFailure(span, err, h.errorText(err, out.status, cmd), errorType(err, out.status))
-			}
+			h.record(span, out, err, cmd)
 		}
 		span.End()
 		return err
@@ -225,9 +224,7 @@ func (h *commandHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 				plugintrace.DurationMS.Float64(float64(took.Microseconds())/1000))
 			span.SetAttributes(attrs...)
 			putAttrs(buf, attrs)
-			if out.record(span); out.failed {
-				recordFailure(span, cause, h.errorText(cause, out.status, culprits...), errorType(cause, out.status))
-			}
+			h.record(span, out, cause, culprits...)
 		}
 		span.End()
 		return err
@@ -310,12 +307,21 @@ func outcomeOf(err error) outcome {
 	return outcome{failed: true}
 }
 
-// record sets db.response.status_code; a failure is then recorded by
-// recordFailure, with the error's text as errorText allows it.
-func (o outcome) record(span trace.Span) {
+// record sets db.response.status_code and, on a failure of cmds with err,
+// the status ERROR, the exception event (the error's type, and its text as
+// errorText allows it), error.type and redisfx.error.
+func (h *commandHook) record(span trace.Span, o outcome, err error, cmds ...redis.Cmder) {
 	if o.status != "" {
 		span.SetAttributes(semconv.DBResponseStatusCode(o.status))
 	}
+	if !o.failed {
+		return
+	}
+	text := h.errorText(err, o.status, cmds...)
+	span.AddEvent(semconv.ExceptionEventName, trace.WithAttributes(
+		semconv.ExceptionTypeKey.String(typeName(err)), semconv.ExceptionMessageKey.String(text)))
+	span.SetStatus(codes.Error, text)
+	span.SetAttributes(semconv.ErrorTypeKey.String(errorType(err, o.status)), plugintrace.Error.Bool(true))
 }
 
 // errorPrefix is the first word of a Redis error when it is an upper-case

@@ -29,6 +29,14 @@ func newExportAbort() exportAbort {
 	return exportAbort{ctx: ctx, cancel: func() { cancel(errShuttingDown) }}
 }
 
+// end cancels the exports in flight and every later one (a zero
+// exportAbort has none).
+func (a exportAbort) end() {
+	if a.cancel != nil {
+		a.cancel()
+	}
+}
+
 // bound is ctx, also cancelled by the abort; call release when done.
 func (a exportAbort) bound(ctx context.Context) (context.Context, func()) {
 	ctx, cancel := context.WithCancelCause(ctx)

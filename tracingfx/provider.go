@@ -130,7 +130,7 @@ func newOwnProvider(cfg Config, own trace.TracerProvider, getenv func(string) st
 	if err := s.readPropagators(getenv); err != nil {
 		return nil, err
 	}
-	return &Provider{cfg: s, traces: own}, nil
+	return &Provider{cfg: s, traces: own, abort: newExportAbort()}, nil
 }
 
 // TracerProvider is the provider spans go to: Tracer, the application's
@@ -167,9 +167,7 @@ func (p *Provider) Warnings() []string { return append([]string(nil), p.cfg.warn
 func (p *Provider) Shutdown(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.ShutdownTimeout)
 	defer cancel()
-	if p.abort.cancel != nil {
-		defer p.abort.cancel()
-	}
+	defer p.abort.end()
 	// Traces and logs flush side by side: a hanging traces endpoint must not
 	// eat the logs' share of the deadline.
 	logsDone := make(chan error, 1)

@@ -7,11 +7,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
-	"go.opentelemetry.io/otel/codes"
-	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
-	"go.opentelemetry.io/otel/trace"
-
-	"github.com/redisfx/redisfx/plugintrace"
 )
 
 // credentialCommands may carry credentials in their arguments or replies
@@ -25,6 +20,11 @@ var credentialCommands = map[string]bool{"auth": true, "hello": true, "acl": tru
 // showsArgs reports whether a span may carry the arguments of cmd.
 func (h *commandHook) showsArgs(cmd redis.Cmder) bool {
 	return h.spans.IncludeArgs && !credentialCommands[cmd.Name()]
+}
+
+// showsResult reports whether a span may carry the reply of cmd.
+func (h *commandHook) showsResult(cmd redis.Cmder) bool {
+	return h.spans.IncludeResult && !credentialCommands[cmd.Name()]
 }
 
 // errorText is err's message as the spans of cmds may carry it. Redis
@@ -63,8 +63,7 @@ func (h *commandHook) errorText(err error, status string, cmds ...redis.Cmder) s
 	return msg
 }
 
-// argString is an argument as Redis receives it, "" when it is neither
-// text nor a number (such an argument cannot be echoed verbatim).
+// argString is an argument as Redis receives it (as go-redis writes it).
 func argString(a any) string {
 	switch v := a.(type) {
 	case string:
@@ -73,16 +72,6 @@ func argString(a any) string {
 		return string(v)
 	}
 	return toString(a)
-}
-
-// recordFailure marks span failed with the message text: status ERROR, the
-// exception event (with the type of err, as span.RecordError writes it, but
-// text instead of err's own message), error.type and redisfx.error.
-func recordFailure(span trace.Span, err error, text, errorType string) {
-	span.AddEvent(semconv.ExceptionEventName, trace.WithAttributes(
-		semconv.ExceptionTypeKey.String(typeName(err)), semconv.ExceptionMessageKey.String(text)))
-	span.SetStatus(codes.Error, text)
-	span.SetAttributes(semconv.ErrorTypeKey.String(errorType), plugintrace.Error.Bool(true))
 }
 
 // typeName is the exception.type the SDK's RecordError would write.

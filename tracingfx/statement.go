@@ -35,14 +35,7 @@ func (h *commandHook) cut(s string) string { return cutUTF8(s, h.spans.MaxArgLen
 func joinArgs(args []any) string {
 	parts := make([]string, len(args))
 	for i, a := range args {
-		switch v := a.(type) {
-		case string:
-			parts[i] = v
-		case []byte:
-			parts[i] = string(v)
-		default:
-			parts[i] = toString(v)
-		}
+		parts[i] = argString(a)
 	}
 	return strings.Join(parts, " ")
 }
