@@ -32,8 +32,8 @@ func ErrorsFrom(ctx context.Context) *Errors {
 	if e, ok := ctx.Value(errorsKey{}).(*Errors); ok {
 		return e
 	}
-	if s, ok := ctx.Value(requestStateKey{}).(*requestState); ok {
-		return s.errors
+	if st := stateFrom(ctx); st != nil {
+		return st.errors
 	}
 	return fallbackErrors
 }

@@ -32,9 +32,16 @@ type requestState struct {
 // 405 answered it, maybe inside a sub-router, where chi's route pattern
 // is the sub-router's mount point ("/api/*") although no route matched.
 func markUnmatched(r *http.Request) {
-	if st, ok := r.Context().Value(requestStateKey{}).(*requestState); ok {
+	if st := stateFrom(r.Context()); st != nil {
 		st.unmatched = true
 	}
+}
+
+// stateFrom is the state of the request served in ctx, nil outside one
+// served by httpfx's router.
+func stateFrom(ctx context.Context) *requestState {
+	st, _ := ctx.Value(requestStateKey{}).(*requestState)
+	return st
 }
 
 type requestStateKey struct{}
@@ -53,8 +60,8 @@ func newRequestID() string {
 // ASCII characters), else one the router generated. It is "" outside a
 // request served by httpfx's router.
 func RequestIDFromContext(ctx context.Context) string {
-	if s, ok := ctx.Value(requestStateKey{}).(*requestState); ok {
-		return s.id
+	if st := stateFrom(ctx); st != nil {
+		return st.id
 	}
 	return ""
 }
