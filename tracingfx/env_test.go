@@ -246,7 +246,7 @@ func TestEnv_LogsExporterNone(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = p.Shutdown(context.Background()) }()
-	if p.Logs != nil {
+	if p.LoggerProvider() != nil {
 		t.Fatal("OTEL_LOGS_EXPORTER=none, but the log bridge has an exporter")
 	}
 }

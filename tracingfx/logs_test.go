@@ -2,6 +2,7 @@ package tracingfx
 
 import (
 	"context"
+	"runtime"
 	"testing"
 
 	"go.uber.org/fx"
@@ -57,5 +58,67 @@ func TestLogBridge_UnknownLogsEndpointWarns(t *testing.T) {
 	const want = "tracing: the log bridge exports nothing: the traces endpoint http://127.0.0.1:1/custom/traces does not end in /v1/traces, so the logs endpoint is unknown; set OTEL_EXPORTER_OTLP_LOGS_ENDPOINT"
 	if logs.FilterMessage(want).Len() != 1 {
 		t.Fatalf("no warning %q in %v", want, logs.All())
+	}
+}
+
+// An exporting Provider whose logs are not bridged does not hold the log
+// pipeline's queue (about 1.6 MB the garbage collector scans on every
+// cycle); the first LoggerProvider call builds it, and Shutdown works
+// either way.
+func TestLogPipeline_BuiltOnlyWhenBridged(t *testing.T) {
+	rc := newReceiver(t)
+	const n = 8
+	retained := func(f func() []*Provider) (perProvider uint64, ps []*Provider) {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		ps = f()
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		if after.HeapAlloc < before.HeapAlloc {
+			return 0, ps
+		}
+		return (after.HeapAlloc - before.HeapAlloc) / n, ps
+	}
+	unbridged, ps := retained(func() []*Provider {
+		var ps []*Provider
+		for range n {
+			p, err := newProvider(context.Background(), Config{Exporter: ExporterConfig{Endpoint: rc.URL}}, mapEnv(nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ps = append(ps, p)
+		}
+		return ps
+	})
+	bridged, _ := retained(func() []*Provider {
+		for _, p := range ps {
+			if p.LoggerProvider() == nil {
+				t.Fatal("an OTLP exporter without OTEL_LOGS_EXPORTER=none has no LoggerProvider")
+			}
+		}
+		return ps
+	})
+	for _, p := range ps {
+		if err := p.Shutdown(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	q, err := newProvider(context.Background(), Config{Exporter: ExporterConfig{Endpoint: rc.URL}}, mapEnv(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if q.LoggerProvider() != nil {
+		t.Fatal("a LoggerProvider built after Shutdown would never be flushed")
+	}
+	t.Logf("retained per provider: %d B unbridged, %d B more once bridged", unbridged, bridged)
+	if unbridged > 512<<10 {
+		t.Fatalf("a Provider whose logs are not bridged retains %d B, want < 512 KiB", unbridged)
+	}
+	if bridged < 1<<20 {
+		t.Fatalf("building the log pipeline retained only %d B: the measurement cannot tell it apart", bridged)
 	}
 }

@@ -238,13 +238,14 @@ var WithLogBridge = fx.Decorate(BridgeLogger)
 // When spans go over OTLP but no logs endpoint can be derived from theirs,
 // it says so on log.
 func BridgeLogger(log *zap.Logger, p *Provider) *zap.Logger {
-	if p.Logs == nil {
+	logs := p.LoggerProvider()
+	if logs == nil {
 		if p.Endpoint() != "" && p.cfg.exportLogs && p.cfg.logs.url == "" {
 			log.Warn(fmt.Sprintf("tracing: the log bridge exports nothing: the traces endpoint %s does not end in %s, so the logs endpoint is unknown; set %s",
 				p.Endpoint(), tracesPath, envLogsEndpoint))
 		}
 		return log
 	}
-	core := otelzap.NewCore(plugintrace.ScopeName, otelzap.WithLoggerProvider(p.Logs))
+	core := otelzap.NewCore(plugintrace.ScopeName, otelzap.WithLoggerProvider(logs))
 	return log.WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core { return zapcore.NewTee(c, core) }))
 }

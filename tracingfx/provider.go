@@ -29,9 +29,7 @@ type Provider struct {
 	// exporter none, TracerProvider's spans are id-only and do not pass
 	// through it.
 	Tracer *sdktrace.TracerProvider
-	// Logs is nil unless the exporter sends OTLP (and OTEL_LOGS_EXPORTER is
-	// not none).
-	Logs   *sdklog.LoggerProvider
+	logs   *logPipeline // nil unless logs are exported
 	traces trace.TracerProvider
 	// abort ends the OTLP exports still running when Shutdown returns.
 	abort exportAbort
@@ -79,7 +77,7 @@ func newProvider(ctx context.Context, cfg Config, getenv func(string) string) (*
 				_ = exp.Shutdown(ctx)
 				return nil, fmt.Errorf("tracingfx: OTLP log exporter: %w", err)
 			}
-			p.Logs = sdklog.NewLoggerProvider(sdklog.WithResource(res), sdklog.WithProcessor(sdklog.NewBatchProcessor(&logExporter{Exporter: logExp, abort: p.abort})))
+			p.logs = &logPipeline{res: res, exp: &logExporter{Exporter: logExp, abort: p.abort}}
 		}
 	}
 	if proc != nil {
@@ -137,6 +135,18 @@ func newOwnProvider(cfg Config, own trace.TracerProvider, getenv func(string) st
 // own (UseTracerProvider), or a no-op provider when OTEL_SDK_DISABLED=true.
 func (p *Provider) TracerProvider() trace.TracerProvider { return p.traces }
 
+// LoggerProvider is the OpenTelemetry LoggerProvider the log bridge
+// (WithLogBridge, BridgeLogger) exports through. It is nil unless the
+// exporter sends OTLP and OTEL_LOGS_EXPORTER is not none. It is built on the
+// first call, so an application that does not export its logs does not hold
+// its queue; Shutdown flushes it.
+func (p *Provider) LoggerProvider() *sdklog.LoggerProvider {
+	if p.logs == nil {
+		return nil
+	}
+	return p.logs.get()
+}
+
 // Propagator is the propagator of OTEL_PROPAGATORS, else W3C TraceContext
 // and Baggage.
 func (p *Provider) Propagator() propagation.TextMapPropagator { return p.cfg.propagator }
@@ -172,11 +182,11 @@ func (p *Provider) Shutdown(ctx context.Context) error {
 	// eat the logs' share of the deadline.
 	logsDone := make(chan error, 1)
 	go func() {
-		if p.Logs == nil {
+		if p.logs == nil {
 			logsDone <- nil
 			return
 		}
-		logsDone <- p.Logs.Shutdown(ctx)
+		logsDone <- p.logs.shutdown(ctx)
 	}()
 	var err error
 	if p.Tracer != nil {

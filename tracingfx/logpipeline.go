@@ -1,0 +1,48 @@
+package tracingfx
+
+import (
+	"context"
+	"sync"
+
+	sdklog "go.opentelemetry.io/otel/sdk/log"
+	"go.opentelemetry.io/otel/sdk/resource"
+)
+
+// logPipeline is the OpenTelemetry log pipeline behind the log bridge. Its
+// exporter is built with the Provider, so a bad setting still fails
+// start-up; the LoggerProvider and its batch processor are built on first
+// use. The processor's queue holds 2,048 records, about 1.6 MB of pointers
+// that the garbage collector scans on every cycle: an application that does
+// not bridge its logs (WithLogBridge) should not pay for it
+// (docs/performance.md measured it).
+type logPipeline struct {
+	res *resource.Resource
+	exp sdklog.Exporter
+
+	mu       sync.Mutex
+	provider *sdklog.LoggerProvider
+	shut     bool
+}
+
+// get returns the LoggerProvider, building it on the first call; nil after
+// shutdown, so that nothing is built that would never be flushed.
+func (l *logPipeline) get() *sdklog.LoggerProvider {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.provider == nil && !l.shut {
+		l.provider = sdklog.NewLoggerProvider(sdklog.WithResource(l.res), sdklog.WithProcessor(sdklog.NewBatchProcessor(l.exp)))
+	}
+	return l.provider
+}
+
+// shutdown flushes the provider if it was built, else closes the exporter.
+func (l *logPipeline) shutdown(ctx context.Context) error {
+	l.mu.Lock()
+	l.shut = true
+	p := l.provider
+	l.mu.Unlock()
+	if p != nil {
+		return p.Shutdown(ctx)
+	}
+	return l.exp.Shutdown(ctx)
+}
