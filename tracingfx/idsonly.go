@@ -8,6 +8,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/embedded"
+	"go.opentelemetry.io/otel/trace/noop"
 )
 
 // idsOnly is the TracerProvider of the exporter none. Nothing can receive a
@@ -22,7 +23,9 @@ type idsOnly struct {
 }
 
 func newIDsOnly(sampler sdktrace.Sampler) *idsOnly {
-	return &idsOnly{tracer: &idsTracer{sampler: sampler}}
+	p := &idsOnly{}
+	p.tracer = &idsTracer{sampler: sampler, provider: p}
+	return p
 }
 
 // Tracer implements trace.TracerProvider.
@@ -30,12 +33,21 @@ func (p *idsOnly) Tracer(string, ...trace.TracerOption) trace.Tracer { return p.
 
 type idsTracer struct {
 	embedded.Tracer
-	sampler sdktrace.Sampler
+	sampler  sdktrace.Sampler
+	provider trace.TracerProvider
 }
 
 // Start implements trace.Tracer: a span that records nothing.
 func (t *idsTracer) Start(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
 	cfg := trace.NewSpanStartConfig(opts...)
+	sc, _ := decide(ctx, name, &cfg, t.sampler)
+	return startIDSpan(ctx, sc, t.provider)
+}
+
+// decide gives a new span its ids and its sampled flag, as the SDK's tracer
+// does: the parent's trace id (or a new one), a new span id, and the
+// sampler's decision on them.
+func decide(ctx context.Context, name string, cfg *trace.SpanConfig, sampler sdktrace.Sampler) (trace.SpanContext, sdktrace.SamplingDecision) {
 	parentCtx := ctx
 	if cfg.NewRoot() {
 		parentCtx = trace.ContextWithSpanContext(ctx, trace.SpanContext{})
@@ -45,15 +57,44 @@ func (t *idsTracer) Start(ctx context.Context, name string, opts ...trace.SpanSt
 	if parent.IsValid() {
 		tid = parent.TraceID()
 	} else {
-		binary.LittleEndian.PutUint64(tid[:8], rand.Uint64())
-		binary.LittleEndian.PutUint64(tid[8:], rand.Uint64()|1) // never all zero
+		tid = newTraceID()
 	}
-	var sid trace.SpanID
-	binary.LittleEndian.PutUint64(sid[:], rand.Uint64()|1)
-	res := t.sampler.ShouldSample(sdktrace.SamplingParameters{ParentContext: parentCtx, TraceID: tid, Name: name,
+	res := sampler.ShouldSample(sdktrace.SamplingParameters{ParentContext: parentCtx, TraceID: tid, Name: name,
 		Kind: cfg.SpanKind(), Attributes: cfg.Attributes(), Links: cfg.Links()})
 	flags := parent.TraceFlags().WithSampled(res.Decision == sdktrace.RecordAndSample)
-	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: flags, TraceState: res.Tracestate})
-	ctx = trace.ContextWithSpanContext(ctx, sc)
-	return ctx, trace.SpanFromContext(ctx)
+	return trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: newSpanID(), TraceFlags: flags, TraceState: res.Tracestate}), res.Decision
 }
+
+func newTraceID() trace.TraceID {
+	var tid trace.TraceID
+	binary.LittleEndian.PutUint64(tid[:8], rand.Uint64())
+	binary.LittleEndian.PutUint64(tid[8:], rand.Uint64()|1) // never all zero
+	return tid
+}
+
+func newSpanID() trace.SpanID {
+	var sid trace.SpanID
+	binary.LittleEndian.PutUint64(sid[:], rand.Uint64()|1) // never all zero
+	return sid
+}
+
+// idSpan is a span that is its SpanContext and nothing else, like the SDK's
+// span of a dropped trace. Its TracerProvider is the one that made it, so
+// instrumentation that takes its tracer from the current span keeps using
+// tracingfx's provider.
+type idSpan struct {
+	noop.Span
+	sc       trace.SpanContext
+	provider trace.TracerProvider
+}
+
+func startIDSpan(ctx context.Context, sc trace.SpanContext, provider trace.TracerProvider) (context.Context, trace.Span) {
+	s := &idSpan{sc: sc, provider: provider}
+	return trace.ContextWithSpan(ctx, s), s
+}
+
+// SpanContext implements trace.Span.
+func (s *idSpan) SpanContext() trace.SpanContext { return s.sc }
+
+// TracerProvider implements trace.Span.
+func (s *idSpan) TracerProvider() trace.TracerProvider { return s.provider }
