@@ -141,7 +141,7 @@ func (f *front) serve(w http.ResponseWriter, r *http.Request, next http.Handler)
 		if prop == nil {
 			prop = otel.GetTextMapPropagator()
 		}
-		ctx = prop.Extract(ctx, propagation.HeaderCarrier(r.Header))
+		ctx = prop.Extract(ctx, requestCarrier(r.Header))
 		ctx, span = f.tracer.Start(ctx, spanMethod(r.Method), serverKind)
 		defer span.End()
 		if span.IsRecording() {

@@ -13,7 +13,8 @@ import (
 // trace id and decision, and every span has its own span id.
 func TestIDsOnly_SamplesLikeTheSDK(t *testing.T) {
 	sampler := sdktrace.ParentBased(sdktrace.TraceIDRatioBased(0.25))
-	tr := newIDsOnly(sampler).Tracer("t")
+	provider := newIDsOnly(sampler)
+	tr := provider.Tracer("t")
 	sampled := 0
 	const n = 4000
 	for i := 0; i < n; i++ {
@@ -21,6 +22,11 @@ func TestIDsOnly_SamplesLikeTheSDK(t *testing.T) {
 		sc := root.SpanContext()
 		if !sc.IsValid() || root.IsRecording() {
 			t.Fatalf("root %v recording=%v", sc, root.IsRecording())
+		}
+		if root.TracerProvider() != provider {
+			// otelhttp's transport, among others, takes its tracer from
+			// the current span.
+			t.Fatalf("the span names %T as its provider", root.TracerProvider())
 		}
 		want := sampler.ShouldSample(sdktrace.SamplingParameters{ParentContext: context.Background(), TraceID: sc.TraceID()}).Decision == sdktrace.RecordAndSample
 		if sc.IsSampled() != want {
