@@ -27,8 +27,7 @@ type Provider struct {
 	// It is nil when the application brings its own (UseTracerProvider) and
 	// when OTEL_SDK_DISABLED=true; TracerProvider is never nil. With the
 	// exporter none, TracerProvider's spans are id-only and do not pass
-	// through it; with an exporter, TracerProvider asks the sampler first
-	// and passes only the spans it records (presampling).
+	// through it.
 	Tracer *sdktrace.TracerProvider
 	logs   *logPipeline // nil unless logs are exported
 	traces trace.TracerProvider
@@ -57,7 +56,7 @@ func newProvider(ctx context.Context, cfg Config, getenv func(string) string) (*
 	if err != nil {
 		return nil, err
 	}
-	opts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res), sdktrace.WithSampler(s.sampler), sdktrace.WithIDGenerator(presetIDGenerator{})}
+	opts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res), sdktrace.WithSampler(s.sampler)}
 	var proc sdktrace.SpanProcessor
 	switch s.Exporter.Type {
 	case ExporterConsole:
@@ -85,7 +84,7 @@ func newProvider(ctx context.Context, cfg Config, getenv func(string) string) (*
 		opts = append(opts, sdktrace.WithSpanProcessor(s.wrapProcessor(proc)))
 	}
 	p.Tracer = sdktrace.NewTracerProvider(opts...)
-	p.traces = &presampling{sdk: p.Tracer, sampler: s.sampler}
+	p.traces = p.Tracer
 	if proc == nil {
 		// The exporter none: spans with ids and nothing recorded.
 		p.traces = newIDsOnly(s.sampler)
