@@ -5,9 +5,12 @@
 // spans over OTLP/HTTP to a receiver in this process at 10 % and 100 %
 // sampling, the stack without tracingfx, and the stripped server of earlier
 // tables, on the three paths (new key, replay, no key) with the closed-loop
-// load generator. Each repeat runs every server once, path by path, so the
-// servers share the machine's conditions; the median of the repeats is
-// reported with ratios, spreads and the server's CPU per request.
+// load generator. Each repeat runs every server once, path by path, each
+// repeat starting with another server, so the servers share the machine's
+// conditions; the median of the repeats is reported with ratios, spreads
+// and the server's CPU per request, and each target also as the median of
+// the ratios within each repeat (paired), which a drift of the VM's speed
+// between repeats does not move.
 //
 //	go run ./bench/run -c 32 -d 5s -repeat 3
 //	go run ./bench/run -servers plain,limit,stack -repeat 5
@@ -112,7 +115,11 @@ func main() {
 	}
 	for r := 0; r < *repeat; r++ {
 		for _, path := range paths {
-			for _, s := range chosen {
+			// Each repeat starts with another server, so that a drift of
+			// the machine within a repeat does not always favour the same
+			// one.
+			for i := range chosen {
+				s := chosen[(i+r)%len(chosen)]
 				addr := local.FreeAddr()
 				prefix := fmt.Sprintf("bench:%s:%s:%d:", s.name, path, r)
 				srv := exec.Command(bin, "-mode", s.mode, "-addr", addr, "-redis", "redis://"+redisAddr, "-prefix", prefix)
@@ -247,12 +254,12 @@ func report(results map[string]map[load.Keys][]cell, chosen []server, paths []lo
 	ratio := func(a, b string, p load.Keys) string {
 		x, y := rps(a, p), rps(b, p)
 		if x == 0 || y == 0 {
-			return "n/a | n/a"
+			return "n/a | n/a | n/a"
 		}
-		return fmt.Sprintf("%.2f | %.2f", x/y, float64(cpu(b, p))/float64(cpu(a, p)))
+		return fmt.Sprintf("%.2f | %.2f | %s", x/y, float64(cpu(b, p))/float64(cpu(a, p)), paired(results[a][p], results[b][p]))
 	}
-	fmt.Println("| target | req/s ratio | CPU/req ratio |")
-	fmt.Println("|---|---|---|")
+	fmt.Println("| target | req/s ratio (of the medians) | CPU/req ratio | paired req/s ratio: median (min-max) of each repeat's own |")
+	fmt.Println("|---|---|---|---|")
 	fmt.Println("| README stack, no key ≥ 0.90 × plain |", ratio("stack", "plain", load.None), "|")
 	fmt.Println("| README stack, new key ≥ 0.85 × limit |", ratio("stack", "limit", load.Unique), "|")
 	fmt.Println("| README stack, replay ≥ 0.85 × limit |", ratio("stack", "limit", load.One), "|")
@@ -264,6 +271,24 @@ func report(results map[string]map[load.Keys][]cell, chosen []server, paths []lo
 	for _, p := range paths {
 		fmt.Printf("| %s: payments example vs README stack (for reference) | %s |\n", p, ratio("payments", "stack", p))
 	}
+}
+
+// paired is the median, with the range, of the throughput ratios of a and
+// b within each repeat. The servers of one repeat run back to back, so on a
+// VM whose speed drifts between repeats (by up to 2x here) the ratio of one
+// repeat is steadier than the ratio of two medians taken over all repeats.
+func paired(a, b []cell) string {
+	var rs []float64
+	for i := range min(len(a), len(b)) {
+		if y := b[i].res.RPS(); y > 0 {
+			rs = append(rs, a[i].res.RPS()/y)
+		}
+	}
+	if len(rs) == 0 {
+		return "n/a"
+	}
+	sort.Float64s(rs)
+	return fmt.Sprintf("%.2f (%.2f-%.2f)", rs[len(rs)/2], rs[0], rs[len(rs)-1])
 }
 
 func pct(x, of float64) string {
