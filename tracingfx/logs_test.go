@@ -62,9 +62,8 @@ func TestLogBridge_UnknownLogsEndpointWarns(t *testing.T) {
 }
 
 // An exporting Provider whose logs are not bridged does not hold the log
-// pipeline's queue (about 1.6 MB the garbage collector scans on every
-// cycle); the first LoggerProvider call builds it, and Shutdown works
-// either way.
+// pipeline's queue (about 1.6 MB); the first LoggerProvider call builds it,
+// and Shutdown works either way.
 func TestLogPipeline_BuiltOnlyWhenBridged(t *testing.T) {
 	rc := newReceiver(t)
 	const n = 8
