@@ -40,14 +40,14 @@ type idsTracer struct {
 // Start implements trace.Tracer: a span that records nothing.
 func (t *idsTracer) Start(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
 	cfg := trace.NewSpanStartConfig(opts...)
-	sc, _ := decide(ctx, name, &cfg, t.sampler)
-	return startIDSpan(ctx, sc, t.provider)
+	s := &idSpan{sc: decide(ctx, name, &cfg, t.sampler), provider: t.provider}
+	return trace.ContextWithSpan(ctx, s), s
 }
 
 // decide gives a new span its ids and its sampled flag, as the SDK's tracer
 // does: the parent's trace id (or a new one), a new span id, and the
 // sampler's decision on them.
-func decide(ctx context.Context, name string, cfg *trace.SpanConfig, sampler sdktrace.Sampler) (trace.SpanContext, sdktrace.SamplingDecision) {
+func decide(ctx context.Context, name string, cfg *trace.SpanConfig, sampler sdktrace.Sampler) trace.SpanContext {
 	parentCtx := ctx
 	if cfg.NewRoot() {
 		parentCtx = trace.ContextWithSpanContext(ctx, trace.SpanContext{})
@@ -62,7 +62,7 @@ func decide(ctx context.Context, name string, cfg *trace.SpanConfig, sampler sdk
 	res := sampler.ShouldSample(sdktrace.SamplingParameters{ParentContext: parentCtx, TraceID: tid, Name: name,
 		Kind: cfg.SpanKind(), Attributes: cfg.Attributes(), Links: cfg.Links()})
 	flags := parent.TraceFlags().WithSampled(res.Decision == sdktrace.RecordAndSample)
-	return trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: newSpanID(), TraceFlags: flags, TraceState: res.Tracestate}), res.Decision
+	return trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: newSpanID(), TraceFlags: flags, TraceState: res.Tracestate})
 }
 
 func newTraceID() trace.TraceID {
@@ -86,11 +86,6 @@ type idSpan struct {
 	noop.Span
 	sc       trace.SpanContext
 	provider trace.TracerProvider
-}
-
-func startIDSpan(ctx context.Context, sc trace.SpanContext, provider trace.TracerProvider) (context.Context, trace.Span) {
-	s := &idSpan{sc: sc, provider: provider}
-	return trace.ContextWithSpan(ctx, s), s
 }
 
 // SpanContext implements trace.Span.
