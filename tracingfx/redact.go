@@ -63,17 +63,6 @@ func (h *commandHook) errorText(err error, status string, cmds ...redis.Cmder) s
 	return msg
 }
 
-// argString is an argument as Redis receives it (as go-redis writes it).
-func argString(a any) string {
-	switch v := a.(type) {
-	case string:
-		return v
-	case []byte:
-		return string(v)
-	}
-	return toString(a)
-}
-
 // typeName is the exception.type the SDK's RecordError would write.
 func typeName(err error) string {
 	t := reflect.TypeOf(err)

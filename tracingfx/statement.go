@@ -40,8 +40,13 @@ func joinArgs(args []any) string {
 	return strings.Join(parts, " ")
 }
 
-func toString(v any) string {
+// argString is an argument as Redis receives it (as go-redis writes it).
+func argString(v any) string {
 	switch x := v.(type) {
+	case string:
+		return x
+	case []byte:
+		return string(x)
 	case int:
 		return strconv.Itoa(x)
 	case int64:
