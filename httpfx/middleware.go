@@ -19,13 +19,36 @@ import (
 // well-formed one is sent, else generated; it is echoed on the response.
 const RequestIDHeader = "X-Request-Id"
 
-// requestState is what the router keeps about one request, in one context
-// value: its id, the application's error chain, and whether the router's
-// not-found or method-not-allowed handler answered it.
+// requestState is what the router keeps about one request: its id, the
+// application's error chain, and whether the router's not-found or
+// method-not-allowed handler answered it. It is itself the request's
+// context node, which also answers the router's ContextValues: one
+// allocation, where a context.WithValue per value (and a request copy per
+// middleware that adds one) would cost several on every request.
 type requestState struct {
-	id        string
-	errors    *Errors
-	unmatched bool
+	context.Context // the request's context as the front middleware got it
+	id              string
+	errors          *Errors
+	values          []ContextValue // the router's, shared by its requests, never modified
+	unmatched       bool
+}
+
+// Value implements context.Context.
+func (s *requestState) Value(key any) any {
+	if key == (requestStateKey{}) {
+		return s
+	}
+	for i := range s.values {
+		if s.values[i].Key == key { // keys are checked comparable when the router is built
+			return s.values[i].Value
+		}
+	}
+	return s.Context.Value(key)
+}
+
+// String names the node as context.WithValue's do, for %v of a context.
+func (s *requestState) String() string {
+	return fmt.Sprint(s.Context) + ".WithValue(httpfx request state)"
 }
 
 // markUnmatched records that no route served r: the router's own 404 or

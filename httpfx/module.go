@@ -73,6 +73,7 @@ type routerParams struct {
 	Errors      *Errors
 	Routes      []Routes                      `group:"redisfx.http.routes"`
 	Middleware  []Middleware                  `group:"redisfx.http.middleware"`
+	Values      []ContextValue                `group:"redisfx.http.context_values"`
 	Readiness   []ReadinessCheck              `group:"redisfx.http.readiness"`
 	Store       *storefx.Registry             `optional:"true"`
 	Tracer      trace.TracerProvider          `optional:"true"`
@@ -92,8 +93,11 @@ func newRouter(p routerParams) (*chi.Mux, error) {
 			return nil, fmt.Errorf("httpfx: registering request metrics: %w", err)
 		}
 	}
+	if err := checkContextValues(p.Values); err != nil {
+		return nil, err
+	}
 	r := chi.NewRouter()
-	f := &front{errors: p.Errors, propagator: p.Propagator, log: p.Log, metrics: metrics}
+	f := &front{errors: p.Errors, propagator: p.Propagator, log: p.Log, metrics: metrics, values: p.Values}
 	if p.Tracer != nil {
 		f.tracer = p.Tracer.Tracer(TracerName)
 	}

@@ -1,7 +1,6 @@
 package httpfx
 
 import (
-	"context"
 	"net"
 	"net/http"
 	"strconv"
@@ -105,8 +104,9 @@ func routePattern(r *http.Request, st *requestState) string {
 // front is the router's first middleware, in one request copy and one
 // response-writer wrap: the request id (X-Request-Id, taken or made), the
 // SERVER span (when the app has a TracerProvider; not for probes), the error
-// chain in the context, and after the handler the span's route, status and
-// name, the route metrics and the access log. Probes are logged at debug.
+// chain and the router's ContextValues in one context node, and after the
+// handler the span's route, status and name, the route metrics and the
+// access log. Probes are logged at debug.
 //
 // The span's request attributes are built only when the span records (it
 // is sampled): an unsampled request pays for its ids and nothing else.
@@ -116,6 +116,7 @@ type front struct {
 	propagator propagation.TextMapPropagator // nil: the global one, read per request
 	log        *zap.Logger
 	metrics    *requestMetrics // nil: no route metrics
+	values     []ContextValue  // what every request's context carries
 }
 
 func (f *front) wrap(next http.Handler) http.Handler {
@@ -148,8 +149,8 @@ func (f *front) serve(w http.ResponseWriter, r *http.Request, next http.Handler)
 			span.SetAttributes(requestAttributes(r)...)
 		}
 	}
-	state := &requestState{id: id, errors: f.errors}
-	ctx = context.WithValue(ctx, requestStateKey{}, state)
+	state := &requestState{Context: ctx, id: id, errors: f.errors, values: f.values}
+	ctx = state
 	r = r.WithContext(ctx)
 	// chi's writer wrapper: one allocation, the optional interfaces of w
 	// (Flusher, Hijacker, ReaderFrom, Pusher) kept, Unwrap for

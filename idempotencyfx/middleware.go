@@ -16,8 +16,10 @@ import (
 type serviceKey struct{}
 
 // Install is the middleware that makes the Service reachable from
-// Idempotent() routes. Module registers it with httpfx; an application on
-// its own chi router adds it once at the top: r.Use(svc.Install).
+// Idempotent() routes on a router of your own: add it once at the top,
+// r.Use(svc.Install). Module needs no middleware: it gives httpfx's router
+// the Service as an httpfx.ContextValue, which every request's context
+// carries without a request copy.
 func (s *Service) Install(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), serviceKey{}, s)))

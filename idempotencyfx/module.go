@@ -27,7 +27,7 @@ var Module = fx.Module("redisfx.idempotency",
 		func() ErrorFilter { return DefaultErrorFilter },
 		NewFromParams,
 		fx.Annotate(registerErrorFilter, fx.ResultTags(`group:"`+httpfx.ErrorFilterGroup+`"`)),
-		httpfx.AsMiddleware(installMiddleware),
+		httpfx.AsContextValue(serviceValue),
 	),
 )
 
@@ -37,9 +37,10 @@ func registerErrorFilter(f ErrorFilter) httpfx.RegisteredErrorFilter {
 	return httpfx.RegisteredErrorFilter{Name: "idempotency", Order: 10, Filter: httpfx.ErrorFilter(f)}
 }
 
-// installMiddleware makes the Service reachable from Idempotent() routes.
-func installMiddleware(s *Service) httpfx.Middleware {
-	return httpfx.Middleware{Name: "idempotency", Order: 0, Wrap: s.Install}
+// serviceValue makes the Service reachable from Idempotent() routes, as
+// Install does on a router of your own, without a request copy per request.
+func serviceValue(s *Service) httpfx.ContextValue {
+	return httpfx.ContextValue{Key: serviceKey{}, Value: s}
 }
 
 // collaborators are what the module needs from the app, optional here only

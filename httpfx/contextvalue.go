@@ -1,0 +1,51 @@
+package httpfx
+
+import (
+	"fmt"
+	"reflect"
+
+	"go.uber.org/fx"
+)
+
+// ContextValue is a value that the context of every request served by the
+// router carries under Key, from its first middleware on: how a module hands
+// route-level code an object of the app (idempotencyfx gives Idempotent()
+// its Service this way). Unlike a middleware calling context.WithValue, it
+// costs no allocation and no request copy per request: the router's own
+// context node answers it.
+//
+// Key follows context.WithValue's rules: not nil, comparable, and of a type
+// of its own. Two ContextValues with the same Key fail the router's
+// construction.
+type ContextValue struct {
+	Key   any
+	Value any
+}
+
+// ContextValueGroup is the value group of ContextValue.
+const ContextValueGroup = "redisfx.http.context_values"
+
+// AsContextValue annotates a constructor of ContextValue so that its
+// result joins the context value group.
+func AsContextValue(constructor any) any {
+	return fx.Annotate(constructor, fx.ResultTags(`group:"`+ContextValueGroup+`"`))
+}
+
+// checkContextValues refuses what context.WithValue would panic on, and a
+// key given twice (which value would win is otherwise an accident of order).
+func checkContextValues(values []ContextValue) error {
+	for i, v := range values {
+		if v.Key == nil {
+			return fmt.Errorf("httpfx: ContextValue.Key is nil (value %T)", v.Value)
+		}
+		if !reflect.TypeOf(v.Key).Comparable() {
+			return fmt.Errorf("httpfx: ContextValue.Key of type %T is not comparable", v.Key)
+		}
+		for _, w := range values[:i] {
+			if w.Key == v.Key {
+				return fmt.Errorf("httpfx: ContextValue.Key %T(%v) is given twice", v.Key, v.Key)
+			}
+		}
+	}
+	return nil
+}
