@@ -14,8 +14,8 @@ import (
 // costs no allocation and no request copy per request: the router's own
 // context node answers it.
 //
-// Key follows context.WithValue's rules: not nil, comparable, and of a type
-// of its own. Two ContextValues with the same Key fail the router's
+// Key follows context.WithValue's rules: not nil, comparable (down to the
+// values in its interface fields), and of a type of its own. Two ContextValues with the same Key fail the router's
 // construction.
 type ContextValue struct {
 	Key   any
@@ -38,7 +38,9 @@ func checkContextValues(values []ContextValue) error {
 		if v.Key == nil {
 			return fmt.Errorf("httpfx: ContextValue.Key is nil (value %T)", v.Value)
 		}
-		if !reflect.TypeOf(v.Key).Comparable() {
+		// The value, not only its type: a struct key with an interface
+		// field holding a slice has a comparable type and still panics on ==.
+		if !reflect.ValueOf(v.Key).Comparable() {
 			return fmt.Errorf("httpfx: ContextValue.Key of type %T is not comparable", v.Key)
 		}
 		for _, w := range values[:i] {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -17,6 +18,7 @@ import (
 )
 
 type (
+	anyKey    struct{ v any } // comparable as a type; == panics when v holds a slice
 	colourKey struct{}
 	sizeKey   struct{}
 	parentKey struct{}
@@ -104,6 +106,10 @@ func TestContextValue_BadKeysFailConstruction(t *testing.T) {
 		"uncomparable key":  {{Key: []byte("k"), Value: 1}},
 		"key given twice":   {{Key: colourKey{}, Value: "blue"}, {Key: sizeKey{}, Value: 1}, {Key: colourKey{}, Value: "red"}},
 		"string key, twice": {{Key: "k", Value: 1}, {Key: "k", Value: 2}},
+		// Found by an adversary: a comparable type holding slices made the
+		// duplicate check itself panic, and fx.New with it.
+		"comparable type, uncomparable values": {{Key: anyKey{[]string{"a"}}, Value: 1}, {Key: anyKey{[]string{"b"}}, Value: 2}},
+		"one such key":                         {{Key: anyKey{map[string]int{}}, Value: 1}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -118,23 +124,31 @@ func TestContextValue_BadKeysFailConstruction(t *testing.T) {
 }
 
 // The router's context values cost nothing per request: a request
-// allocates as much with three of them as with none.
-func TestContextValue_CostsNoAllocation(t *testing.T) { // not parallel: AllocsPerRun refuses
+// allocates as much with three of them as with none. Measured as an
+// average over many requests, compared to half an allocation: a
+// context.WithValue per value would add three per request, while a sync.Pool
+// emptied by a collection (chi's route contexts) adds a fraction.
+func TestContextValue_CostsNoAllocation(t *testing.T) { // not parallel: other tests' allocations would count
 	allocs := func(values ...httpfx.ContextValue) float64 {
 		var mux *chi.Mux
-		// No access log: the observer's growing slice of entries would
-		// allocate now and then, and AllocsPerRun averages.
 		a, _, _ := app(t, contextValues(values...), fx.Decorate(func(*zap.Logger) *zap.Logger { return zap.NewNop() }),
 			fx.Populate(&mux))
 		defer a.RequireStop()
-		return testing.AllocsPerRun(200, func() {
-			mux.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/items/1", nil))
-		})
+		serve := func() { mux.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/items/1", nil)) }
+		serve() // the route's metric children are made once
+		const n = 2000
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		for range n {
+			serve()
+		}
+		runtime.ReadMemStats(&after)
+		return float64(after.Mallocs-before.Mallocs) / n
 	}
 	none := allocs()
 	three := allocs(httpfx.ContextValue{Key: colourKey{}, Value: "blue"}, httpfx.ContextValue{Key: sizeKey{}, Value: 7},
 		httpfx.ContextValue{Key: parentKey{}, Value: errors.New("x")})
-	if three != none {
-		t.Fatalf("a request allocates %.0f times with three context values, %.0f without: want the same", three, none)
+	if three-none > 0.5 {
+		t.Fatalf("a request allocates %.2f times with three context values, %.2f without: want the same", three, none)
 	}
 }
