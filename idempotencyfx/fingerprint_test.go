@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"math/rand/v2"
 	"net/http"
+	"net/http/httptest"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -287,14 +289,51 @@ func TestDecodeRecord_HeadersDoNotShareCapacity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for k := range rp.header {
-		rp.header[k] = append(rp.header[k], "appended")
+	for i := range rp.header {
+		rp.header[i].values = append(rp.header[i].values, "appended")
 	}
 	rp.marker = append(rp.marker, "appended")
-	if rp.header["A"][0] != "1" || rp.header["B"][0] != "2" || strings.Join(rp.header["C"][:2], ",") != "3,4" || rp.marker[0] != "true" {
-		t.Fatalf("an append changed another header: %v marker %v", rp.header, rp.marker)
+	h := rp.headerMap()
+	if h["A"][0] != "1" || h["B"][0] != "2" || strings.Join(h["C"][:2], ",") != "3,4" || rp.marker[0] != "true" {
+		t.Fatalf("an append changed another header: %v marker %v", h, rp.marker)
 	}
 	if rp.status != 201 || rp.body != "x" {
 		t.Fatalf("decoded %d %q", rp.status, rp.body)
+	}
+}
+
+// A replay sends exactly the recorded header, whatever its names and
+// values (random sets, seeded), plus the replay marker; Service.Get's
+// Response carries the same header.
+func TestReplayWrite_SendsTheRecordedHeader(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(16, 26))
+	names := []string{"Content-Type", "Location", "X-Multi", "Etag", "Link", "X-A", "X-B"}
+	for range 500 {
+		h := http.Header{}
+		for range rng.IntN(len(names) + 1) {
+			name := names[rng.IntN(len(names))]
+			for range 1 + rng.IntN(3) {
+				h[name] = append(h[name], strings.Repeat("v", rng.IntN(5)))
+			}
+		}
+		b, ok := encodeResponse(200+rng.IntN(300), h, nil, []byte("body"))
+		if !ok {
+			t.Fatal("encode refused")
+		}
+		rp, err := decodeRecord(string(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := httptest.NewRecorder()
+		rp.write(w)
+		want := h.Clone()
+		want[ReplayedHeader] = []string{"true"}
+		if !reflect.DeepEqual(w.Header(), want) {
+			t.Fatalf("replayed header %v, recorded %v", w.Header(), h)
+		}
+		if got := rp.headerMap(); !reflect.DeepEqual(got, h) {
+			t.Fatalf("Response header %v, recorded %v", got, h)
+		}
 	}
 }

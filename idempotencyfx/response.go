@@ -93,7 +93,7 @@ func decodeResponse(b []byte) (Response, error) {
 	if err != nil {
 		return Response{}, err
 	}
-	return Response{Status: rp.status, Header: rp.header, Body: []byte(rp.body)}, nil
+	return Response{Status: rp.status, Header: rp.headerMap(), Body: []byte(rp.body)}, nil
 }
 
 // replay is a recorded response decoded without copying the record: header
@@ -102,9 +102,24 @@ func decodeResponse(b []byte) (Response, error) {
 // array whose last slot holds the replay marker.
 type replay struct {
 	status int
-	header http.Header
-	marker []string // {"true"}, for ReplayedHeader
+	header []headerField // in the record's order; a replay assigns them, no map is built
+	marker []string      // {"true"}, for ReplayedHeader
 	body   string
+}
+
+// headerField is one recorded header: its canonical name and its values.
+type headerField struct {
+	name   string
+	values []string
+}
+
+// headerMap is the recorded header as an http.Header (for Service.Get).
+func (rp replay) headerMap() http.Header {
+	h := make(http.Header, len(rp.header))
+	for _, f := range rp.header {
+		h[f.name] = f.values
+	}
+	return h
 }
 
 // decodeRecord reads a record written by encodeResponse, as Redis returns
@@ -126,7 +141,7 @@ func decodeRecord(s string) (replay, error) {
 	if d.err != nil || status < 100 || status > 999 || n > uint64(len(d.s)) {
 		return replay{}, errBadRecord
 	}
-	h := make(http.Header, n+1)
+	fields := make([]headerField, 0, n)
 	values := make([]string, 0, n+1) // one value per header is the usual case; more grow it
 	for i := uint64(0); i < n && d.err == nil; i++ {
 		k := d.str()
@@ -138,13 +153,13 @@ func decodeRecord(s string) (replay, error) {
 		for j := uint64(0); j < nv && d.err == nil; j++ {
 			values = append(values, d.str())
 		}
-		h[k] = values[first:len(values):len(values)] // full: an append to it copies
+		fields = append(fields, headerField{name: k, values: values[first:len(values):len(values)]}) // full: an append to it copies
 	}
 	if d.err != nil {
 		return replay{}, errBadRecord
 	}
 	values = append(values, "true")
-	return replay{status: int(status), header: h, marker: values[len(values)-1:], body: d.s}, nil
+	return replay{status: int(status), header: fields, marker: values[len(values)-1:], body: d.s}, nil
 }
 
 // decoder reads the fields of an encoded record from its text.
@@ -188,8 +203,8 @@ func (d *decoder) str() string {
 // write sends a recorded response, marked as a replay.
 func (rp replay) write(w http.ResponseWriter) {
 	h := w.Header()
-	for k, vs := range rp.header {
-		h[k] = vs
+	for _, f := range rp.header {
+		h[f.name] = f.values
 	}
 	h[ReplayedHeader] = rp.marker
 	sendWithTrailers(w, rp.status, nil, rp.body)
