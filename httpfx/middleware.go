@@ -46,9 +46,14 @@ func (s *requestState) Value(key any) any {
 	return s.Context.Value(key)
 }
 
-// String names the node as context.WithValue's do, for %v of a context.
+// String names the node as context.WithValue's do, for %v of a context:
+// the parent's String, or its type (never its contents), then this node.
 func (s *requestState) String() string {
-	return fmt.Sprint(s.Context) + ".WithValue(httpfx request state)"
+	parent := fmt.Sprintf("%T", s.Context)
+	if st, ok := s.Context.(fmt.Stringer); ok {
+		parent = st.String()
+	}
+	return parent + ".WithValue(httpfx request state)"
 }
 
 // markUnmatched records that no route served r: the router's own 404 or
