@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"net/http"
+	"net/textproto"
 )
 
 // Response is a recorded HTTP response: what a replay sends back.
@@ -46,7 +47,7 @@ func encodeResponse(status int, header http.Header, skip map[string]struct{}, bo
 	size := 1 + 3 + 2 + len(body)
 	n := 0
 	for k, vs := range header {
-		if _, s := skip[k]; s {
+		if skipped(skip, k) {
 			continue
 		}
 		n++
@@ -60,7 +61,7 @@ func encodeResponse(status int, header http.Header, skip map[string]struct{}, bo
 	b = binary.AppendUvarint(b, uint64(status))
 	b = binary.AppendUvarint(b, uint64(n))
 	for k, vs := range header {
-		if _, s := skip[k]; s {
+		if skipped(skip, k) {
 			continue
 		}
 		b = appendString(b, k)
@@ -79,6 +80,15 @@ func encodeResponse(status int, header http.Header, skip map[string]struct{}, bo
 		}
 	}
 	return b, true
+}
+
+// skipped reports whether header k is one not recorded. skip holds
+// canonical names, and a handler may set a name as it likes
+// (w.Header()["set-cookie"] = ...), which net/http sends as it is: looked up
+// only as written, a lower-case Set-Cookie was recorded and replayed.
+func skipped(skip map[string]struct{}, k string) bool {
+	_, s := skip[textproto.CanonicalMIMEHeaderKey(k)] // no allocation when k is canonical
+	return s
 }
 
 func appendString(b []byte, s string) []byte {
@@ -138,7 +148,7 @@ func decodeRecord(s string) (replay, error) {
 	d := decoder{s: s[1:]}
 	status := d.uvarint()
 	n := d.uvarint()
-	if d.err != nil || status < 100 || status > 999 || n > uint64(len(d.s)) {
+	if d.err != nil || !recordableStatus(status) || n > uint64(len(d.s)) {
 		return replay{}, errBadRecord
 	}
 	fields := make([]headerField, 0, n)
@@ -160,6 +170,14 @@ func decodeRecord(s string) (replay, error) {
 	}
 	values = append(values, "true")
 	return replay{status: int(status), header: fields, marker: values[len(values)-1:], body: d.s}, nil
+}
+
+// recordableStatus: what the recorder can record, a final status (101
+// included, which net/http treats as final). An informational status in a
+// record is corruption: replayed, it would go out as an interim answer
+// carrying the recorded headers, followed by an implicit 200.
+func recordableStatus(status uint64) bool {
+	return status == http.StatusSwitchingProtocols || status >= 200 && status <= 999
 }
 
 // decoder reads the fields of an encoded record from its text.
