@@ -15,7 +15,9 @@ import (
 )
 
 // DefaultFingerprint is a hex SHA-256 over the method, the path, the
-// canonical query and the body. JSON bodies (Content-Type application/json
+// canonical query and the body. The path and query are those the client
+// sent (the request's RequestURI), even when a middleware such as
+// http.StripPrefix rewrote r.URL before the route. JSON bodies (Content-Type application/json
 // or any +json type) are canonicalised first: key order and whitespace do
 // not change the fingerprint, array order does, and "\u0041" equals "A".
 // Numbers are compared by their literal text (1.0 and 1 differ). Object
@@ -48,9 +50,10 @@ func fingerprint(r *http.Request, body []byte, ignore *ignoreSet) (string, error
 		f = &fingerprinter{h: sha256.New()}
 	}
 	defer f.release()
+	path, query := requestTarget(r)
 	f.field(r.Method)
-	f.field(r.URL.EscapedPath())
-	f.field(canonicalQuery(r.URL.RawQuery))
+	f.field(path)
+	f.field(canonicalQuery(query))
 	f.flush()
 	json := false
 	if isJSON(r.Header.Get("Content-Type")) {
@@ -72,6 +75,28 @@ func fingerprint(r *http.Request, body []byte, ignore *ignoreSet) (string, error
 	var digest [2 * sha256.Size]byte
 	hex.Encode(digest[:], f.h.Sum(f.buf[:0]))
 	return string(digest[:]), nil
+}
+
+// requestTarget is the escaped path and raw query the client sent. A
+// middleware may have rewritten r.URL on the way (http.StripPrefix turns
+// /v1/payments and /v2/payments both into /payments): the fingerprint
+// must tell those requests apart, so on a server request it reads
+// r.RequestURI, which such rewrites leave alone. When r.URL still says what
+// RequestURI says (every request nothing rewrote) it is used as it is, with
+// no parsing; a request built for a client (RequestURI empty) has only r.URL.
+func requestTarget(r *http.Request) (path, query string) {
+	path, query = r.URL.EscapedPath(), r.URL.RawQuery
+	uri := r.RequestURI
+	if uri == "" {
+		return path, query
+	}
+	if rest, ok := strings.CutPrefix(uri, path); ok && (rest == "" && query == "" || len(rest) > 0 && rest[0] == '?' && rest[1:] == query) {
+		return path, query
+	}
+	if u, err := url.ParseRequestURI(uri); err == nil && u.Opaque == "" {
+		return u.EscapedPath(), u.RawQuery
+	}
+	return path, query
 }
 
 // fingerprinter is a SHA-256 and a scratch buffer, pooled: the fields
@@ -154,7 +179,9 @@ func isJSON(contentType string) bool {
 // DefaultFingerprint, or false if data is not JSON. Two documents have the
 // same canonical form exactly when they differ only in object key order and
 // insignificant whitespace (and string escapes), except that the order of
-// keys equal under case folding counts. A document nested deeper than
+// keys equal under case folding counts, and that text that is not valid
+// UTF-8 (invalid bytes, lone surrogate escapes such as "\ud800") reads as
+// U+FFFD, as encoding/json decodes it. A document nested deeper than
 // MaxJSONDepth has no canonical form.
 func CanonicalJSON(data []byte) ([]byte, bool) {
 	var b bytes.Buffer

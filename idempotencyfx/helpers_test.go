@@ -123,6 +123,16 @@ func newEnvAt(t *testing.T, cfg Config, srv *redistest.Server, url string, opts 
 		e.mu.Unlock()
 		h.ServeHTTP(w, r)
 	})
+	for _, v := range []string{"/v1", "/v2"} { // one route under two prefixes that http.StripPrefix removes
+		sub := chi.NewRouter()
+		sub.With(Idempotent()).Post("/payments", func(w http.ResponseWriter, r *http.Request) {
+			e.mu.Lock()
+			h := e.handler
+			e.mu.Unlock()
+			h.ServeHTTP(w, r)
+		})
+		r.Mount(v, http.StripPrefix(v, sub))
+	}
 	r.With(IdempotentRequired()).Post("/required", e.handler.ServeHTTP)
 	r.With(Idempotent(), Idempotent()).Post("/twice", e.handler.ServeHTTP)
 	e.http = httptest.NewServer(r)

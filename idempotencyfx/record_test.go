@@ -2,7 +2,9 @@ package idempotencyfx
 
 import (
 	"context"
+	"math/rand/v2"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"testing"
 )
@@ -82,4 +84,73 @@ func TestRecord_InformationalStatusIsRefused(t *testing.T) {
 			t.Errorf("status %d: decoded %d, %v", status, rp.status, err)
 		}
 	}
+}
+
+// Found by an adversary: the fingerprint read the path from r.URL, which
+// http.StripPrefix rewrites, so /v1/payments and /v2/payments with one key
+// had one fingerprint and v2 was sent v1's answer. The fingerprint reads
+// the path the client sent.
+func TestFingerprint_PathAsTheClientSentIt(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{}, nil)
+	wantStatus(t, e.post("/v1/payments", "stripped", `{"amount":1}`), http.StatusCreated, "")
+	second := e.post("/v2/payments", "stripped", `{"amount":1}`)
+	wantStatus(t, second, http.StatusUnprocessableEntity, CodeKeyReused)
+	if n := e.calls.Load(); n != 1 {
+		t.Fatalf("%d runs, want 1 (the second request refused)", n)
+	}
+	replay := e.post("/v1/payments", "stripped", `{"amount":1}`)
+	if replay.header.Get(ReplayedHeader) != "true" {
+		t.Fatalf("the same request again was not replayed: %d %s", replay.status, replay.body)
+	}
+}
+
+// requestTarget answers as r.URL does for every request nothing rewrote
+// (so no fingerprint recorded before changes), and the original target for
+// one that StripPrefix rewrote. Seeded random paths and queries.
+func TestRequestTarget_UnchangedUnlessRewritten(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(25, 11))
+	pieces := []string{"a", "b", "%2F", "%20", "~", "%7E", "é", "%C3%A9", ";", ":", "@", "+", "-", "."}
+	qpieces := []string{"x=1", "y=%20", "z", "a=b&c=d", "x=1&x=2", "=", "%26=%3D"}
+	for range 2000 {
+		path := "/"
+		for range rng.IntN(5) {
+			path += pieces[rng.IntN(len(pieces))]
+			if rng.IntN(3) == 0 {
+				path += "/"
+			}
+		}
+		target := path
+		switch rng.IntN(3) {
+		case 1:
+			target += "?" + qpieces[rng.IntN(len(qpieces))]
+		case 2:
+			target += "?"
+		}
+		r := httptest.NewRequest(http.MethodPost, "http://h"+target, nil)
+		r.RequestURI = target
+		if rng.IntN(4) == 0 {
+			r.RequestURI = "http://h" + target // absolute-form, as a proxy sends
+		}
+		p, q := requestTarget(r)
+		if p != r.URL.EscapedPath() || q != r.URL.RawQuery {
+			t.Fatalf("%q: target (%q, %q), r.URL says (%q, %q)", r.RequestURI, p, q, r.URL.EscapedPath(), r.URL.RawQuery)
+		}
+		var seen [2]string
+		http.StripPrefix("/v1", http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+			seen[0], seen[1] = requestTarget(r)
+		})).ServeHTTP(httptest.NewRecorder(), withTarget(r, "/v1"+target))
+		if seen[0] != "/v1"+p || seen[1] != q {
+			t.Fatalf("%q behind StripPrefix: target (%q, %q), want (%q, %q)", "/v1"+target, seen[0], seen[1], "/v1"+p, q)
+		}
+	}
+}
+
+// withTarget is r as a server would have read it with target as its
+// request line's target.
+func withTarget(r *http.Request, target string) *http.Request {
+	r2 := httptest.NewRequest(r.Method, "http://h"+target, nil)
+	r2.RequestURI = target
+	return r2
 }
