@@ -15,8 +15,8 @@ import (
 // context node answers it.
 //
 // Key follows context.WithValue's rules: not nil, comparable (down to the
-// values in its interface fields), and of a type of its own. Two ContextValues with the same Key fail the router's
-// construction.
+// values in its interface fields), and of a type of its own. Two
+// ContextValues with the same Key fail the router's construction.
 type ContextValue struct {
 	Key   any
 	Value any

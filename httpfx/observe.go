@@ -152,9 +152,10 @@ func (f *front) serve(w http.ResponseWriter, r *http.Request, next http.Handler)
 	state := &requestState{Context: ctx, id: id, errors: f.errors, values: f.values}
 	ctx = state
 	r = r.WithContext(ctx)
-	// chi's writer wrapper: one allocation, the optional interfaces of w
-	// (Flusher, Hijacker, ReaderFrom, Pusher) kept, Unwrap for
-	// http.ResponseController.
+	// chi's writer wrapper: two allocations (a wrapper of our own in one
+	// measured ~100 instructions less, not worth owning), the optional
+	// interfaces of w (Flusher, Hijacker, ReaderFrom, Pusher) kept, Unwrap
+	// for http.ResponseController.
 	ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
 	began := time.Now()
 	next.ServeHTTP(ww, r)

@@ -17,9 +17,10 @@ import (
 // DefaultFingerprint is a hex SHA-256 over the method, the path, the
 // canonical query and the body. The path and query are those the client
 // sent (the request's RequestURI), even when a middleware such as
-// http.StripPrefix rewrote r.URL before the route. JSON bodies (Content-Type application/json
-// or any +json type) are canonicalised first: key order and whitespace do
-// not change the fingerprint, array order does, and "\u0041" equals "A".
+// http.StripPrefix rewrote r.URL before the route. JSON bodies
+// (Content-Type application/json or any +json type) are canonicalised
+// first: key order and whitespace do not change the fingerprint, array
+// order does, and "\u0041" equals "A".
 // Numbers are compared by their literal text (1.0 and 1 differ). Object
 // keys that differ only in case ("amount", "Amount") keep their order, as
 // it decides what encoding/json decodes into a struct. A body that claims
@@ -90,8 +91,11 @@ func requestTarget(r *http.Request) (path, query string) {
 	if uri == "" {
 		return path, query
 	}
-	if rest, ok := strings.CutPrefix(uri, path); ok && (rest == "" && query == "" || len(rest) > 0 && rest[0] == '?' && rest[1:] == query) {
-		return path, query
+	if rest, ok := strings.CutPrefix(uri, path); ok {
+		q, hasQuery := strings.CutPrefix(rest, "?")
+		if rest == "" && query == "" || hasQuery && q == query {
+			return path, query // nothing rewrote r.URL
+		}
 	}
 	if u, err := url.ParseRequestURI(uri); err == nil && u.Opaque == "" {
 		return u.EscapedPath(), u.RawQuery

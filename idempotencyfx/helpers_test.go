@@ -117,20 +117,16 @@ func newEnvAt(t *testing.T, cfg Config, srv *redistest.Server, url string, opts 
 			next.ServeHTTP(w, r)
 		})
 	})
-	r.With(Idempotent()).Post("/payments", func(w http.ResponseWriter, r *http.Request) {
+	current := func(w http.ResponseWriter, r *http.Request) { // the handler setHandler set last
 		e.mu.Lock()
 		h := e.handler
 		e.mu.Unlock()
 		h.ServeHTTP(w, r)
-	})
+	}
+	r.With(Idempotent()).Post("/payments", current)
 	for _, v := range []string{"/v1", "/v2"} { // one route under two prefixes that http.StripPrefix removes
 		sub := chi.NewRouter()
-		sub.With(Idempotent()).Post("/payments", func(w http.ResponseWriter, r *http.Request) {
-			e.mu.Lock()
-			h := e.handler
-			e.mu.Unlock()
-			h.ServeHTTP(w, r)
-		})
+		sub.With(Idempotent()).Post("/payments", current)
 		r.Mount(v, http.StripPrefix(v, sub))
 	}
 	r.With(IdempotentRequired()).Post("/required", e.handler.ServeHTTP)
