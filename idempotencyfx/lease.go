@@ -97,20 +97,27 @@ func (l *lease) stop() {
 // the record. It is not cancelled by the client going away (the request's
 // context only carries the trace); it retries once on a store error, within
 // StoreTimeout each (the script recognises a retry of a write that landed).
+// When both tries fail, Service.finish goes on trying in the background
+// (completeLate), so that the client need not wait for Redis to come back.
 func (l *lease) complete(parent context.Context, state State, resp []byte, ttl time.Duration) (done completion, err error) {
 	l.stop()
-	parent = storefx.BypassBreaker(context.WithoutCancel(parent))
+	parent = context.WithoutCancel(parent)
 	for attempt := 0; attempt < 2; attempt++ {
-		ctx, cancel := context.WithTimeout(parent, l.s.cfg.StoreTimeout)
-		var unreplicated bool
-		done, unreplicated, err = l.s.store.complete(ctx, l.key, l.owner, state, resp, ttl)
-		cancel()
-		if unreplicated {
-			l.s.obs.count(OutcomeUnreplicatedCompletion)
-		}
-		if err == nil {
+		if done, err = l.try(parent, state, resp, ttl); err == nil {
 			return done, nil
 		}
 	}
 	return completionRefused, err
+}
+
+// try sends the completion once, bounded by StoreTimeout and past the
+// circuit breaker: it ends a lease that was granted.
+func (l *lease) try(parent context.Context, state State, resp []byte, ttl time.Duration) (completion, error) {
+	ctx, cancel := context.WithTimeout(storefx.BypassBreaker(parent), l.s.cfg.StoreTimeout)
+	defer cancel()
+	done, unreplicated, err := l.s.store.complete(ctx, l.key, l.owner, state, resp, ttl)
+	if unreplicated {
+		l.s.obs.count(OutcomeUnreplicatedCompletion)
+	}
+	return done, err
 }

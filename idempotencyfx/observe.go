@@ -39,6 +39,14 @@ const (
 	// reach ReplicaAcks replicas within ReplicaAckTimeout (counted besides
 	// the request's outcome, and not put on its span).
 	OutcomeUnreplicatedCompletion Outcome = "unreplicated_completion"
+	// OutcomeLateCompletion counts outcomes recorded in the background
+	// after their request's own two tries failed (the request itself
+	// counted store_error).
+	OutcomeLateCompletion Outcome = "late_completion"
+	// OutcomeLostCompletion counts outcomes never recorded: Redis stayed
+	// out of reach while the record lived, or the Service closed first. A
+	// retry of such a key runs the handler again once the lease has expired.
+	OutcomeLostCompletion Outcome = "lost_completion"
 )
 
 // count counts oc without touching a span.
@@ -100,7 +108,8 @@ func newObserver(reg prometheus.Registerer, tp trace.TracerProvider) (*observer,
 	// Pre-create every series so dashboards see zeros, not gaps.
 	for _, oc := range []Outcome{OutcomeNew, OutcomeReplay, OutcomeWaitedReplay, OutcomeMismatch,
 		OutcomeInProgress, OutcomePreviousFailed, OutcomeNotReplayable, OutcomeTakeover, OutcomeStaleOwner,
-		OutcomeBypass, OutcomeStoreError, OutcomeFailOpen, OutcomeInvalidKey, OutcomeKeyRequired, OutcomeUnreplicated, OutcomeUnreplicatedCompletion} {
+		OutcomeBypass, OutcomeStoreError, OutcomeFailOpen, OutcomeInvalidKey, OutcomeKeyRequired, OutcomeUnreplicated, OutcomeUnreplicatedCompletion,
+		OutcomeLateCompletion, OutcomeLostCompletion} {
 		o.outcomes[oc] = o.requests.WithLabelValues(string(oc))
 	}
 	for _, r := range []string{notifySubscribeDenied, notifyPublishFailed, notifyConnectionReplaced} {

@@ -30,6 +30,7 @@ type Service struct {
 	cfg    *settings
 	store  store
 	notify *notifier
+	late   *lateCompletions
 	log    *zap.Logger
 	obs    *observer
 	errors *httpfx.Errors
@@ -75,6 +76,7 @@ func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Service, error
 		store:          store{rdb: rdb, acks: st.ReplicaAcks, ackTimeout: st.ReplicaAckTimeout},
 		log:            o.log,
 		ownerPrefix:    randid.Hex(8) + ":",
+		late:           newLateCompletions(),
 	}
 	s.obs, err = newObserver(o.registerer, o.tracer)
 	if err != nil {
@@ -149,11 +151,23 @@ func (s *Service) checkEviction(ctx context.Context) {
 	}
 }
 
-// Close stops the completion subscription. In-flight requests should be
-// drained first (httpfx stops the server before this runs).
-func (s *Service) Close() error {
+// Shutdown ends the Service gracefully: outcomes still being recorded in
+// the background (their request's own tries failed) get until ctx is done
+// to land, then the rest are given up, and the completion subscription
+// stops. In-flight requests should be drained first (httpfx stops the
+// server before this runs). idempotencyfx.Module calls it on stop.
+func (s *Service) Shutdown(ctx context.Context) error {
+	s.late.shutdown(ctx)
 	s.notify.close()
 	return nil
+}
+
+// Close is Shutdown without the grace: outcomes still being recorded in
+// the background are given up at once (each is logged).
+func (s *Service) Close() error {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return s.Shutdown(ctx)
 }
 
 // Config returns the effective configuration, defaults applied.
@@ -352,16 +366,30 @@ func (s *Service) finish(ctx context.Context, l *lease, state State, resp []byte
 		ttl = 0 // the script's "no expiry"
 	}
 	done, err := l.complete(ctx, state, resp, ttl)
-	switch {
-	case err != nil:
+	if err != nil {
 		s.obs.outcome(ctx, OutcomeStoreError)
+		if s.late.start(func(stop context.Context) { s.completeLate(ctx, stop, l, state, resp, ttl) }) {
+			s.log.Warn("idempotency: the outcome could not be recorded yet; trying again in the background while the record lives",
+				zap.String("record", l.key), zap.Error(err))
+			return
+		}
+		s.obs.count(OutcomeLostCompletion)
 		s.log.Error("idempotency: the outcome could not be recorded; a retry may run the handler again after the lease expires",
-			zap.String("record", l.key), zap.Error(err))
-	case done == completionRefused:
+			zap.String("record", l.key), zap.String("reason", "the Service closed first"), zap.Error(err))
+		return
+	}
+	s.reportCompletion(ctx, l, done)
+}
+
+// reportCompletion logs and counts a completion that reached Redis but did
+// not simply record the outcome.
+func (s *Service) reportCompletion(ctx context.Context, l *lease, done completion) {
+	switch done {
+	case completionRefused:
 		s.obs.outcome(ctx, OutcomeStaleOwner)
-		s.log.Warn("idempotency: the lease was taken over while the handler ran; this outcome was not recorded",
+		s.log.Warn("idempotency: the lease was taken over (or the record expired) before this outcome was recorded; it was not recorded",
 			zap.String("record", l.key), zap.Int64("fencing_token", l.token))
-	case done == completionUnpublished:
+	case completionUnpublished:
 		s.obs.notificationFailure(notifyPublishFailed)
 		if s.unpublishedLog.Allow() {
 			s.log.Warn("idempotency: an outcome was recorded, but Redis refused to publish it to the waiting duplicates "+

@@ -1,0 +1,124 @@
+package idempotencyfx
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// An outcome that the request could not record within its own two tries
+// (Redis stalled or unreachable just as the handler returned) is not given
+// up: the client gets its response, and the outcome is tried again in the
+// background for as long as the record can live (an in-progress record
+// expires 2×LockTimeout after its owner's last renewal). While it is still
+// in progress, a retry of the key waits or gets 409, as for a handler that
+// still runs, and it runs the handler again only after the lease has run
+// out AND no late try could land before another request took the record
+// over. The completion script writes only for the record's owner, so a late
+// outcome can never overwrite a newer one.
+
+// lateCompletions are the background tries of outcomes, and their end.
+type lateCompletions struct {
+	stop    context.Context // cancelled by Service.Close: the tries give up
+	cancel  context.CancelFunc
+	mu      sync.Mutex
+	closed  bool
+	running sync.WaitGroup
+}
+
+func newLateCompletions() *lateCompletions {
+	stop, cancel := context.WithCancel(context.Background())
+	return &lateCompletions{stop: stop, cancel: cancel}
+}
+
+// start runs try in the background; false once the Service is closing.
+func (lc *lateCompletions) start(try func(stop context.Context)) bool {
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	if lc.closed {
+		return false
+	}
+	lc.running.Add(1)
+	go func() {
+		defer lc.running.Done()
+		try(lc.stop)
+	}()
+	return true
+}
+
+// shutdown lets the tries in flight finish until ctx is done, then cancels
+// the rest and waits for them to return (each Redis call is bounded by
+// StoreTimeout).
+func (lc *lateCompletions) shutdown(ctx context.Context) {
+	lc.mu.Lock()
+	lc.closed = true
+	lc.mu.Unlock()
+	finished := make(chan struct{})
+	go func() {
+		lc.running.Wait()
+		close(finished)
+	}()
+	select {
+	case <-finished:
+	case <-ctx.Done():
+	}
+	lc.cancel()
+	<-finished
+}
+
+// completeLate retries the completion of l until it lands or is refused,
+// the record's life is over, or the Service closes. The first retry goes
+// out at once, later ones back off up to a tenth of the lease.
+func (s *Service) completeLate(parent, stop context.Context, l *lease, state State, resp []byte, ttl time.Duration) {
+	// The record expires before this: its owner's last renewal was earlier.
+	end := time.Now().Add(2 * s.cfg.LockTimeout)
+	// The request has ended; its trace goes on.
+	ctx, cancel := context.WithCancel(context.WithoutCancel(parent))
+	defer context.AfterFunc(stop, cancel)()
+	defer cancel()
+	pause, longest := time.Duration(0), max(s.cfg.LockTimeout/10, 10*time.Millisecond)
+	tries := 2 // the request's own
+	why := "Redis out of reach while the record lived"
+	for sleep(ctx, min(pause, time.Until(end))) {
+		pause = min(max(2*pause, 10*time.Millisecond), longest)
+		tries++
+		done, err := l.try(ctx, state, resp, ttl)
+		if err == nil && done == completionRefused {
+			why = "the record was taken over or had expired"
+			break
+		}
+		if err == nil {
+			s.obs.count(OutcomeLateCompletion)
+			s.log.Warn("idempotency: the outcome was recorded in the background after the request's tries failed",
+				zap.String("record", l.key), zap.Int("tries", tries))
+			s.reportCompletion(parent, l, done)
+			return
+		}
+		if !time.Now().Before(end) {
+			break
+		}
+	}
+	if stop.Err() != nil {
+		why = "the Service closed first"
+	}
+	s.obs.count(OutcomeLostCompletion)
+	s.log.Error("idempotency: the outcome could not be recorded; a retry may run the handler again after the lease expires",
+		zap.String("record", l.key), zap.String("reason", why), zap.Int("tries", tries))
+}
+
+// sleep waits d, or less if ctx is done first; false if ctx is done.
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

@@ -1,0 +1,167 @@
+package idempotencyfx
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/redisfx/redisfx/internal/faultproxy"
+	"github.com/redisfx/redisfx/internal/redistest"
+)
+
+// stallAfterHandler is an env behind a fault proxy whose handler cuts Redis
+// off (every connection swallows what it is sent) just as it returns, so
+// the request's own tries to record the outcome both time out.
+func stallAfterHandler(t *testing.T, cfg Config) (*env, *faultproxy.Proxy, *prometheus.Registry) {
+	t.Helper()
+	srv := redistest.StartPrivate(t)
+	proxy := faultproxy.Start(t, srv.Addr())
+	reg := prometheus.NewRegistry()
+	e := newEnvAt(t, cfg, srv, "redis://"+proxy.Addr(), WithRegisterer(reg))
+	e.setHandler(func(w http.ResponseWriter, _ *http.Request) {
+		n := e.calls.Add(1)
+		proxy.SetMode(faultproxy.Blackhole)
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write([]byte("charged " + itoa(n)))
+	})
+	return e, proxy, reg
+}
+
+func recordState(e *env, key string) State {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	rec, err := e.svc.Get(ctx, "", key)
+	if err != nil || rec == nil {
+		return ""
+	}
+	return rec.State
+}
+
+// A write stall that starts as the handler returns and outlasts the
+// request's two tries (2 × StoreTimeout) but not the record: the client gets
+// its answer, the outcome is recorded in the background once Redis answers
+// again, and a retry replays it; the handler ran once. Before, the record
+// stayed in progress until its lease ran out and the retry ran the handler
+// a second time (found by an adversary: StoreTimeout 300ms, LockTimeout 2s,
+// a 1s stall).
+func TestLateCompletion_StallAfterHandler_RecordedInBackground_RunsOnce(t *testing.T) {
+	t.Parallel()
+	e, proxy, reg := stallAfterHandler(t, Config{StoreTimeout: 200 * time.Millisecond, LockTimeout: 2 * time.Second})
+
+	if r := e.post("/payments", "k", `{}`); r.status != 201 || r.body != "charged 1" {
+		t.Fatalf("first request got %+v, want the handler's answer", r)
+	}
+	if n := counterValue(t, reg, "idempotency_requests_total", "outcome", string(OutcomeLateCompletion)); n != 0 {
+		t.Fatalf("late_completion = %v while Redis is still cut off", n)
+	}
+	proxy.SetMode(faultproxy.Forward)
+	waitFor(t, func() bool { return recordState(e, "k") == StateCompleted })
+
+	r := e.post("/payments", "k", `{}`)
+	if r.status != 201 || r.body != "charged 1" || r.header.Get(ReplayedHeader) != "true" {
+		t.Fatalf("retry got %+v, want the first answer replayed", r)
+	}
+	if n := e.calls.Load(); n != 1 {
+		t.Fatalf("handler ran %d times", n)
+	}
+	if n := counterValue(t, reg, "idempotency_requests_total", "outcome", string(OutcomeLateCompletion)); n != 1 {
+		t.Fatalf("late_completion = %v, want 1", n)
+	}
+	if e.logs.FilterMessageSnippet("recorded in the background").Len() != 1 ||
+		e.logs.FilterMessageSnippet("could not be recorded yet").Len() != 1 {
+		t.Fatal("the deferred and the late completion were not both logged")
+	}
+}
+
+// Redis out of reach for longer than the record lives: the late tries end
+// when the record would have expired, and the loss is logged and counted
+// (lost_completion) rather than retried forever.
+func TestLateCompletion_OutageOutlivesRecord_LostAndCounted(t *testing.T) {
+	t.Parallel()
+	e, _, reg := stallAfterHandler(t, Config{StoreTimeout: 50 * time.Millisecond, LockTimeout: 150 * time.Millisecond})
+
+	if r := e.post("/payments", "k", `{}`); r.status != 201 {
+		t.Fatalf("first request got %+v", r)
+	}
+	waitFor(t, func() bool {
+		return counterValue(t, reg, "idempotency_requests_total", "outcome", string(OutcomeLostCompletion)) == 1
+	})
+	lost := e.logs.FilterMessageSnippet("could not be recorded; a retry may run the handler again")
+	if lost.Len() != 1 {
+		t.Fatalf("%d loss logs, want 1", lost.Len())
+	}
+	if why := lost.All()[0].ContextMap()["reason"]; why != "Redis out of reach while the record lived" {
+		t.Fatalf("the loss was put down to %q", why)
+	}
+}
+
+// Shutdown gives the outcomes still being recorded its grace: it returns
+// only once they landed. Close gives up at once.
+func TestLateCompletion_ShutdownWaitsForThem_CloseGivesUp(t *testing.T) {
+	t.Parallel()
+	e, proxy, _ := stallAfterHandler(t, Config{StoreTimeout: 100 * time.Millisecond, LockTimeout: 10 * time.Second})
+	if r := e.post("/payments", "k", `{}`); r.status != 201 {
+		t.Fatalf("first request got %+v", r)
+	}
+	shut := make(chan error, 1)
+	go func() { shut <- e.svc.Shutdown(context.Background()) }()
+	sent := e.cmds.n.Load()
+	waitFor(t, func() bool { return e.cmds.n.Load() >= sent+3 }) // more late tries went out, and failed
+	select {
+	case <-shut:
+		t.Fatal("Shutdown returned while an outcome was still being recorded")
+	default:
+	}
+	proxy.SetMode(faultproxy.Forward)
+	if err := <-shut; err != nil {
+		t.Fatal(err)
+	}
+	if s := recordState(e, "k"); s != StateCompleted {
+		t.Fatalf("after Shutdown the record is %q, want completed", s)
+	}
+
+	e2, _, reg := stallAfterHandler(t, Config{StoreTimeout: 100 * time.Millisecond, LockTimeout: 10 * time.Second})
+	if r := e2.post("/payments", "k", `{}`); r.status != 201 {
+		t.Fatalf("first request got %+v", r)
+	}
+	if err := e2.svc.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := counterValue(t, reg, "idempotency_requests_total", "outcome", string(OutcomeLostCompletion)); n != 1 {
+		t.Fatalf("lost_completion = %v after Close, want 1", n)
+	}
+	if e2.logs.FilterField(zap.String("reason", "the Service closed first")).Len() != 1 {
+		t.Fatal("the loss at Close was not logged as such")
+	}
+}
+
+// A late outcome never overwrites a newer owner's: when the lease ran out
+// during the outage and another instance took the record over, the late try
+// is refused, the takeover's answer stays, and the loss is counted.
+func TestLateCompletion_TakenOverMeanwhile_RefusedAndCounted(t *testing.T) {
+	t.Parallel()
+	cfg := Config{StoreTimeout: 100 * time.Millisecond, LockTimeout: 300 * time.Millisecond, KeyPrefix: redistest.Prefix(t)}
+	e, proxy, reg := stallAfterHandler(t, cfg)
+	other := newEnvAt(t, cfg, e.srv, "") // another instance, whose Redis is in reach
+
+	if r := e.post("/payments", "k", `{}`); r.status != 201 || r.body != "charged 1" {
+		t.Fatalf("first request got %+v", r)
+	}
+	if r := other.post("/payments", "k", `{}`); r.status != 201 || r.header.Get(ReplayedHeader) != "" {
+		t.Fatalf("the retry on the other instance got %+v, want a takeover once the lease ran out", r)
+	}
+	proxy.SetMode(faultproxy.Forward)
+	waitFor(t, func() bool {
+		return counterValue(t, reg, "idempotency_requests_total", "outcome", string(OutcomeLostCompletion)) == 1
+	})
+	if e.logs.FilterField(zap.String("reason", "the record was taken over or had expired")).Len() != 1 {
+		t.Fatal("the refused late outcome was not logged as such")
+	}
+	if r := other.post("/payments", "k", `{}`); r.header.Get(ReplayedHeader) != "true" || r.body == "charged 1" {
+		t.Fatalf("after the late try the key replays %+v, want the takeover's answer", r)
+	}
+}
