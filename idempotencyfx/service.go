@@ -212,7 +212,16 @@ func (s *Service) acquire(ctx context.Context, storeKey, key, fp string) (grant,
 }
 
 func (s *Service) claimOnce(ctx context.Context, storeKey, fp, owner string, waiting bool) (claim, error) {
-	cctx, cancel := context.WithTimeout(ctx, s.cfg.StoreTimeout)
+	if err := ctx.Err(); err != nil {
+		return claim{}, err // the client has gone: claim nothing for it
+	}
+	// Once sent, a claim is let finish (within StoreTimeout) even if the
+	// client goes away meanwhile: one cut off in flight may still land and
+	// leave a record that no one owns until its lease runs out. A context
+	// that cannot be cancelled is also cheaper: its timer does not register
+	// with the request's context, which would take a lock and a map on
+	// every request.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StoreTimeout)
 	c, unreplicated, err := s.store.claim(cctx, storeKey, fp, owner, s.cfg.LockTimeout, waiting)
 	cancel()
 	if unreplicated {
