@@ -3,6 +3,7 @@ package idempotencyfx
 import (
 	"context"
 	"net/http"
+	"sync"
 	"testing"
 	"time"
 
@@ -163,5 +164,78 @@ func TestLateCompletion_TakenOverMeanwhile_RefusedAndCounted(t *testing.T) {
 	}
 	if r := other.post("/payments", "k", `{}`); r.header.Get(ReplayedHeader) != "true" || r.body == "charged 1" {
 		t.Fatalf("after the late try the key replays %+v, want the takeover's answer", r)
+	}
+}
+
+// Redis killed as handlers return and restarted (its append-only file brings
+// the in-progress records back) early enough before the leases run out, by
+// the margin docs/idempotency.md gives when connections were refused:
+// StoreTimeout + LockTimeout/10 + 1 s + DialTimeout, the second since
+// go-redis, once PoolSize dials have failed, dials again only once a second.
+// Every retry replays its first answer; no handler runs twice. Found by an
+// adversary with a margin of StoreTimeout + LockTimeout/10 alone: 30 of 30
+// handlers ran twice.
+func TestLateCompletion_RedisRestarted_PoolRedials_RunsOnce(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartPrivate(t, redistest.WithArgs("--appendonly", "yes", "--appendfsync", "always"))
+	const dial = 200 * time.Millisecond // newEnvAt's storefx DialTimeout
+	cfg := Config{StoreTimeout: 100 * time.Millisecond, LockTimeout: 4 * time.Second, KeyPrefix: redistest.Prefix(t)}
+	reg := prometheus.NewRegistry()
+	e := newEnvAt(t, cfg, srv, "", WithRegisterer(reg))
+	other := newEnvAt(t, cfg, srv, "") // the instance the clients retry on
+
+	const n = 30
+	var entered sync.WaitGroup
+	entered.Add(n)
+	release := make(chan struct{})
+	e.setHandler(func(w http.ResponseWriter, _ *http.Request) {
+		c := e.calls.Add(1)
+		entered.Done()
+		<-release
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write([]byte("charged " + itoa(c)))
+	})
+	key := func(i int) string { return "k" + itoa(int64(i)) }
+
+	began := time.Now() // every claim is later, so every lease ends after began + LockTimeout
+	var done sync.WaitGroup
+	firsts := make([]reply, n)
+	for i := range n {
+		done.Add(1)
+		go func() { defer done.Done(); firsts[i] = e.post("/payments", key(i), `{}`) }()
+	}
+	entered.Wait()
+	srv.Kill()
+	close(release)
+	done.Wait()
+	for i, r := range firsts {
+		if r.status != 201 {
+			t.Fatalf("first request %d got %+v, want the handler's answer", i, r)
+		}
+	}
+	// Down long enough for go-redis to give the pool up (PoolSize dials
+	// fail, 5 tries 100 ms apart each) and fall back to one dial a second.
+	time.Sleep(time.Until(began.Add(1200 * time.Millisecond)))
+	srv.Restart()
+	margin := cfg.StoreTimeout + cfg.LockTimeout/10 + time.Second + dial
+	if left := cfg.LockTimeout - time.Since(began); left < margin {
+		t.Skipf("Redis came back %v before the leases end, less than the margin %v (a very slow machine)", left, margin)
+	}
+	retries := make([]reply, n)
+	for i := range n {
+		done.Add(1)
+		go func() { defer done.Done(); retries[i] = other.post("/payments", key(i), `{}`) }()
+	}
+	done.Wait()
+	for i, r := range retries {
+		if r.status != 201 || r.body != firsts[i].body || r.header.Get(ReplayedHeader) != "true" {
+			t.Fatalf("retry %d got %+v, want %q replayed", i, r, firsts[i].body)
+		}
+	}
+	if c := other.calls.Load(); c != 0 {
+		t.Fatalf("handlers ran again %d times", c)
+	}
+	if n := counterValue(t, reg, "idempotency_requests_total", "outcome", string(OutcomeLateCompletion)); n != 30 {
+		t.Fatalf("late_completion = %v, want 30", n)
 	}
 }

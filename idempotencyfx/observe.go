@@ -43,9 +43,12 @@ const (
 	// after their request's own two tries failed (the request itself
 	// counted store_error).
 	OutcomeLateCompletion Outcome = "late_completion"
-	// OutcomeLostCompletion counts outcomes never recorded: Redis stayed
-	// out of reach while the record lived, or the Service closed first. A
-	// retry of such a key runs the handler again once the lease has expired.
+	// OutcomeLostCompletion counts outcomes whose recording was never
+	// confirmed: Redis stayed out of reach while the record lived, another
+	// request took the record over after the lease ran out, or the Service
+	// closed first. A retry of such a key may run the handler again. A try
+	// that timed out after its command was sent may still have landed:
+	// Service.Get tells.
 	OutcomeLostCompletion Outcome = "lost_completion"
 )
 

@@ -187,7 +187,7 @@ var Alerts = []Alert{
 		Fire: counters(`P_idempotency_requests_total{outcome="fail_open"}`, "1", `P_idempotency_requests_total{outcome="new"}`, "1000"),
 		Calm: counters(`P_idempotency_requests_total{outcome="fail_open"}`, "0", `P_idempotency_requests_total{outcome="new"}`, "1000"), EvalAt: "20m"},
 	{Name: "IdempotencyOutcomeLost", Severity: "critical", Expr: `sum(increase(P_idempotency_requests_total{outcome="lost_completion"}[5m])) > 0`, For: "0s", KeepFiringFor: keepFiring,
-		Summary: "A handler ran but its outcome could not be recorded while its record lived: a retry of that key runs the handler again", Metrics: []string{"idempotency_requests_total"},
+		Summary: "A handler ran but recording its outcome was never confirmed: a retry of that key may run the handler again", Metrics: []string{"idempotency_requests_total"},
 		Fire: counters(`P_idempotency_requests_total{outcome="lost_completion"}`, "1", `P_idempotency_requests_total{outcome="new"}`, "1000"),
 		Calm: counters(`P_idempotency_requests_total{outcome="lost_completion"}`, "0", `P_idempotency_requests_total{outcome="new"}`, "1000"), EvalAt: "20m"},
 	{Name: "HTTPServerErrorRateHigh", Severity: "warning", Expr: serverErrorRatio + " > 0.05", For: "5m",
