@@ -104,6 +104,6 @@ func NewFromParams(p Params) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	p.Lifecycle.Append(fx.StartStopHook(s.Start, s.Shutdown))
+	p.Lifecycle.Append(fx.StartStopHook(s.Start, s.stop))
 	return s, nil
 }

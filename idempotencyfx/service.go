@@ -155,11 +155,27 @@ func (s *Service) checkEviction(ctx context.Context) {
 // the background (their request's own tries failed) get until ctx is done
 // to land, then the rest are given up, and the completion subscription
 // stops. In-flight requests should be drained first (httpfx stops the
-// server before this runs). idempotencyfx.Module calls it on stop.
+// server before this runs). idempotencyfx.Module calls it on stop, with a
+// grace of at most 2×StoreTimeout and half of the stop deadline.
 func (s *Service) Shutdown(ctx context.Context) error {
 	s.late.shutdown(ctx)
 	s.notify.close()
 	return nil
+}
+
+// stop is the Fx stop hook: Shutdown with a grace of at most two tries
+// (2×StoreTimeout) and at most half of what is left of the stop deadline.
+// Outcomes still pending at stop mean Redis is out of reach, where waiting
+// longer rarely helps, and the hooks that run after this one (storefx
+// closing the client, tracingfx flushing the last spans) need the rest.
+func (s *Service) stop(ctx context.Context) error {
+	grace := 2 * s.cfg.StoreTimeout
+	if deadline, ok := ctx.Deadline(); ok {
+		grace = min(grace, time.Until(deadline)/2)
+	}
+	ctx, cancel := context.WithTimeout(ctx, grace)
+	defer cancel()
+	return s.Shutdown(ctx)
 }
 
 // Close is Shutdown without the grace: outcomes still being recorded in
