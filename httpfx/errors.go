@@ -76,10 +76,19 @@ func (e *Errors) Problem(err error, r *http.Request) Problem {
 	return NewProblem(http.StatusInternalServerError, "internal_error", "The server could not complete the request.")
 }
 
-// Render writes the problem for err, unless the client has gone away.
+// StatusClientClosedRequest (499, nginx's convention) is the status Render
+// gives a handler error that is the client going away (context.Canceled
+// with the request's context done). Only the status is written, and nobody
+// reads it; it is what the access log and the request metrics show instead
+// of an implicit 200, and idempotencyfx records it as a failed outcome.
+const StatusClientClosedRequest = 499
+
+// Render writes the problem for err. When err is the client having gone
+// away, it writes only StatusClientClosedRequest.
 func (e *Errors) Render(w http.ResponseWriter, r *http.Request, err error) {
 	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
-		return // the client left; nobody reads the answer
+		w.WriteHeader(StatusClientClosedRequest) // no body: nobody reads the answer
+		return
 	}
 	e.Problem(err, r).Write(w)
 }

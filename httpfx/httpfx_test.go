@@ -402,3 +402,43 @@ func TestUnmatched_ProblemsAndAllow(t *testing.T) {
 		}
 	}
 }
+
+// A handler error that is the client going away (context.Canceled, the
+// request's context done) is logged and counted as 499, nginx's "client
+// closed request", not as the implicit 200 of a handler that wrote nothing.
+func TestClientGone_HandlerErrorLoggedAndCountedAs499(t *testing.T) {
+	t.Parallel()
+	entered := make(chan struct{})
+	a, srv, logs := app(t, fx.Provide(httpfx.AsRoutes(func() httpfx.Routes {
+		return func(r chi.Router) {
+			r.Method("POST", "/charge", httpfx.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) error {
+				close(entered)
+				<-r.Context().Done()
+				return r.Context().Err()
+			}))
+		}
+	})))
+	defer a.RequireStop()
+	c, err := net.Dial("tcp", strings.TrimPrefix(srv.URL(), "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.WriteString(c, "POST /charge HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	<-entered
+	_ = c.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for logs.FilterMessage("request").FilterField(zap.String("route", "/charge")).Len() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no access log line for the request")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n := logs.FilterMessage("request").FilterField(zap.Int("status", httpfx.StatusClientClosedRequest)).Len(); n != 1 {
+		t.Fatalf("%d access log lines with status 499, want 1", n)
+	}
+	if _, _, metrics := get(t, srv.URL()+"/metrics"); !strings.Contains(metrics, `code="499"`) {
+		t.Fatalf("no 499 in the request metrics:\n%s", metrics)
+	}
+}

@@ -175,7 +175,10 @@ func (s *Service) runOwned(w http.ResponseWriter, r *http.Request, next http.Han
 	state := StateCompleted
 	var blob []byte
 	switch {
-	case rec.finishedStatus() >= 500:
+	case rec.finishedStatus() >= 500, rec.finishedStatus() == httpfx.StatusClientClosedRequest:
+		// A 499 is what httpfx renders when the handler's error was the
+		// client going away: the work did not finish, so it must not be
+		// replayed as an answer.
 		state = StateFailed
 	case !rec.passing:
 		var ok bool
