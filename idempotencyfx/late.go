@@ -48,9 +48,11 @@ func (lc *lateCompletions) start(try func(stop context.Context)) bool {
 	return true
 }
 
-// shutdown lets the tries in flight finish until ctx is done, then cancels
-// the rest and waits for them to return (each Redis call is bounded by
-// StoreTimeout).
+// shutdown lets the tries finish until ctx is done, then cancels the rest
+// and returns. A try already sent is not waited for: go-redis does not
+// abort a read on cancellation, so it ends at its own StoreTimeout, or at
+// once when the Redis client is closed (storefx's stop hook, right after
+// this one), and is then logged as given up.
 func (lc *lateCompletions) shutdown(ctx context.Context) {
 	lc.mu.Lock()
 	lc.closed = true
@@ -63,9 +65,8 @@ func (lc *lateCompletions) shutdown(ctx context.Context) {
 	select {
 	case <-finished:
 	case <-ctx.Done():
+		lc.cancel()
 	}
-	lc.cancel()
-	<-finished
 }
 
 // completeLate retries the completion of l until it lands or is refused,

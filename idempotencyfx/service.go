@@ -154,7 +154,8 @@ func (s *Service) checkEviction(ctx context.Context) {
 // Shutdown ends the Service gracefully: outcomes still being recorded in
 // the background (their request's own tries failed) get until ctx is done
 // to land, then the rest are given up, and the completion subscription
-// stops. In-flight requests should be drained first (httpfx stops the
+// stops. It returns when ctx is done at the latest: a try already sent then
+// ends on its own, within StoreTimeout or when the Redis client is closed. In-flight requests should be drained first (httpfx stops the
 // server before this runs). idempotencyfx.Module calls it on stop, with a
 // grace of at most 2×StoreTimeout and half of the stop deadline.
 func (s *Service) Shutdown(ctx context.Context) error {
