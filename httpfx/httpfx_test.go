@@ -387,6 +387,9 @@ func TestUnmatched_ProblemsAndAllow(t *testing.T) {
 		{"DELETE", "/healthz", 405, httpfx.CodeMethodNotAllowed, "GET"},
 		{"GET", "/orders/9", 405, httpfx.CodeMethodNotAllowed, "PUT, DELETE"},
 		{"GET", "/orders/", 405, httpfx.CodeMethodNotAllowed, "POST"},
+		// Methods chi does not know go to its 405 handler whatever the path.
+		{"BREW", "/nowhere", 404, httpfx.CodeNotFound, ""},
+		{"BREW", "/items/7", 405, httpfx.CodeMethodNotAllowed, "GET"},
 	} {
 		req, _ := http.NewRequest(c.method, srv.URL()+c.path, nil)
 		resp, err := http.DefaultClient.Do(req)
@@ -440,5 +443,37 @@ func TestClientGone_HandlerErrorLoggedAndCountedAs499(t *testing.T) {
 	}
 	if _, _, metrics := get(t, srv.URL()+"/metrics"); !strings.Contains(metrics, `code="499"`) {
 		t.Fatalf("no 499 in the request metrics:\n%s", metrics)
+	}
+}
+
+// A handler that passes an invalid status makes net/http panic before it
+// sends anything, but chi's writer wrap has taken the status as written
+// and would drop the recovery's 500: the client got an implicit 200 with a
+// problem body saying 500 (found by an adversary). The answer, the access
+// log and the metrics now all say 500.
+func TestRecovery_InvalidStatusIsA500(t *testing.T) {
+	t.Parallel()
+	a, srv, logs := app(t, fx.Provide(httpfx.AsRoutes(func() httpfx.Routes {
+		return func(r chi.Router) {
+			r.Get("/zero", func(w http.ResponseWriter, _ *http.Request) {
+				var upstreamStatus int // the upstream call failed: its status is the zero value
+				w.WriteHeader(upstreamStatus)
+				_, _ = io.WriteString(w, "charged")
+			})
+		}
+	})))
+	defer a.RequireStop()
+	code, h, body := get(t, srv.URL()+"/zero")
+	if code != http.StatusInternalServerError || h.Get("Content-Type") != httpfx.ProblemContentType || !strings.Contains(body, "internal_error") {
+		t.Fatalf("answered %d %s %q, want a 500 problem", code, h.Get("Content-Type"), body)
+	}
+	if logs.FilterMessage("handler panicked").Len() != 1 {
+		t.Fatal("the panic was not logged")
+	}
+	if logs.FilterMessage("request").FilterField(zap.Int("status", 500)).Len() != 1 {
+		t.Fatal("the access log does not say 500")
+	}
+	if _, _, metrics := get(t, srv.URL()+"/metrics"); !strings.Contains(metrics, `http_requests_total{code="500",method="GET",route="/zero"} 1`) {
+		t.Fatalf("the metrics do not count a 500:\n%s", metrics)
 	}
 }

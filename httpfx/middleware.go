@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"runtime/debug"
+	"strings"
 
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
@@ -31,6 +32,7 @@ type requestState struct {
 	errors          *Errors
 	values          []ContextValue // the router's, shared by its requests, never modified
 	unmatched       bool
+	status          int // set by the recovery when it answered past the writer wrap
 }
 
 // Value implements context.Context.
@@ -129,9 +131,32 @@ func recoverer(log *zap.Logger) func(http.Handler) http.Handler {
 				span.SetStatus(codes.Error, "panic")
 				log.Error("handler panicked", zap.Error(err), zap.String("path", r.URL.Path),
 					zap.ByteString("stack", debug.Stack()))
-				NewProblem(http.StatusInternalServerError, "internal_error", "The server could not complete the request.").Write(w)
+				answer := w
+				if s, ok := p.(string); ok && strings.HasPrefix(s, "invalid WriteHeader code") {
+					// net/http refused the handler's status before sending
+					// anything, but the writer wraps above it took that
+					// status as written and would drop ours (the client
+					// would get an implicit 200): answer through the
+					// innermost writer, and tell the front middleware.
+					answer = innermost(w)
+					if st := stateFrom(r.Context()); st != nil {
+						st.status = http.StatusInternalServerError
+					}
+				}
+				NewProblem(http.StatusInternalServerError, "internal_error", "The server could not complete the request.").Write(answer)
 			}()
 			next.ServeHTTP(w, r)
 		})
+	}
+}
+
+// innermost is the writer at the bottom of w's Unwrap chain (net/http's).
+func innermost(w http.ResponseWriter) http.ResponseWriter {
+	for {
+		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
+		if !ok {
+			return w
+		}
+		w = u.Unwrap()
 	}
 }

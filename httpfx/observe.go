@@ -160,7 +160,10 @@ func (f *front) serve(w http.ResponseWriter, r *http.Request, next http.Handler)
 	began := time.Now()
 	next.ServeHTTP(ww, r)
 	metrics := responseMetrics{Code: ww.Status(), Written: int64(ww.BytesWritten()), Duration: time.Since(began)}
-	if metrics.Code == 0 { // nothing written: net/http sends 200
+	switch {
+	case state.status != 0: // the recovery answered past ww
+		metrics.Code = state.status
+	case metrics.Code == 0: // nothing written: net/http sends 200
 		metrics.Code = http.StatusOK
 	}
 	route := routePattern(r, state)

@@ -61,9 +61,13 @@ func methodNotAllowed(routes chi.Routes) http.HandlerFunc {
 				allowed = append(allowed, m)
 			}
 		}
-		if len(allowed) > 0 {
-			w.Header().Set("Allow", strings.Join(allowed, ", "))
+		if len(allowed) == 0 {
+			// chi sends a method it does not know here whatever the path:
+			// a path no route serves is a 404 for every method.
+			notFound(w, r)
+			return
 		}
+		w.Header().Set("Allow", strings.Join(allowed, ", "))
 		NewProblem(http.StatusMethodNotAllowed, CodeMethodNotAllowed, r.Method+" is not allowed on "+r.URL.Path+".").Write(w)
 	}
 }

@@ -1,8 +1,12 @@
 package idempotencyfx
 
 import (
+	"context"
+	"errors"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -46,5 +50,76 @@ func TestClientGoneDuringHandler_ErrorRecordedAsFailed(t *testing.T) {
 	wantStatus(t, e.post("/payments", "k", body), http.StatusConflict, CodePreviousFailed)
 	if n := e.calls.Load(); n != 1 {
 		t.Fatalf("handler ran %d times", n)
+	}
+}
+
+// A handler error that arrives after the answer began (a status or part of
+// the body written, then an error returned, perhaps because the client
+// left) is a failed outcome, never the answer begun: the recorder holds the
+// response back, so nothing had reached the client, but it kept the first
+// status and httpfx's error status came second (found by an adversary:
+// such answers were replayed for DefaultTTL). An invalid status is a panic,
+// as net/http makes it, so a failure too.
+func TestHandlerErrorAfterTheAnswerBegan_RecordedAsFailed(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{LockTimeout: 2 * time.Second}, redistest.Start(t))
+	cases := []struct {
+		name    string
+		handler http.HandlerFunc
+	}{
+		{"partial body, then an error", httpfx.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) error {
+			w.WriteHeader(http.StatusCreated)
+			_, _ = w.Write([]byte(`{"id":`))
+			return errors.New("commit failed")
+		}).ServeHTTP},
+		{"a status, then an error", httpfx.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) error {
+			w.WriteHeader(http.StatusCreated)
+			return errors.New("commit failed")
+		}).ServeHTTP},
+		{"streamed, then an error", httpfx.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) error {
+			_, _ = w.Write([]byte(`{"id":`))
+			w.(http.Flusher).Flush()
+			return errors.New("commit failed")
+		}).ServeHTTP},
+		{"a 5xx after a 201", func(w http.ResponseWriter, _ *http.Request) {
+			w.WriteHeader(http.StatusCreated)
+			w.WriteHeader(http.StatusBadGateway)
+		}},
+		{"an invalid status", func(w http.ResponseWriter, _ *http.Request) {
+			var upstreamStatus int // the upstream call failed: its status is the zero value
+			w.WriteHeader(upstreamStatus)
+			_, _ = w.Write([]byte(`{"charged":true}`))
+		}},
+	}
+	for i, c := range cases {
+		key := "k" + itoa(int64(i))
+		e.setHandler(c.handler)
+		e.post("/payments", key, `{}`)
+		if rec := e.record(key); rec.State != StateFailed || rec.TTL > 2*time.Second {
+			t.Fatalf("%s: recorded %s (TTL %v), want failed for LockTimeout", c.name, rec.State, rec.TTL)
+		}
+		wantStatus(t, e.post("/payments", key, `{}`), http.StatusConflict, CodePreviousFailed)
+	}
+}
+
+// A request that finds its client gone before it claims anything claims
+// nothing, runs nothing, and answers 499 for the access log and metrics
+// (nobody reads it), as a handler error of a client that left does.
+func TestClientGoneBeforeTheClaim_NothingClaimed_499(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{}, redistest.Start(t))
+	h := e.svc.Install(Idempotent()(e.handler))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	req := httptest.NewRequestWithContext(ctx, http.MethodPost, "/payments", strings.NewReader(`{}`))
+	req.Header.Set("Idempotency-Key", "k")
+	rr := httptest.NewRecorder()
+	sent := e.cmds.n.Load()
+	h.ServeHTTP(rr, req)
+	if rr.Code != httpfx.StatusClientClosedRequest || rr.Body.Len() != 0 {
+		t.Fatalf("answered %d %q, want a bare 499", rr.Code, rr.Body)
+	}
+	if e.calls.Load() != 0 || e.cmds.n.Load() != sent {
+		t.Fatalf("the handler ran %d times, %d Redis commands sent", e.calls.Load(), e.cmds.n.Load()-sent)
 	}
 }

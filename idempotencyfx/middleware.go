@@ -126,7 +126,8 @@ func (s *Service) refuse(w http.ResponseWriter, r *http.Request, next http.Handl
 	var storeErr *IdempotencyStoreError
 	switch {
 	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
-		return // the client went away while we waited
+		w.WriteHeader(httpfx.StatusClientClosedRequest) // the client went away while we waited; for the log and metrics
+		return
 	case errors.As(err, &storeErr):
 		if s.cfg.ErrorPolicy == FailOpen {
 			s.obs.outcome(ctx, OutcomeFailOpen)
@@ -175,10 +176,11 @@ func (s *Service) runOwned(w http.ResponseWriter, r *http.Request, next http.Han
 	state := StateCompleted
 	var blob []byte
 	switch {
-	case rec.finishedStatus() >= 500, rec.finishedStatus() == httpfx.StatusClientClosedRequest:
+	case rec.failed, rec.finishedStatus() >= 500, rec.finishedStatus() == httpfx.StatusClientClosedRequest:
 		// A 499 is what httpfx renders when the handler's error was the
-		// client going away: the work did not finish, so it must not be
-		// replayed as an answer.
+		// client going away, and an error status after the answer began is
+		// how a returned error arrives after a partial write: the work did
+		// not finish, so it must not be replayed as an answer.
 		state = StateFailed
 	case !rec.passing:
 		var ok bool

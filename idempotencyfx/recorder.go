@@ -2,10 +2,13 @@ package idempotencyfx
 
 import (
 	"bufio"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"strings"
+
+	"github.com/redisfx/redisfx/httpfx"
 )
 
 // recorder buffers the handler's response so that the record is written to
@@ -20,6 +23,7 @@ type recorder struct {
 	status  int
 	body    []byte
 	passing bool // streaming straight to w; nothing more is buffered
+	failed  bool // an error status came after the answer began
 	reason  string
 }
 
@@ -30,13 +34,25 @@ func newRecorder(w http.ResponseWriter, limit int) *recorder {
 // Header implements http.ResponseWriter.
 func (rec *recorder) Header() http.Header { return rec.header }
 
-// WriteHeader implements http.ResponseWriter.
+// WriteHeader implements http.ResponseWriter. As net/http's writer, it
+// keeps the first status and panics on an invalid one (the handler's bug is
+// then a failed outcome and a 500, not a recorded answer). An error status
+// that comes after the answer began (httpfx renders a handler's returned
+// error this way, a 499 when the client left) still says the work failed:
+// the status sent stays the first, but the outcome is recorded as failed.
 func (rec *recorder) WriteHeader(code int) {
-	if rec.status != 0 || code < 100 || code > 999 {
-		if rec.passing && rec.status == 0 {
-			rec.w.WriteHeader(code)
+	if rec.status != 0 {
+		if code >= 500 || code == httpfx.StatusClientClosedRequest {
+			rec.failed = true
 		}
 		return
+	}
+	if rec.passing { // hijacked: net/http says what it thinks of it
+		rec.w.WriteHeader(code)
+		return
+	}
+	if code < 100 || code > 999 {
+		panic(fmt.Sprintf("invalid WriteHeader code %v", code)) // net/http's words, which httpfx's recovery knows
 	}
 	if code < 200 { // informational: send now, do not record
 		if code != http.StatusSwitchingProtocols {
