@@ -1,6 +1,7 @@
 package metricsfx
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -24,6 +25,19 @@ func TestPrefixApplied(t *testing.T) {
 	}
 	if !found {
 		t.Fatal("shop_orders_total not gathered")
+	}
+	// Every name starts with the prefix, the Go runtime's and the
+	// process's included (METRICS_PREFIX is "the prefix of every metric
+	// name" in the payments example's contract).
+	runtime := false
+	for _, mf := range mfs {
+		if !strings.HasPrefix(mf.GetName(), "shop_") {
+			t.Errorf("%s has no prefix", mf.GetName())
+		}
+		runtime = runtime || mf.GetName() == "shop_go_goroutines"
+	}
+	if !runtime {
+		t.Fatal("the Go runtime's metrics are missing")
 	}
 }
 

@@ -84,7 +84,7 @@ func main() {
 		}
 		last = m
 		fmt.Printf("| %v | %d | %.0f | %.1f | %.1f |\n", time.Since(began).Round(time.Second), requests.Load(),
-			m["go_goroutines"], m["go_memstats_heap_inuse_bytes"]/(1<<20), m["process_resident_memory_bytes"]/(1<<20))
+			m[metricPrefix+"go_goroutines"], m[metricPrefix+"go_memstats_heap_inuse_bytes"]/(1<<20), m[metricPrefix+"process_resident_memory_bytes"]/(1<<20))
 	}
 	time.Sleep(5 * time.Second) // warm up before the first sample
 	sample()
@@ -99,8 +99,8 @@ func main() {
 	sample()
 	fmt.Printf("\n%d requests in %v (%.0f/s), %d transport failures; goroutines %.0f → %.0f, heap %.1f → %.1f MiB\n",
 		requests.Load(), dur, float64(requests.Load())/dur.Seconds(), failures.Load(),
-		first["go_goroutines"], last["go_goroutines"],
-		first["go_memstats_heap_inuse_bytes"]/(1<<20), last["go_memstats_heap_inuse_bytes"]/(1<<20))
+		first[metricPrefix+"go_goroutines"], last[metricPrefix+"go_goroutines"],
+		first[metricPrefix+"go_memstats_heap_inuse_bytes"]/(1<<20), last[metricPrefix+"go_memstats_heap_inuse_bytes"]/(1<<20))
 }
 
 // mixed sends one request of a random kind.
@@ -145,6 +145,10 @@ func post(c *http.Client, base, key, body string) int {
 	resp.Body.Close()
 	return resp.StatusCode
 }
+
+// metricPrefix is the benchmark server's metricsfx prefix, which the Go
+// runtime and process metrics carry too.
+const metricPrefix = "bench_"
 
 func scrape(url string) map[string]float64 {
 	out := map[string]float64{}
