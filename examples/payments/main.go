@@ -64,6 +64,7 @@ func App(env Env, log *zap.Logger) fx.Option {
 		fx.Provide(redisConfig, idempotencyConfig, tracingConfig, httpConfig, metricsConfig,
 			cacheConfig, lockConfig, rateLimitConfig, streamConfig),
 		storefx.Module,
+		storefx.RouteRedisLogs, // go-redis's own log lines (a failed dial) as zap JSON on stderr, like every other
 		tracingfx.Module,
 		metricsfx.Module,
 		idempotencyfx.Module,

@@ -135,7 +135,11 @@ func (s *PaymentService) Create(w http.ResponseWriter, r *http.Request) error {
 		return &httpfx.ProblemError{Problem: httpfx.NewProblem(http.StatusBadRequest, "invalid_request", problem)}
 	}
 	p.Amount, p.Currency = amount, req.Currency
-	err := s.chargeUnderCardLock(r.Context(), &p, req.Card)
+	// The charge, its card lock and its announcement go on if the client
+	// leaves (each is bounded by its own timeout): a payment whose client
+	// timed out is still the payment its retry must be replayed.
+	ctx := context.WithoutCancel(r.Context())
+	err := s.chargeUnderCardLock(ctx, &p, req.Card)
 	if err != nil && p.Status == "" {
 		p.Status = "failed" // the charge did not run
 	}
@@ -144,7 +148,7 @@ func (s *PaymentService) Create(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if p.Status == "succeeded" {
-		s.publishCreated(r.Context(), p)
+		s.publishCreated(ctx, p)
 	}
 	status := http.StatusCreated
 	if p.Status == "declined" {
@@ -248,7 +252,7 @@ func (s *PaymentService) chargeUnderCardLock(ctx context.Context, p *Payment, ca
 	case err != nil:
 		return err
 	}
-	defer func() { _ = lock.Release(context.WithoutCancel(ctx)) }()
+	defer func() { _ = lock.Release(ctx) }()
 	return s.charge(ctx, p, card)
 }
 

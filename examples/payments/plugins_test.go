@@ -1,9 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
@@ -259,5 +264,60 @@ func TestPayments_StoreDown_FailOpen_ChargesWithoutTheLock(t *testing.T) {
 	}
 	if !strings.Contains(p.stderr.String(), "charging without it (fail-open)") {
 		t.Error("no log line about charging without the lock")
+	}
+}
+
+// A client that gives up while its payment is charged under the card lock
+// leaves a payment that stands: the charge, its lock and its announcement
+// do not stop for a client that left, so the retry is replayed the 201
+// (found by an adversary: the lock was asked with the request's context,
+// which the disconnect cancelled, and the payment was recorded failed).
+func TestPayments_ClientLeavesUnderTheCardLock_PaymentStandsAndReplays(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	p := start(t, "REDIS_URL="+srv.URL(), "IDEMPOTENCY_KEY_PREFIX="+redistest.Prefix(t), "PAYMENTS_DELAY=300ms", "PAYMENTS_CARD_LOCK=on")
+	req, _ := http.NewRequest(http.MethodPost, p.url+"/payments", strings.NewReader(card))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", "gone")
+	if _, err := (&http.Client{Timeout: 100 * time.Millisecond}).Do(req); err == nil {
+		t.Fatal("the impatient client got an answer before PAYMENTS_DELAY")
+	}
+	r := p.pay("gone", card) // waits for the first execution, then replays it
+	if r.status != http.StatusCreated || r.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("retry got %d %q %s, want the 201 replayed", r.status, r.header.Get("Idempotent-Replayed"), r.body)
+	}
+	if list := p.executions(); len(list) != 1 || list[0].Status != "succeeded" {
+		t.Fatalf("executions %+v, want one succeeded", list)
+	}
+	waitUntil(t, func() bool { return strings.Contains(p.stderr.String(), "receipt sent") })
+	if strings.Contains(p.stderr.String(), "payment.created not published") {
+		t.Fatal("the announcement stopped for the client that left")
+	}
+}
+
+// Everything the process writes on stderr is JSON, go-redis's own lines
+// too (a dial that fails), as the contract says: "Logs go to stderr as
+// JSON (zap)".
+func TestPayments_RedisClientLogsAreJSON(t *testing.T) {
+	t.Parallel()
+	cmd := exec.Command(binary)
+	cmd.Env = append(os.Environ(), "HTTP_ADDR=127.0.0.1:0", "REDIS_URL=redis://127.0.0.1:1/0")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+		t.Fatalf("exit %v, want 1 (Redis unreachable)\n%s", err, stderr.String())
+	}
+	routed := false
+	for _, line := range strings.Split(strings.TrimSpace(stderr.String()), "\n") {
+		var m map[string]any
+		if json.Unmarshal([]byte(line), &m) != nil {
+			t.Fatalf("a stderr line is not JSON: %q", line)
+		}
+		routed = routed || m["logger"] == "go-redis"
+	}
+	if !routed {
+		t.Fatalf("no go-redis line reached the log:\n%s", stderr.String())
 	}
 }
