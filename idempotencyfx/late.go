@@ -21,7 +21,7 @@ import (
 
 // lateCompletions are the background tries of outcomes, and their end.
 type lateCompletions struct {
-	stop    context.Context // cancelled by Service.Close: the tries give up
+	stop    context.Context // cancelled when Shutdown's grace ends: the tries give up
 	cancel  context.CancelFunc
 	mu      sync.Mutex
 	closed  bool
@@ -65,8 +65,8 @@ func (lc *lateCompletions) shutdown(ctx context.Context) {
 	select {
 	case <-finished:
 	case <-ctx.Done():
-		lc.cancel()
 	}
+	lc.cancel()
 }
 
 // completeLate retries the completion of l until it lands or is refused,

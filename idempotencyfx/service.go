@@ -155,9 +155,10 @@ func (s *Service) checkEviction(ctx context.Context) {
 // the background (their request's own tries failed) get until ctx is done
 // to land, then the rest are given up, and the completion subscription
 // stops. It returns when ctx is done at the latest: a try already sent then
-// ends on its own, within StoreTimeout or when the Redis client is closed. In-flight requests should be drained first (httpfx stops the
-// server before this runs). idempotencyfx.Module calls it on stop, with a
-// grace of at most 2×StoreTimeout and half of the stop deadline.
+// ends on its own, within StoreTimeout or when the Redis client is closed.
+// In-flight requests should be drained first (httpfx stops the server
+// before this runs). idempotencyfx.Module calls it on stop, with a grace of
+// at most 2×StoreTimeout and half of the stop deadline.
 func (s *Service) Shutdown(ctx context.Context) error {
 	s.late.shutdown(ctx)
 	s.notify.close()
