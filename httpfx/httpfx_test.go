@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
 	"github.com/prometheus/client_golang/prometheus"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -475,5 +476,67 @@ func TestRecovery_InvalidStatusIsA500(t *testing.T) {
 	}
 	if _, _, metrics := get(t, srv.URL()+"/metrics"); !strings.Contains(metrics, `http_requests_total{code="500",method="GET",route="/zero"} 1`) {
 		t.Fatalf("the metrics do not count a 500:\n%s", metrics)
+	}
+}
+
+// When a middleware writes while the panic unwinds (a timeout's deferred
+// 504, a compressor's footer), an answer has gone out that the recovery
+// can no longer replace: the access log and the metrics then say what was
+// sent, never a 500 the client did not get (found by an adversary).
+func TestRecovery_AnswerSentWhileUnwinding_LoggedAsSent(t *testing.T) {
+	t.Parallel()
+	a, srv, logs := app(t,
+		fx.Provide(httpfx.AsMiddleware(func() httpfx.Middleware {
+			return httpfx.Middleware{Name: "compress", Order: 10, Wrap: middleware.Compress(5)}
+		})),
+		fx.Provide(httpfx.AsRoutes(func() httpfx.Routes {
+			return func(r chi.Router) {
+				r.Get("/compressed", func(w http.ResponseWriter, _ *http.Request) {
+					w.Header().Set("Content-Type", "application/json")
+					var upstreamStatus int
+					w.WriteHeader(upstreamStatus)
+				})
+				r.With(func(next http.Handler) http.Handler { // a timeout's deferred answer
+					return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+						defer w.WriteHeader(http.StatusGatewayTimeout)
+						next.ServeHTTP(w, r)
+					})
+				}).Get("/late", func(http.ResponseWriter, *http.Request) {
+					// what idempotencyfx's recorder raises, having sent nothing
+					panic(fmt.Sprintf("invalid WriteHeader code %v", 0))
+				})
+			}
+		})))
+	defer a.RequireStop()
+	client := &http.Client{Transport: &http.Transport{DisableCompression: true}}
+	defer client.CloseIdleConnections()
+	seen := map[string]int{}
+	for _, c := range []struct{ path, encoding string }{{"/compressed", "gzip"}, {"/compressed", ""}, {"/late", ""}} {
+		req, _ := http.NewRequest(http.MethodGet, srv.URL()+c.path, nil)
+		if c.encoding != "" {
+			req.Header.Set("Accept-Encoding", c.encoding)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		seen[c.path]++
+		deadline := time.Now().Add(10 * time.Second)
+		for logs.FilterMessage("request").FilterField(zap.String("path", c.path)).Len() < seen[c.path] && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		lines := logs.FilterMessage("request").FilterField(zap.String("path", c.path)).All()
+		if len(lines) != seen[c.path] {
+			t.Fatalf("%s: %d access log lines, want %d", c.path, len(lines), seen[c.path])
+		}
+		lines = lines[len(lines)-1:]
+		if logged := lines[0].ContextMap()["status"]; logged != int64(resp.StatusCode) {
+			t.Fatalf("%s (Accept-Encoding %q): the client got %d, the access log says %v", c.path, c.encoding, resp.StatusCode, logged)
+		}
+		if c.encoding == "" && c.path == "/compressed" && resp.StatusCode != http.StatusInternalServerError {
+			t.Fatalf("%s without compression: %d, want the recovery's 500", c.path, resp.StatusCode)
+		}
 	}
 }

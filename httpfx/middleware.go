@@ -132,7 +132,7 @@ func recoverer(log *zap.Logger) func(http.Handler) http.Handler {
 				log.Error("handler panicked", zap.Error(err), zap.String("path", r.URL.Path),
 					zap.ByteString("stack", debug.Stack()))
 				answer := w
-				if s, ok := p.(string); ok && strings.HasPrefix(s, "invalid WriteHeader code") {
+				if s, ok := p.(string); ok && strings.HasPrefix(s, "invalid WriteHeader code") && nothingSent(w) {
 					// net/http refused the handler's status before sending
 					// anything, but the writer wraps above it took that
 					// status as written and would drop ours (the client
@@ -148,6 +148,24 @@ func recoverer(log *zap.Logger) func(http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 		})
 	}
+}
+
+// nothingSent reports whether the front middleware's writer wrap (w, which
+// the recovery gets) shows that nothing reached the client: no valid status
+// and no byte. A middleware that wrote while the panic unwound (a deferred
+// 504 of a timeout, a compressor's footer) has sent an answer that can no
+// longer be replaced, and the access log must then say what was sent. A
+// writer that cannot tell is taken as having sent something.
+func nothingSent(w http.ResponseWriter) bool {
+	ww, ok := w.(interface {
+		Status() int
+		BytesWritten() int
+	})
+	if !ok {
+		return false
+	}
+	code := ww.Status()
+	return (code < 100 || code > 999) && ww.BytesWritten() == 0
 }
 
 // innermost is the writer at the bottom of w's Unwrap chain (net/http's).

@@ -85,6 +85,16 @@ func TestHandlerErrorAfterTheAnswerBegan_RecordedAsFailed(t *testing.T) {
 			w.WriteHeader(http.StatusCreated)
 			w.WriteHeader(http.StatusBadGateway)
 		}},
+		{"hijacked, answered, then an error", httpfx.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) error {
+			conn, bw, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				return err
+			}
+			_, _ = bw.WriteString("HTTP/1.1 201 Created\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+			_ = bw.Flush()
+			_ = conn.Close()
+			return errors.New("commit failed after the hijacked answer")
+		}).ServeHTTP},
 		{"an invalid status", func(w http.ResponseWriter, _ *http.Request) {
 			var upstreamStatus int // the upstream call failed: its status is the zero value
 			w.WriteHeader(upstreamStatus)
@@ -95,6 +105,9 @@ func TestHandlerErrorAfterTheAnswerBegan_RecordedAsFailed(t *testing.T) {
 		key := "k" + itoa(int64(i))
 		e.setHandler(c.handler)
 		e.post("/payments", key, `{}`)
+		// A hijacking handler's client has its answer before the handler
+		// returns: wait for the outcome.
+		waitFor(t, func() bool { s := recordState(e, key); return s != "" && s != StateInProgress })
 		if rec := e.record(key); rec.State != StateFailed || rec.TTL > 2*time.Second {
 			t.Fatalf("%s: recorded %s (TTL %v), want failed for LockTimeout", c.name, rec.State, rec.TTL)
 		}

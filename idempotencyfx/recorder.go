@@ -48,6 +48,9 @@ func (rec *recorder) WriteHeader(code int) {
 		return
 	}
 	if rec.passing { // hijacked: net/http says what it thinks of it
+		if code >= 500 || code == httpfx.StatusClientClosedRequest {
+			rec.failed = true // a returned error after the hijack still says the work failed
+		}
 		rec.w.WriteHeader(code)
 		return
 	}
