@@ -51,7 +51,7 @@ func recordState(e *env, key string) State {
 // a 1s stall).
 func TestLateCompletion_StallAfterHandler_RecordedInBackground_RunsOnce(t *testing.T) {
 	t.Parallel()
-	e, proxy, reg := stallAfterHandler(t, Config{StoreTimeout: 200 * time.Millisecond, LockTimeout: 2 * time.Second})
+	e, proxy, reg := stallAfterHandler(t, Config{StoreTimeout: 500 * time.Millisecond, LockTimeout: 4 * time.Second})
 
 	if r := e.post("/payments", "k", `{}`); r.status != 201 || r.body != "charged 1" {
 		t.Fatalf("first request got %+v, want the handler's answer", r)
@@ -83,7 +83,7 @@ func TestLateCompletion_StallAfterHandler_RecordedInBackground_RunsOnce(t *testi
 // (lost_completion) rather than retried forever.
 func TestLateCompletion_OutageOutlivesRecord_LostAndCounted(t *testing.T) {
 	t.Parallel()
-	e, _, reg := stallAfterHandler(t, Config{StoreTimeout: 50 * time.Millisecond, LockTimeout: 150 * time.Millisecond})
+	e, _, reg := stallAfterHandler(t, Config{StoreTimeout: 300 * time.Millisecond, LockTimeout: 500 * time.Millisecond})
 
 	if r := e.post("/payments", "k", `{}`); r.status != 201 {
 		t.Fatalf("first request got %+v", r)
@@ -105,7 +105,7 @@ func TestLateCompletion_OutageOutlivesRecord_LostAndCounted(t *testing.T) {
 // its own and is counted as lost).
 func TestLateCompletion_ShutdownWaitsForThem_CloseGivesUp(t *testing.T) {
 	t.Parallel()
-	e, proxy, _ := stallAfterHandler(t, Config{StoreTimeout: 100 * time.Millisecond, LockTimeout: 10 * time.Second})
+	e, proxy, _ := stallAfterHandler(t, Config{StoreTimeout: 300 * time.Millisecond, LockTimeout: 10 * time.Second})
 	if r := e.post("/payments", "k", `{}`); r.status != 201 {
 		t.Fatalf("first request got %+v", r)
 	}
@@ -126,7 +126,7 @@ func TestLateCompletion_ShutdownWaitsForThem_CloseGivesUp(t *testing.T) {
 		t.Fatalf("after Shutdown the record is %q, want completed", s)
 	}
 
-	e2, _, reg := stallAfterHandler(t, Config{StoreTimeout: 100 * time.Millisecond, LockTimeout: 10 * time.Second})
+	e2, _, reg := stallAfterHandler(t, Config{StoreTimeout: 300 * time.Millisecond, LockTimeout: 10 * time.Second})
 	if r := e2.post("/payments", "k", `{}`); r.status != 201 {
 		t.Fatalf("first request got %+v", r)
 	}
@@ -147,7 +147,7 @@ func TestLateCompletion_ShutdownWaitsForThem_CloseGivesUp(t *testing.T) {
 // is refused, the takeover's answer stays, and the loss is counted.
 func TestLateCompletion_TakenOverMeanwhile_RefusedAndCounted(t *testing.T) {
 	t.Parallel()
-	cfg := Config{StoreTimeout: 100 * time.Millisecond, LockTimeout: 300 * time.Millisecond, KeyPrefix: redistest.Prefix(t)}
+	cfg := Config{StoreTimeout: 300 * time.Millisecond, LockTimeout: time.Second, KeyPrefix: redistest.Prefix(t)}
 	e, proxy, reg := stallAfterHandler(t, cfg)
 	other := newEnvAt(t, cfg, e.srv, "") // another instance, whose Redis is in reach
 
@@ -181,18 +181,18 @@ func TestLateCompletion_RedisRestarted_PoolRedials_RunsOnce(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartPrivate(t, redistest.WithArgs("--appendonly", "yes", "--appendfsync", "always"))
 	const dial = 200 * time.Millisecond // newEnvAt's storefx DialTimeout
-	cfg := Config{StoreTimeout: 100 * time.Millisecond, LockTimeout: 4 * time.Second, KeyPrefix: redistest.Prefix(t)}
+	cfg := Config{StoreTimeout: 500 * time.Millisecond, LockTimeout: 6 * time.Second, KeyPrefix: redistest.Prefix(t)}
 	reg := prometheus.NewRegistry()
 	e := newEnvAt(t, cfg, srv, "", WithRegisterer(reg))
 	other := newEnvAt(t, cfg, srv, "") // the instance the clients retry on
 
 	const n = 30
-	var entered sync.WaitGroup
-	entered.Add(n)
 	release := make(chan struct{})
+	var releaseOnce sync.Once
+	open := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(open) // before the env's cleanup: a test that fails never leaves a handler blocked
 	e.setHandler(func(w http.ResponseWriter, _ *http.Request) {
 		c := e.calls.Add(1)
-		entered.Done()
 		<-release
 		w.WriteHeader(http.StatusCreated)
 		_, _ = w.Write([]byte("charged " + itoa(c)))
@@ -206,9 +206,9 @@ func TestLateCompletion_RedisRestarted_PoolRedials_RunsOnce(t *testing.T) {
 		done.Add(1)
 		go func() { defer done.Done(); firsts[i] = e.post("/payments", key(i), `{}`) }()
 	}
-	entered.Wait()
+	waitFor(t, func() bool { return e.calls.Load() == n }) // every handler runs (fails the test in 10s otherwise)
 	srv.Kill()
-	close(release)
+	open()
 	done.Wait()
 	for i, r := range firsts {
 		if r.status != 201 {
