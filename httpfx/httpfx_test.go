@@ -432,13 +432,7 @@ func TestClientGone_HandlerErrorLoggedAndCountedAs499(t *testing.T) {
 	}
 	<-entered
 	_ = c.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for logs.FilterMessage("request").FilterField(zap.String("route", "/charge")).Len() == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("no access log line for the request")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	accessLogged(t, logs, zap.String("route", "/charge"), 1)
 	if n := logs.FilterMessage("request").FilterField(zap.Int("status", httpfx.StatusClientClosedRequest)).Len(); n != 1 {
 		t.Fatalf("%d access log lines with status 499, want 1", n)
 	}
@@ -523,20 +517,33 @@ func TestRecovery_AnswerSentWhileUnwinding_LoggedAsSent(t *testing.T) {
 		_, _ = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 		seen[c.path]++
-		deadline := time.Now().Add(10 * time.Second)
-		for logs.FilterMessage("request").FilterField(zap.String("path", c.path)).Len() < seen[c.path] && time.Now().Before(deadline) {
-			time.Sleep(5 * time.Millisecond)
-		}
-		lines := logs.FilterMessage("request").FilterField(zap.String("path", c.path)).All()
-		if len(lines) != seen[c.path] {
-			t.Fatalf("%s: %d access log lines, want %d", c.path, len(lines), seen[c.path])
-		}
-		lines = lines[len(lines)-1:]
-		if logged := lines[0].ContextMap()["status"]; logged != int64(resp.StatusCode) {
+		lines := accessLogged(t, logs, zap.String("path", c.path), seen[c.path])
+		if logged := lines[len(lines)-1].ContextMap()["status"]; logged != int64(resp.StatusCode) {
 			t.Fatalf("%s (Accept-Encoding %q): the client got %d, the access log says %v", c.path, c.encoding, resp.StatusCode, logged)
 		}
 		if c.encoding == "" && c.path == "/compressed" && resp.StatusCode != http.StatusInternalServerError {
 			t.Fatalf("%s without compression: %d, want the recovery's 500", c.path, resp.StatusCode)
 		}
+	}
+}
+
+// accessLogged waits (at most 10s) until n access log lines carry field,
+// which the front middleware writes after the answer has gone, and returns
+// them.
+func accessLogged(t *testing.T, logs *observer.ObservedLogs, field zap.Field, n int) []observer.LoggedEntry {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		lines := logs.FilterMessage("request").FilterField(field).All()
+		if len(lines) >= n {
+			if len(lines) > n {
+				t.Fatalf("%d access log lines with %s, want %d", len(lines), field.Key, n)
+			}
+			return lines
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d access log lines with %s after 10s, want %d", len(lines), field.Key, n)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }

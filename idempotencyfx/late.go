@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/redisfx/redisfx/internal/ctxsleep"
 )
 
 // An outcome that the request could not record within its own two tries
@@ -82,7 +84,7 @@ func (s *Service) completeLate(parent, stop context.Context, l *lease, state Sta
 	pause, longest := time.Duration(0), max(s.cfg.LockTimeout/10, 10*time.Millisecond)
 	tries := 2 // the request's own
 	why := "Redis out of reach while the record lived"
-	for sleep(ctx, min(pause, time.Until(end))) {
+	for ctxsleep.Sleep(ctx, min(pause, time.Until(end))) {
 		pause = min(max(2*pause, 10*time.Millisecond), longest)
 		tries++
 		done, err := l.try(ctx, state, resp, ttl)
@@ -107,19 +109,4 @@ func (s *Service) completeLate(parent, stop context.Context, l *lease, state Sta
 	s.obs.count(OutcomeLostCompletion)
 	s.log.Error("idempotency: the outcome could not be recorded; a retry may run the handler again after the lease expires",
 		zap.String("record", l.key), zap.String("reason", why), zap.Int("tries", tries))
-}
-
-// sleep waits d, or less if ctx is done first; false if ctx is done.
-func sleep(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }

@@ -176,11 +176,9 @@ func (s *Service) runOwned(w http.ResponseWriter, r *http.Request, next http.Han
 	state := StateCompleted
 	var blob []byte
 	switch {
-	case rec.failed, rec.finishedStatus() >= 500, rec.finishedStatus() == httpfx.StatusClientClosedRequest:
-		// A 499 is what httpfx renders when the handler's error was the
-		// client going away, and an error status after the answer began is
-		// how a returned error arrives after a partial write: the work did
-		// not finish, so it must not be replayed as an answer.
+	case rec.failed, failureStatus(rec.finishedStatus()):
+		// rec.failed: an error status after the answer began, which is how
+		// a returned error arrives after a partial write.
 		state = StateFailed
 	case !rec.passing:
 		var ok bool

@@ -41,17 +41,11 @@ func (rec *recorder) Header() http.Header { return rec.header }
 // error this way, a 499 when the client left) still says the work failed:
 // the status sent stays the first, but the outcome is recorded as failed.
 func (rec *recorder) WriteHeader(code int) {
-	if rec.status != 0 {
-		if code >= 500 || code == httpfx.StatusClientClosedRequest {
-			rec.failed = true
+	if rec.status != 0 || rec.passing {
+		rec.failed = rec.failed || failureStatus(code)
+		if rec.status == 0 { // hijacked: net/http says what it thinks of it
+			rec.w.WriteHeader(code)
 		}
-		return
-	}
-	if rec.passing { // hijacked: net/http says what it thinks of it
-		if code >= 500 || code == httpfx.StatusClientClosedRequest {
-			rec.failed = true // a returned error after the hijack still says the work failed
-		}
-		rec.w.WriteHeader(code)
 		return
 	}
 	if code < 100 || code > 999 {
@@ -118,6 +112,13 @@ func (rec *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 // Unwrap lets http.ResponseController reach the underlying writer for
 // deadlines; Flush and Hijack are intercepted above.
 func (rec *recorder) Unwrap() http.ResponseWriter { return rec.w }
+
+// failureStatus reports whether a status says the work failed: a 5xx, or
+// the 499 httpfx renders when the handler's error was the client leaving.
+// Such an outcome is recorded as failed, never replayed as an answer.
+func failureStatus(code int) bool {
+	return code >= 500 || code == httpfx.StatusClientClosedRequest
+}
 
 // finishedStatus is the status the handler produced (200 if it wrote nothing).
 func (rec *recorder) finishedStatus() int {

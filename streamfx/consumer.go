@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.uber.org/zap"
 
+	"github.com/redisfx/redisfx/internal/ctxsleep"
 	"github.com/redisfx/redisfx/plugintrace"
 )
 
@@ -79,7 +80,7 @@ func (c *consumer) run(loopCtx, handlerCtx, haltCtx context.Context) {
 				cancel()
 			}
 			c.s.log.Warn("stream read failed", zap.String("stream", c.stream), zap.Error(err))
-			sleep(loopCtx, backoff)
+			ctxsleep.Sleep(loopCtx, backoff)
 			backoff = min(backoff*2, 2*time.Second)
 			continue
 		}
@@ -528,13 +529,4 @@ func toAny(ids []string) []any {
 		out[i] = id
 	}
 	return out
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
 }
