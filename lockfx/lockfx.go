@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redisfx/redisfx"
 	"github.com/redisfx/redisfx/internal/clientcheck"
+	"github.com/redisfx/redisfx/internal/ctxsleep"
 	"github.com/redisfx/redisfx/internal/randid"
 	"github.com/redisfx/redisfx/internal/scripts"
 	"github.com/redisfx/redisfx/plugintrace"
@@ -98,6 +100,12 @@ type Locker struct {
 	cfg Config
 	rdb redis.UniversalClient
 	obs *observer
+	// stopped ends the give-backs still trying (Stop); giveBacks waits
+	// for them; mu orders a new one against Stop.
+	stopped   context.Context
+	stop      context.CancelFunc
+	mu        sync.Mutex
+	giveBacks sync.WaitGroup
 }
 
 // New builds a Locker without Fx.
@@ -117,7 +125,8 @@ func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Locker, error)
 	if err != nil {
 		return nil, err
 	}
-	return &Locker{cfg: cfg, rdb: rdb, obs: obs}, nil
+	stopped, stop := context.WithCancel(context.Background())
+	return &Locker{cfg: cfg, rdb: rdb, obs: obs, stopped: stopped, stop: stop}, nil
 }
 
 // Start preloads the lock scripts, so that the first acquire pays no
@@ -135,7 +144,9 @@ func (l *Locker) Start(ctx context.Context) error {
 // When a call may have taken the lock but its answer was not received (the
 // caller gave up, or the connection failed), the lock is given back in the
 // background, and the call is stopped from taking it should Redis run it
-// later: a lock is never left held by an owner that gave up.
+// later: a lock is never left held by an owner that gave up. The give-back
+// is tried until Redis answers, through an open circuit breaker, for up to
+// TTL + 1 minute, or until Stop.
 func (l *Locker) Acquire(ctx context.Context, name string) (*Lock, error) {
 	keys, err := l.keysOf(name)
 	if err != nil {
@@ -204,15 +215,71 @@ func (l *Locker) Acquire(ctx context.Context, name string) (*Lock, error) {
 	}
 }
 
+// Stop gives up the give-backs still trying (see Acquire) and waits for
+// them until ctx ends. A lock that Redis grants later to such an acquire
+// is held by nobody and expires at most TTL after, as a crashed holder's
+// does. The Module calls it when the app stops; Acquire must not be
+// called after it.
+func (l *Locker) Stop(ctx context.Context) error {
+	l.mu.Lock()
+	l.stop()
+	l.mu.Unlock()
+	done := make(chan struct{})
+	go func() { l.giveBacks.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // abandon gives up, in the background, an acquire by owner whose outcome
-// is unknown (see abandonScript). It is bounded by the lease: after it the
-// lock has expired anyway.
+// is unknown (see abandonScript and giveBack).
 func (l *Locker) abandon(keys lockKeys, owner string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.stopped.Err() != nil {
+		return // stopped: the lock, if Redis grants it, expires as a crashed holder's
+	}
+	l.giveBacks.Add(1)
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.TTL)
-		defer cancel()
-		_ = abandonScript.Run(ctx, l.rdb, []string{keys.lock, keys.abandoned(owner)}, owner, (l.cfg.TTL + abandonedTTL).Milliseconds()).Err()
+		defer l.giveBacks.Done()
+		l.giveBack(keys, owner)
 	}()
+}
+
+// giveBack runs abandonScript until Redis answers it. The acquire it gives
+// up may still be run by Redis at any time (a stalled server reads it when
+// it resumes), so the give-up marker must get there too, whatever the
+// stall: each try has its own timeout, a new connection if need be, and
+// goes through an open circuit breaker (the stall that lost the acquire's
+// answer may have opened it). It stops trying after TTL + abandonedTTL (the
+// marker's lifetime: an acquire run later than that may take the lock for
+// one TTL anyway), when the client is closed, or at Stop.
+func (l *Locker) giveBack(keys lockKeys, owner string) {
+	deadline := time.Now().Add(l.cfg.TTL + abandonedTTL)
+	perTry := min(max(l.cfg.TTL/renewTimeout, 100*time.Millisecond), time.Second)
+	wait := l.cfg.Backoff
+	for {
+		began := time.Now()
+		ctx, cancel := context.WithTimeout(storefx.BypassBreaker(l.stopped), perTry)
+		err := abandonScript.Run(ctx, l.rdb, []string{keys.lock, keys.abandoned(owner)}, owner, (l.cfg.TTL + abandonedTTL).Milliseconds()).Err()
+		cancel()
+		if err == nil || errors.Is(err, redis.ErrClosed) || l.stopped.Err() != nil || time.Now().After(deadline) {
+			return
+		}
+		if time.Since(began) >= perTry {
+			// Timed out (a stalled Redis): try again at once, so that a try
+			// is always waiting when Redis resumes and the lock, should the
+			// acquire run first, is freed within a round trip.
+			continue
+		}
+		if !ctxsleep.Sleep(l.stopped, wait) { // refused at once (Redis down): back off
+			return
+		}
+		wait = min(wait*2, l.cfg.MaxBackoff)
+	}
 }
 
 // WithLock runs fn while holding the lock called name, and releases it

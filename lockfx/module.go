@@ -45,6 +45,6 @@ func NewFromParams(p Params) (*Locker, error) {
 	if err != nil {
 		return nil, err
 	}
-	p.Lifecycle.Append(fx.StartHook(l.Start))
+	p.Lifecycle.Append(fx.StartStopHook(l.Start, l.Stop))
 	return l, nil
 }
