@@ -40,11 +40,14 @@ type Config struct {
 	// (XADD MAXLEN ~). 0 keeps everything.
 	MaxLen int64
 	// Retention, when set, makes each stream (and its dead-letter stream)
-	// expire this long after its last publish, so no stream key lives
-	// forever. 0 keeps streams until deleted.
+	// expire this long after its last publish (give or take a second, or
+	// Retention/2 if shorter: the expiry is renewed at most that often), so
+	// no stream key lives forever. 0 keeps streams until deleted.
 	Retention time.Duration
-	// StartID is where a new group starts reading: "0" (default) for every
-	// message already in the stream, "$" for only new ones.
+	// StartID is where a group made at start begins reading: "0" (default)
+	// for every message already in the stream, "$" for only new ones. A
+	// group lost while running is made again from "0", so that no message
+	// published after the loss is skipped.
 	StartID string
 	// StopTimeout bounds the stop: running handlers get this long to
 	// finish, then their context is cancelled and they get StoreTimeout

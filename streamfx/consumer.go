@@ -24,9 +24,11 @@ type consumer struct {
 	handler Handler
 }
 
-func (c *consumer) ensureGroup(ctx context.Context) error {
+// ensureGroup creates the group if it is missing, reading from start:
+// StartID when the app starts, "0" when the group was lost while running.
+func (c *consumer) ensureGroup(ctx context.Context, start string) error {
 	ctx = plugintrace.WithoutCommandSpans(ctx) // a start or a recovery is not a trace
-	err := c.s.rdb.XGroupCreateMkStream(ctx, c.stream, c.s.cfg.Group, c.s.cfg.StartID).Err()
+	err := c.s.rdb.XGroupCreateMkStream(ctx, c.stream, c.s.cfg.Group, start).Err()
 	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
 		return fmt.Errorf("streamfx: create group %q on %q: %w", c.s.cfg.Group, c.stream, err)
 	}
@@ -72,8 +74,13 @@ func (c *consumer) run(loopCtx, handlerCtx, haltCtx context.Context) {
 			continue
 		case err != nil:
 			if strings.HasPrefix(err.Error(), "NOGROUP") { // the stream or group was deleted (or Redis restarted empty)
+				// From "0" whatever StartID says: every message now in the
+				// stream was published after the group was lost (the stream
+				// expired under Retention and a publish made it again, or
+				// Redis restarted empty), or, if the group alone was
+				// deleted, is delivered again (at least once, never lost).
 				gctx, cancel := context.WithTimeout(bg(), cfg.StoreTimeout)
-				if c.ensureGroup(gctx) == nil {
+				if c.ensureGroup(gctx, "0") == nil {
 					cancel()
 					continue // at once: nothing to wait for
 				}

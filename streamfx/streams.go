@@ -143,10 +143,14 @@ func (s *Streams) Publish(ctx context.Context, stream string, data []byte) (stri
 	return id, err
 }
 
-// append adds an entry (XADD, trimmed to MaxLen) and, at most once a
-// second per stream and process, renews the stream's Retention in the same
-// round trip: a stream then expires between Retention-1s and Retention
-// after its last publish, without an extra command on every publish.
+// append adds an entry (XADD, trimmed to MaxLen) and, at most once per
+// renewal interval (a second, or Retention/2 if shorter) per stream and
+// process, renews the stream's Retention in the same round trip: a stream
+// then expires between Retention minus that interval and Retention after
+// its last publish, without an extra command on every publish. The
+// interval is shorter than Retention, so a publish that finds the stream
+// expired always renews it: the XADD that makes it again never leaves it
+// without an expiry.
 func (s *Streams) append(ctx context.Context, stream string, values []any) (string, error) {
 	args := &redis.XAddArgs{Stream: stream, MaxLen: s.cfg.MaxLen, Approx: s.cfg.MaxLen > 0, Values: values}
 	if s.cfg.Retention == 0 || !s.renewDue(stream) {
@@ -165,8 +169,12 @@ func (s *Streams) append(ctx context.Context, stream string, values []any) (stri
 	return add.Val(), nil
 }
 
+// renewInterval is the least time between two renewals of one stream's
+// expiry by this process.
+func (c Config) renewInterval() time.Duration { return min(time.Second, c.Retention/2) }
+
 // renewDue reports whether stream's expiry was last renewed by this process
-// more than a second ago (or never), and claims the renewal.
+// a renewal interval ago or more (or never), and claims the renewal.
 func (s *Streams) renewDue(stream string) bool {
 	now := time.Now().UnixNano()
 	v, _ := s.renewed.LoadOrStore(stream, new(atomic.Int64))
@@ -175,7 +183,7 @@ func (s *Streams) renewDue(stream string) bool {
 		return true
 	}
 	prev := last.Load()
-	return now-prev >= int64(time.Second) && last.CompareAndSwap(prev, now)
+	return now-prev >= int64(s.cfg.renewInterval()) && last.CompareAndSwap(prev, now)
 }
 
 // PublishJSON publishes v encoded as JSON.
@@ -197,7 +205,7 @@ func (s *Streams) Start(ctx context.Context) error {
 		return nil
 	}
 	for _, c := range s.consumers {
-		if err := c.ensureGroup(ctx); err != nil {
+		if err := c.ensureGroup(ctx, s.cfg.StartID); err != nil {
 			return err
 		}
 	}
