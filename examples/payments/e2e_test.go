@@ -439,7 +439,7 @@ func TestPayments_InvalidEnvStopsStartNamingTheVariable(t *testing.T) {
 	for _, env := range []string{"IDEMPOTENCY_ERROR_POLICY=sometimes", "IDEMPOTENCY_TTL=-1h", "REDIS_URL=http://nope", "TRACING_EXPORTER=pigeon", "PAYMENTS_DELAY=soon",
 		"OTEL_TRACES_SAMPLER=sometimes", "OTEL_EXPORTER_OTLP_ENDPOINT=collector:4318", "OTEL_PROPAGATORS=zipkin",
 		"HTTP_ADDR=notanaddr", "HTTP_ADDR=127.0.0.1:99999", "REDIS_URL=redis://127.0.0.1:1/-1",
-		"IDEMPOTENCY_TTL=500us", "IDEMPOTENCY_LOCK_TIMEOUT=5ms", "IDEMPOTENCY_HEADER=Bad Header"} {
+		"IDEMPOTENCY_TTL=500us", "IDEMPOTENCY_LOCK_TIMEOUT=5ms", "IDEMPOTENCY_LOCK_TIMEOUT=0", "IDEMPOTENCY_LOCK_TIMEOUT=0s", "IDEMPOTENCY_HEADER=Bad Header"} {
 		cmd := exec.Command(binary)
 		cmd.Env = append(os.Environ(), "HTTP_ADDR=127.0.0.1:0", env)
 		out, err := cmd.CombinedOutput()
@@ -561,5 +561,12 @@ func TestPayments_BodyWithDataAfterTheObject_400(t *testing.T) {
 	problem(t, big, 400, "invalid_request")
 	if !strings.Contains(big.body, "64 KiB") {
 		t.Fatalf("a body over 64 KiB: %s", big.body)
+	}
+	// Over the limit only by its trailing white space: still "too large",
+	// not "data after the object" (found by an adversary).
+	padded := p.pay("padded", card+strings.Repeat(" ", 64<<10))
+	problem(t, padded, 400, "invalid_request")
+	if !strings.Contains(padded.body, "64 KiB") {
+		t.Fatalf("a body over 64 KiB by its trailing white space: %s", padded.body)
 	}
 }

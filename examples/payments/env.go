@@ -117,6 +117,11 @@ func LoadEnv(getenv func(string) string) (Env, error) {
 			return e, &EnvError{d.name, v, "negative duration"}
 		}
 	}
+	if e.LockTimeout == 0 {
+		// Not the module's "0 takes the default": a lease of nothing is no
+		// lease, and a silent 30 s would not be what was asked.
+		return e, &EnvError{"IDEMPOTENCY_LOCK_TIMEOUT", getenv("IDEMPOTENCY_LOCK_TIMEOUT"), "must be positive (the in-progress lease)"}
+	}
 	if e.TTL == 0 {
 		// The convention of a TTL written as text: 0 never expires. In Go that is
 		// the named NeverExpire; a zero DefaultTTL would mean 24h.

@@ -169,8 +169,13 @@ func parse(r *http.Request, req *createRequest) (int64, string) {
 	err := dec.Decode(req)
 	if err == nil {
 		// One object and nothing after it but white space: `{…} junk` is not a payment.
+		// The reader's own error (the size limit reached in trailing white
+		// space) stays the error: it says what is wrong.
 		if _, end := dec.Token(); end != io.EOF {
-			err = errors.New("data after the JSON object")
+			err = end
+			if end == nil {
+				err = errors.New("data after the JSON object")
+			}
 		}
 	}
 	if tooLarge := new(http.MaxBytesError); errors.As(err, &tooLarge) {
