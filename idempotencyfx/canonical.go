@@ -37,7 +37,13 @@ var (
 // An object with two keys that are equal under case folding ("amount" and
 // "Amount") is tagged 'O' and keeps the document order of those keys:
 // encoding/json matches struct fields case-insensitively and the last
-// matching key wins, so their order changes what a handler decodes.
+// matching key wins, so their order changes what a handler decodes. An
+// object with two different keys that are the same integer ("1" and "01",
+// "+1", "-0" and "0") is tagged 'N' and keeps the document order of those
+// keys, and of keys equal under case folding: encoding/json decodes them
+// into one key of a map with an integer key type, and the last one wins.
+// Only objects with such keys have these tags, so the canonical form of
+// any other is what it was before the rule.
 //
 // The work is linear in the size of the body (plus sorting the keys of each
 // object): one pass parses the document into a flat list of nodes, a second
@@ -525,7 +531,8 @@ func (c *canonicalizer) emit(i int32, path string, live bool) {
 // arrange puts the members of one object, c.members[from:], in canonical
 // order: ignored ones dropped, sorted by key and then document order (every
 // duplicate kept), or by folded key and then document order when two keys
-// collide under case folding (tag 'O').
+// collide under case folding (tag 'O'), or by class (see collision) and
+// then document order when two keys are the same integer (tag 'N').
 func (c *canonicalizer) arrange(from int, path string, live bool) (tag byte) {
 	ms := c.members[from:]
 	if live {
@@ -544,41 +551,86 @@ func (c *canonicalizer) arrange(from int, path string, live bool) (tag byte) {
 		return cmp.Compare(a.order, b.order)
 	})
 	c.members = c.members[:from+len(ms)]
-	if !c.foldCollision(ms) {
+	if len(ms) < 2 {
+		return 'o'
+	}
+	plain, oddInts := c.scanKeys(ms)
+	switch {
+	case oddInts && c.collision(ms, true):
+		tag = 'N'
+	case !plain && c.collision(ms, false):
+		tag = 'O'
+	default:
 		return 'o'
 	}
 	for k, f := range c.folds {
 		ms[k] = f.m
 	}
-	return 'O'
+	return tag
 }
 
-// foldCollision reports whether two of the keys (duplicates aside) are equal under
-// the case folding encoding/json uses to match struct fields. When they
-// are, c.folds holds the members ordered by folded key, then document order.
-func (c *canonicalizer) foldCollision(ms []member) bool {
-	if len(ms) < 2 {
-		return false
-	}
-	plain := true // lower-case ASCII keys fold to distinct keys
+// scanKeys looks at the keys of one object for what may collide: plain is
+// false when a key has an upper-case ASCII letter or a non-ASCII rune (it
+// may fold onto another key); oddInts is true when a key is an integer not
+// written as strconv.Itoa would write it ("01", "+1", "-0"), the only way
+// two different keys can decode to the same integer map key. Most keys
+// cost one byte's look for oddInts.
+func (c *canonicalizer) scanKeys(ms []member) (plain, oddInts bool) {
+	plain = true // lower-case ASCII keys fold to distinct keys
 	for _, m := range ms {
-		for _, b := range c.keyOf(m) {
-			if b >= utf8.RuneSelf || (b >= 'A' && b <= 'Z') {
-				plain = false
-				break
+		key := c.keyOf(m)
+		if plain {
+			for _, b := range key {
+				if b >= utf8.RuneSelf || (b >= 'A' && b <= 'Z') {
+					plain = false
+					break
+				}
 			}
 		}
-		if !plain {
+		if !oddInts && len(key) > 1 {
+			switch key[0] {
+			case '+', '0':
+				oddInts = allDigits(key[1:])
+			case '-':
+				oddInts = key[1] == '0' && allDigits(key[1:])
+			}
+		}
+		if !plain && oddInts {
 			break
 		}
 	}
-	if plain {
-		return false
-	}
+	return plain, oddInts
+}
+
+func allDigits(b []byte) bool {
+	return len(b) > 0 && digits(b, 0) == len(b)
+}
+
+// collision reports whether two different keys of the object decode to the
+// same field or map key, and if so leaves in c.folds the members ordered by
+// their class, then document order: the document order of the keys of one
+// class is kept, that of different classes is not.
+//
+// Without ints the class of a key is its case folding (encoding/json
+// matches struct fields case-insensitively, the last matching key wins);
+// duplicates alone also count here, as they always have (their order is
+// kept either way). With ints, a key that is an integer ([+-]digits) is of
+// the class of its value, as encoding/json decodes it into a map with an
+// integer key type (strconv.ParseInt or ParseUint: "1", "01", "+1" and
+// "001" are one key, "-0" is "0"), any other key of its folding; only two
+// integer keys written differently count as a collision. The integer
+// classes are tagged apart from the folded ones, and a folded key is never
+// an integer (folding changes letters only), so no integer key shares a
+// class with a key that is not one.
+func (c *canonicalizer) collision(ms []member, ints bool) bool {
 	c.foldBuf, c.folds = c.foldBuf[:0], c.folds[:0]
 	for _, m := range ms {
 		lo := len(c.foldBuf)
-		c.foldBuf = appendFolded(c.foldBuf, c.keyOf(m))
+		if ints {
+			c.foldBuf = appendClass(c.foldBuf, c.keyOf(m))
+		} else {
+			c.foldBuf = appendFolded(c.foldBuf, c.keyOf(m))
+		}
 		c.folds = append(c.folds, folded{lo: int32(lo), hi: int32(len(c.foldBuf)), m: m})
 	}
 	key := func(f folded) []byte { return c.foldBuf[f.lo:f.hi] }
@@ -589,11 +641,42 @@ func (c *canonicalizer) foldCollision(ms []member) bool {
 		return cmp.Compare(a.m.order, b.m.order)
 	})
 	for k := 1; k < len(c.folds); k++ {
-		if bytes.Equal(key(c.folds[k]), key(c.folds[k-1])) {
+		a, b := c.folds[k-1], c.folds[k]
+		if !bytes.Equal(key(a), key(b)) {
+			continue
+		}
+		if !ints || (c.foldBuf[a.lo] == classInt && !bytes.Equal(c.keyOf(a.m), c.keyOf(b.m))) {
 			return true
 		}
 	}
 	return false
+}
+
+// The tags of the two kinds of class of appendClass.
+const (
+	classInt    = 0
+	classFolded = 1
+)
+
+// appendClass appends the class of a key: for an integer ([+-]digits) a
+// tag and its value in shortest form ("-" only if below zero), for any
+// other key another tag and its folding.
+func appendClass(out, key []byte) []byte {
+	digits, neg := key, false
+	if len(digits) > 0 && (digits[0] == '+' || digits[0] == '-') {
+		digits, neg = digits[1:], digits[0] == '-'
+	}
+	if !allDigits(digits) {
+		return appendFolded(append(out, classFolded), key)
+	}
+	for len(digits) > 1 && digits[0] == '0' {
+		digits = digits[1:]
+	}
+	out = append(out, classInt)
+	if neg && digits[0] != '0' {
+		out = append(out, '-')
+	}
+	return append(out, digits...)
 }
 
 // appendFolded appends the case-folded key, as encoding/json folds names:

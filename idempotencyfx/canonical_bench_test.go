@@ -13,7 +13,7 @@ import (
 
 // adversarialShapes are 1 MiB JSON bodies (MaxBodyBytes' default) of the
 // shapes that stress a canonicaliser: nesting, width, long strings, many
-// scalars, and keys that collide under case folding.
+// scalars, and keys that collide under case folding or as integers.
 func adversarialShapes() []struct {
 	name string
 	body []byte
@@ -31,18 +31,14 @@ func adversarialShapes() []struct {
 	}
 	deepObjects.WriteString("0" + strings.Repeat("}", depth))
 
-	wide := func(caseFold bool) []byte {
+	wide := func(keyOf func(k int) string) []byte {
 		var b bytes.Buffer
 		b.WriteByte('{')
 		for k := 0; b.Len() < size-32; k++ {
 			if k > 0 {
 				b.WriteByte(',')
 			}
-			key := "key" + strconv.Itoa(k)
-			if caseFold && k%2 == 1 {
-				key = "KEY" + strconv.Itoa(k-1)
-			}
-			b.WriteString(`"` + key + `":` + strconv.Itoa(k))
+			b.WriteString(`"` + keyOf(k) + `":` + strconv.Itoa(k))
 		}
 		b.WriteByte('}')
 		return b.Bytes()
@@ -75,8 +71,25 @@ func adversarialShapes() []struct {
 	}{
 		{"deep-arrays", deepArrays(MaxJSONDepth, size)},
 		{"deep-objects", deepObjects.Bytes()},
-		{"wide-object", wide(false)},
-		{"wide-object-case-colliding", wide(true)},
+		{"wide-object", wide(func(k int) string { return "key" + strconv.Itoa(k) })},
+		{"wide-object-case-colliding", wide(func(k int) string {
+			if k%2 == 1 {
+				return "KEY" + strconv.Itoa(k-1)
+			}
+			return "key" + strconv.Itoa(k)
+		})},
+		// Pairs of keys of one integer ("6", "06"), and each of them long
+		// with leading zeros every third pair.
+		{"wide-object-integer-colliding", wide(func(k int) string {
+			pad := ""
+			if k%6 >= 4 {
+				pad = strings.Repeat("0", 64)
+			}
+			if k%2 == 1 {
+				return "0" + pad + strconv.Itoa(k-1)
+			}
+			return pad + strconv.Itoa(k)
+		})},
 		{"long-strings", longStrings.Bytes()},
 		{"many-numbers", numbers.Bytes()},
 	}
@@ -151,7 +164,7 @@ func TestCanonicalJSON_AdversarialShapesWithin10xOfEncodingJSON(t *testing.T) {
 			unmarshal = min(unmarshal, time.Since(began))
 		}
 		ratio := float64(fingerprint) / float64(unmarshal)
-		t.Logf("%-28s fingerprint %8v  json.Unmarshal %8v  ratio %.2f", s.name, fingerprint, unmarshal, ratio)
+		t.Logf("%-30s fingerprint %8v  json.Unmarshal %8v  ratio %.2f", s.name, fingerprint, unmarshal, ratio)
 		if ratio > 10 {
 			t.Errorf("%s: fingerprint %v is %.1f× json.Unmarshal's %v (bound 10×)", s.name, fingerprint, ratio, unmarshal)
 		}

@@ -3,7 +3,9 @@ package idempotencyfx
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"math/rand/v2"
+	"net/http"
 	"reflect"
 	"strings"
 	"testing"
@@ -104,6 +106,70 @@ func TestCaseCollidingKeys_SecondBodyGets422(t *testing.T) {
 	wantStatus(t, e.post("/payments", "case", `{"Amount":100,"amount":1}`), 422, CodeKeyReused)
 }
 
+// Object keys that are one integer written differently ("1", "01", "+1",
+// "001"; "-0" and "0") are one key of a map with an integer key type:
+// encoding/json parses them with strconv.ParseInt or ParseUint, and the last
+// one wins. So their order matters, as for keys that differ only in case.
+func TestFingerprint_KeysOfOneInteger_OrderCounts(t *testing.T) {
+	t.Parallel()
+	for _, pair := range [][2]string{
+		{`{"1":"4242","01":"5555"}`, `{"01":"5555","1":"4242"}`},
+		{`{"1":"a","+1":"b"}`, `{"+1":"b","1":"a"}`},
+		{`{"001":"a","01":"b"}`, `{"01":"b","001":"a"}`},
+		{`{"-0":"a","0":"b"}`, `{"0":"b","-0":"a"}`},
+		{`{"-0":"a","+0":"b"}`, `{"+0":"b","-0":"a"}`},
+		{`{"-1":"a","-01":"b"}`, `{"-01":"b","-1":"a"}`},
+		{`{"18446744073709551615":"a","018446744073709551615":"b"}`, `{"018446744073709551615":"b","18446744073709551615":"a"}`}, // uint64 only
+		{`{"x":{"7":1,"07":2}}`, `{"x":{"07":2,"7":1}}`},
+		{`{"\u0031":"a","01":"b"}`, `{"01":"b","\u0031":"a"}`}, // escapes decoded first
+		// Case collisions in the same object still count.
+		{`{"1":1,"01":2,"k":3,"K":4}`, `{"1":1,"01":2,"K":4,"k":3}`},
+	} {
+		a := fp(t, DefaultFingerprint, "POST", "/p", "application/json", pair[0])
+		b := fp(t, DefaultFingerprint, "POST", "/p", "application/json", pair[1])
+		if a == b {
+			t.Errorf("%s and %s have the same fingerprint but decode differently", pair[0], pair[1])
+		}
+	}
+	// Order still does not matter for keys of different integers (or not
+	// integers), in the same object as keys of one integer too.
+	for _, pair := range [][2]string{
+		{`{"1":"a","2":"b"}`, `{"2":"b","1":"a"}`},
+		{`{"01":"a","1":"b","a":0,"2":3}`, `{"a":0,"01":"a","2":3,"1":"b"}`},
+		{`{"-1":"a","1":"b","01":"c"}`, `{"1":"b","-1":"a","01":"c"}`},
+		{`{"1":0,"01":1,"k":3,"K":4}`, `{"k":3,"1":0,"K":4,"01":1}`},
+	} {
+		a := fp(t, DefaultFingerprint, "POST", "/p", "application/json", pair[0])
+		b := fp(t, DefaultFingerprint, "POST", "/p", "application/json", pair[1])
+		if a != b {
+			t.Errorf("%s and %s decode alike but have different fingerprints", pair[0], pair[1])
+		}
+	}
+}
+
+// Through the middleware: a handler that decodes into map[int]string charges
+// card 4242 for the second body; it gets 422, not the first one's "charged
+// card 5555" replayed (found by an adversary).
+func TestIntegerMapKeys_SecondBodyGets422(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{}, nil)
+	e.setHandler(func(w http.ResponseWriter, r *http.Request) {
+		var cards map[int]string
+		if err := json.NewDecoder(r.Body).Decode(&cards); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		e.calls.Add(1)
+		w.WriteHeader(http.StatusCreated)
+		_, _ = io.WriteString(w, "charged card "+cards[1])
+	})
+	wantStatus(t, e.post("/payments", "int-keys", `{"1":"4242","01":"5555"}`), 201, "")
+	wantStatus(t, e.post("/payments", "int-keys", `{"01":"5555","1":"4242"}`), 422, CodeKeyReused)
+	if n := e.calls.Load(); n != 1 {
+		t.Fatalf("handler ran %d times, want 1", n)
+	}
+}
+
 // Soundness of the canonical form: two objects with equal canonical forms
 // decode alike, into a map and into a struct (case-insensitive field
 // matching). Every ordering of small objects over colliding keys is tried.
@@ -113,7 +179,7 @@ func TestCanonicalJSON_EqualFormsDecodeAlike(t *testing.T) {
 	keys := []string{"a", "A", "b", "k", "K", "\u212a"}
 	rng := rand.New(rand.NewPCG(14, 6))
 	byForm := map[string][]string{}
-	for range 20000 {
+	for range 80000 {
 		n := 1 + rng.IntN(4)
 		var b strings.Builder
 		b.WriteByte('{')
@@ -182,6 +248,12 @@ var recordedFingerprints = map[string]string{
 	"{\"Name\":\"Zoë\",\"ünï\":\"\\u00fc\",\"AMOUNT\":1,\"zz\":{\"Ab\":1,\"aC\":2}}":                                                                                       "ec7a6ef90eb36f7a971870203d2a9a37d238ba7921f8e33cd6c18507b2c46d17",
 	"{\"items\":[{\"sku\":\"A1\",\"qty\":2,\"ts\":\"2026-01-01\"},{\"sku\":\"B2\",\"qty\":1,\"ts\":\"x\"}],\"meta\":{\"request_id\":\"r-1\",\"k\":1},\"sent_at\":\"now\"}": "f59e1625b92d0a3fcc9a870c19ef53d0e91d4b1f0f2efb840c2fb5c5bafd02fa",
 	"{\"bad\":\"\xff\xfe\"}": "44b8191a2a8d95b3c5b38b83bec811e09736bd7692e4eab8afc8e2508791aeb3",
+	// Integer keys written oddly but never two of one value (and case
+	// collisions beside them): computed before integer keys of one value
+	// began to keep their order, and unchanged by it.
+	"{\"01\":\"a\",\"+2\":\"b\",\"-0\":\"c\",\"x\":1,\"10\":2}": "9e6d6aa9790c63b3ce063062b558401a95678fa40734fef75e65b71cf65d22c0",
+	"{\"Amount\":1,\"amount\":2,\"007\":3,\"7x\":4}":            "b135a70624f563f2521b66773715d6fcadefa8df805cb7cea320c3312ad049f8",
+	"{\"1\":\"4242\",\"2\":\"5555\",\"-3\":1,\"a\":{\"00\":1}}": "c87d6f4373cbfe55298ea86f475804fb0d351d96c17aeba8ead303d4ae06d5f9",
 }
 
 var recordedIgnoringFingerprints = map[string]string{
@@ -198,7 +270,10 @@ var recordedIgnoringFingerprints = map[string]string{
 	"{\"a\":1,\"a\":2,\"b\":[{\"x\":\"\\n\\t\\\"\\\\\"}]}":                                                                                                                 "cb07f3b3e738b172ab4c5e0a31a863857b4db83b0bd138ad1498392b446bc02d",
 	"{\"Name\":\"Zoë\",\"ünï\":\"\\u00fc\",\"AMOUNT\":1,\"zz\":{\"Ab\":1,\"aC\":2}}":                                                                                       "c7929c4d3016afa83cc2c37772294f8d4fc962d2bf9628019aef49d368a5603d",
 	"{\"items\":[{\"sku\":\"A1\",\"qty\":2,\"ts\":\"2026-01-01\"},{\"sku\":\"B2\",\"qty\":1,\"ts\":\"x\"}],\"meta\":{\"request_id\":\"r-1\",\"k\":1},\"sent_at\":\"now\"}": "cd2a511dddb678468168073ed5fa3e5fd0deed58ae3e92af94a26aea6380b4f0",
-	"{\"bad\":\"\xff\xfe\"}": "d832a175a31e781df7489aed0835b60724abe802cebc2247b65e6fb628b4f80f",
+	"{\"bad\":\"\xff\xfe\"}":                                    "d832a175a31e781df7489aed0835b60724abe802cebc2247b65e6fb628b4f80f",
+	"{\"01\":\"a\",\"+2\":\"b\",\"-0\":\"c\",\"x\":1,\"10\":2}": "6c6fd2e97b3e2ec91e67790897c86ff92618ef452c66474b1b4b173967ffbbc4",
+	"{\"Amount\":1,\"amount\":2,\"007\":3,\"7x\":4}":            "eed32f55ebbe3c88d67f4bf6c7af83c4e5b90201d7344198abde9b17b5dc3f23",
+	"{\"1\":\"4242\",\"2\":\"5555\",\"-3\":1,\"a\":{\"00\":1}}": "9788b0ceec25031a328921799cf942f2f50c995879c0d1c82e5562f915d0b033",
 }
 
 // Duplicate keys: encoding/json does not simply keep the last value. A null
@@ -209,7 +284,11 @@ var recordedIgnoringFingerprints = map[string]string{
 // null, strings and small objects, keys from a set with case collisions.
 // (Found by an adversary: {"card":"4242","card":null} and
 // {"card":"5555","card":null} shared a fingerprint, and the second payment
-// got the first one's charge replayed.)
+// got the first one's charge replayed.) Keys also include integers written
+// in several ways, decoded into maps with integer key types, signed and
+// unsigned, small and 64-bit: "1", "01" and "+1" are one key there, the
+// last one wins (found by an adversary: {"1":"4242","01":"5555"} and
+// {"01":"5555","1":"4242"} shared a fingerprint).
 func TestCanonicalJSON_DuplicateKeysDecodeAlike(t *testing.T) {
 	t.Parallel()
 	type inner struct{ X, Y int }
@@ -220,7 +299,9 @@ func TestCanonicalJSON_DuplicateKeysDecodeAlike(t *testing.T) {
 		M    inner
 		MP   *inner
 	}
-	keys := []string{"a", "A", "card", "Card", "p", "m", "M", "mp"}
+	keys := []string{"a", "A", "card", "Card", "p", "m", "M", "mp",
+		"1", "01", "+1", "0", "-0", "-01", "255", "0256", "-1",
+		"18446744073709551615", "018446744073709551615", "-9223372036854775808", "-09223372036854775808"}
 	values := []string{"1", "2", "null", `"s1"`, `"s2"`, `{"x":1}`, `{"y":2}`, `{"x":3,"y":4}`}
 	rng := rand.New(rand.NewPCG(19, 1))
 	byForm := map[string][]string{}
@@ -245,8 +326,16 @@ func TestCanonicalJSON_DuplicateKeysDecodeAlike(t *testing.T) {
 		var s target
 		var m map[string]any
 		var mm map[string]map[string]int
-		errS, errM, errMM := json.Unmarshal([]byte(doc), &s), json.Unmarshal([]byte(doc), &m), json.Unmarshal([]byte(doc), &mm)
-		out, _ := json.Marshal([]any{s, m, mm, errS != nil, errM != nil, errMM != nil})
+		var mi map[int]string
+		var mu8 map[uint8]string
+		var mi64 map[int64]any
+		var mu64 map[uint64]string
+		outs := []any{&s, &m, &mm, &mi, &mu8, &mi64, &mu64}
+		var failed []bool
+		for _, v := range outs {
+			failed = append(failed, json.Unmarshal([]byte(doc), v) != nil)
+		}
+		out, _ := json.Marshal(append(outs, failed))
 		return string(out)
 	}
 	shared := 0

@@ -23,7 +23,12 @@ import (
 // order does, and "\u0041" equals "A".
 // Numbers are compared by their literal text (1.0 and 1 differ). Object
 // keys that differ only in case ("amount", "Amount") keep their order, as
-// it decides what encoding/json decodes into a struct. A body that claims
+// it decides what encoding/json decodes into a struct, and so do keys that
+// are one integer written differently ("1", "01", "+1"), as it decides what
+// encoding/json decodes into a map with an integer key type. Map keys of a
+// type implementing encoding.TextUnmarshaler may parse in any way, which no
+// canonical form covers: a handler that decodes such maps needs a
+// FingerprintGenerator that hashes the body's bytes. A body that claims
 // to be JSON but does not parse is hashed as bytes, like any other; one
 // nested deeper than MaxJSONDepth is refused with
 // IdempotencyBodyTooDeepError (400). The work is linear in the body's size.
@@ -183,7 +188,8 @@ func isJSON(contentType string) bool {
 // DefaultFingerprint, or false if data is not JSON. Two documents have the
 // same canonical form exactly when they differ only in object key order and
 // insignificant whitespace (and string escapes), except that the order of
-// keys equal under case folding counts, and that text that is not valid
+// keys equal under case folding counts, and so does the order of keys that
+// are one integer ([+-]digits of one value), and that text that is not valid
 // UTF-8 (invalid bytes, lone surrogate escapes such as "\ud800") reads as
 // U+FFFD, as encoding/json decodes it. A document nested deeper than
 // MaxJSONDepth has no canonical form.
