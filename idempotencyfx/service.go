@@ -226,7 +226,7 @@ func (s *Service) acquire(ctx context.Context, storeKey, key, fp string) (grant,
 	if !waiting {
 		return grant{outcome: OutcomeInProgress}, newTimeout(key, c.wait)
 	}
-	return s.wait(ctx, storeKey, key, fp, owner, c.wait)
+	return s.wait(ctx, storeKey, key, fp, owner, c)
 }
 
 func (s *Service) claimOnce(ctx context.Context, storeKey, fp, owner string, waiting bool) (claim, error) {
@@ -254,9 +254,17 @@ func (s *Service) claimOnce(ctx context.Context, storeKey, fp, owner string, wai
 	return c, nil
 }
 
-// wait waits for the in-flight request of storeKey, whose lease had
-// leaseLeft to run: woken by its completion message, or by polling, which
-// also notices an owner whose lease ran out, and takes over.
+// wait waits for the in-flight request of storeKey, whose claim reply was
+// running (its lease left and owner): woken by its completion message, or
+// by polling, which also notices an owner whose lease ran out, and takes
+// over.
+//
+// A message is taken only if it names the owner the latest claim reply
+// showed running: the channel is shared by every database of the server
+// (and by other clients that write the same key name), and the record may
+// have been deleted and taken anew meanwhile; the owner token is unique to
+// one attempt on this very record. Any other message (another owner's, one
+// of a version without the owner) makes the waiter ask its own record.
 //
 // WaitTimeout bounds the wait whatever pub/sub does: the waiter never waits
 // for the network to subscribe. It polls at once when its subscription is
@@ -267,7 +275,8 @@ func (s *Service) claimOnce(ctx context.Context, storeKey, fp, owner string, wai
 // record, which must not be left orphaned): a wait lasts at most
 // WaitTimeout plus one claim, bounded by StoreTimeout. It ends at once when
 // ctx ends (the client went away).
-func (s *Service) wait(ctx context.Context, storeKey, key, fp, owner string, leaseLeft time.Duration) (grant, error) {
+func (s *Service) wait(ctx context.Context, storeKey, key, fp, owner string, running claim) (grant, error) {
+	leaseLeft, holder := running.wait, running.owner
 	began := time.Now()
 	ctx, span := s.obs.startWait(ctx, s.cfg.WaitTimeout)
 	deadline := time.NewTimer(s.cfg.WaitTimeout)
@@ -289,7 +298,7 @@ func (s *Service) wait(ctx context.Context, storeKey, key, fp, owner string, lea
 			}
 			select {
 			case <-sig.fired:
-				if g, ok, err := s.grantFromMessage(sig.payload, key, fp); ok {
+				if g, ok, err := s.grantFromMessage(sig.payload, key, holder); ok {
 					return g, err
 				}
 				sig = w.signal()
@@ -308,7 +317,7 @@ func (s *Service) wait(ctx context.Context, storeKey, key, fp, owner string, lea
 				if c.kind != claimInProgress {
 					return s.grantFor(c, storeKey, key, owner, true)
 				}
-				leaseLeft = c.wait
+				leaseLeft, holder = c.wait, c.owner
 				poll.Reset(s.pollAfter(c.wait))
 			case <-deadline.C:
 				// Retry after the owner's lease at the latest: by then it has
@@ -348,21 +357,24 @@ func (s *Service) grantFor(c claim, storeKey, key, owner string, waited bool) (g
 }
 
 // grantFromMessage reads a completion message (see idemscript.Complete):
-// state byte, fingerprint length, ':', fingerprint, response. ok is false
-// for a message this waiter cannot use: not well formed, or the outcome of
-// another fingerprint (the record was deleted and taken by another request
-// while this one waited); the waiter then asks Redis.
-func (s *Service) grantFromMessage(payload, key, fp string) (g grant, ok bool, err error) {
-	if payload == "" {
+// state byte, 'o', owner token length, ':', owner token, response. ok is
+// false for a message this waiter cannot use: not well formed, of an older
+// version (state, fingerprint, response: it does not say which record it
+// is of), or the outcome of another owner than holder, the one this
+// waiter's claim saw running (the same key in another database of the
+// server, or the record deleted and taken by another request while this
+// one waited); the waiter then asks its own record.
+func (s *Service) grantFromMessage(payload, key, holder string) (g grant, ok bool, err error) {
+	if len(payload) < 2 || payload[1] != 'o' || holder == "" {
 		return grant{}, false, nil
 	}
-	state, rest := State(payload[:1]), payload[1:]
+	state, rest := State(payload[:1]), payload[2:]
 	n, rest, found := strings.Cut(rest, ":")
 	size, convErr := strconv.Atoi(n)
-	if !found || convErr != nil || size != len(fp) || !strings.HasPrefix(rest, fp) {
+	if !found || convErr != nil || size != len(holder) || !strings.HasPrefix(rest, holder) {
 		return grant{}, false, nil
 	}
-	resp := rest[len(fp):]
+	resp := rest[len(holder):]
 	switch state {
 	case StateCompleted:
 		return grant{outcome: OutcomeWaitedReplay, resp: resp}, true, nil

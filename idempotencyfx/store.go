@@ -59,7 +59,7 @@ const (
 	claimNew           claimKind = 'n' // no record: ours now, fencing token 1
 	claimTakeover      claimKind = 't' // an expired lease taken over, with the next token
 	claimCompleted     claimKind = 'c' // completed: the encoded response follows
-	claimInProgress    claimKind = 'p' // another owner's lease runs: the time left follows
+	claimInProgress    claimKind = 'p' // another owner's lease runs: the time left and that owner follow
 	claimFailed        claimKind = 'f' // a failed record: its time to live follows
 	claimNotReplayable claimKind = 'u' // completed, not replayable: its time to live follows
 	claimMismatch      claimKind = 'm' // the record has another fingerprint
@@ -71,6 +71,7 @@ type claim struct {
 	token int64         // fencing token for n and t
 	resp  string        // encoded response for c
 	wait  time.Duration // lease left for p, record TTL for f and u
+	owner string        // for p: the owner token of the attempt that runs
 }
 
 // claim runs claimScript. unreplicated reports a write that did not reach
@@ -122,6 +123,9 @@ func (s store) claim(ctx context.Context, key, fp, owner string, lease time.Dura
 		case string:
 			c.resp = x
 		}
+	}
+	if c.kind == claimInProgress && len(v) > 2 {
+		c.owner, _ = v[2].(string)
 	}
 	return c, unreplicated, nil
 }

@@ -3,6 +3,8 @@ package idempotencyfx
 import (
 	"context"
 	"net/http"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -268,4 +270,136 @@ func TestWait_MessageOfAnotherFingerprint_NotReplayed(t *testing.T) {
 	wantStatus(t, r, 422, CodeKeyReused)
 	gates[`{"a":1}`].open()
 	<-firstA
+}
+
+// Pub/sub channels are shared by every database of a server. Two apps on
+// one Redis, each in its own database, with the same KeyPrefix and the same
+// idempotency key: app A's completion message reaches app B's waiter on the
+// same channel. B's waiter must not replay A's answer, which B's handler
+// never produced: it takes only the outcome of the owner its own claim saw
+// running, asks its own record otherwise, and replays B's answer.
+// (Found by an adversary: B's duplicate got "answer of app A".)
+func TestWait_MessageFromAnotherDatabase_NotReplayed(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartPrivate(t)
+	cfg := Config{KeyPrefix: redistest.Prefix(t), WaitTimeout: 10 * time.Second, PollInterval: time.Hour}
+	a := newEnvAt(t, cfg, srv, srv.URL()+"/2")
+	b := newEnvAt(t, cfg, srv, srv.URL()+"/3")
+	gateA, gateB := newGate(t), newGate(t)
+	for _, app := range []struct {
+		e    *env
+		g    *gate
+		name string
+	}{{a, gateA, "A"}, {b, gateB, "B"}} {
+		app.e.setHandler(func(w http.ResponseWriter, r *http.Request) {
+			app.e.calls.Add(1)
+			app.g.hold()
+			w.WriteHeader(201)
+			_, _ = w.Write([]byte("answer of app " + app.name))
+		})
+	}
+	post := func(e *env) <-chan reply {
+		ch := make(chan reply, 1)
+		go func() { ch <- e.post("/payments", "order-1", `{"amount":10}`) }()
+		return ch
+	}
+	var pollsB atomic.Int32
+	b.svc.onWaitPoll = func() { pollsB.Add(1) }
+	firstA, firstB := post(a), post(b)
+	gateA.waitEntered(t)
+	gateB.waitEntered(t)
+	waiterA := post(a) // so that A's completion publishes
+	waiterB := post(b)
+	// B's waiter parked: subscribed, and its confirmation poll done.
+	waitFor(t, func() bool {
+		return a.recordHasWaiter("order-1") && b.recordHasWaiter("order-1") &&
+			b.svc.notify.confirmedCount() == 1 && pollsB.Load() >= 1
+	})
+	gateA.open()
+	if r := <-firstA; r.status != 201 || r.body != "answer of app A" {
+		t.Fatalf("first A: %d %q", r.status, r.body)
+	}
+	if r := <-waiterA; r.body != "answer of app A" {
+		t.Fatalf("waiter A: %d %q, want A's replay", r.status, r.body)
+	}
+	// A's message reached B's waiter: it must ask its own record (a second
+	// poll, which finds B's request still running) and go on waiting.
+	select {
+	case r := <-waiterB:
+		t.Fatalf("waiter B answered %d %q while B's request still runs", r.status, r.body)
+	case <-waitUntil(t, func() bool { return pollsB.Load() >= 2 }):
+	case <-time.After(10 * time.Second):
+		t.Fatal("waiter B neither answered nor asked its record in 10s")
+	}
+	gateB.open()
+	if r := <-firstB; r.status != 201 || r.body != "answer of app B" {
+		t.Fatalf("first B: %d %q", r.status, r.body)
+	}
+	r := <-waiterB
+	if r.status != 201 || r.body != "answer of app B" || r.header.Get(ReplayedHeader) != "true" {
+		t.Fatalf("waiter B: %d %q (replayed %q), want B's own answer replayed", r.status, r.body, r.header.Get(ReplayedHeader))
+	}
+	if a.calls.Load() != 1 || b.calls.Load() != 1 {
+		t.Fatalf("handler runs: A %d, B %d; want 1 each", a.calls.Load(), b.calls.Load())
+	}
+}
+
+// waitUntil returns a channel closed once cond holds (checked every 5ms);
+// it stops checking when the test ends.
+func waitUntil(t *testing.T, cond func() bool) <-chan struct{} {
+	done, ctx := make(chan struct{}), t.Context()
+	go func() {
+		for !cond() {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+		close(done)
+	}()
+	return done
+}
+
+// A completion message is taken only when it names the owner the waiter's
+// claim saw running. During a rolling upgrade a message of the previous
+// version (state, fingerprint, response: it names no record) is not taken
+// either, even with this waiter's fingerprint: the waiter asks its own
+// record. And a waiter of the previous version refuses this version's
+// message (its length field is not a number), so it polls too.
+func TestGrantFromMessage_OnlyTheOwnerSeenRunning(t *testing.T) {
+	t.Parallel()
+	s := &Service{cfg: &settings{Config: Config{LockTimeout: time.Second}}}
+	blob, _ := encodeResponse(201, nil, nil, []byte("ok"))
+	resp := string(blob)
+	fp := strings.Repeat("f", 64)
+	for _, tc := range []struct {
+		name, payload, holder string
+		ok                    bool
+	}{
+		{"own owner", "co9:owner-one" + resp, "owner-one", true},
+		{"own owner, failed", "fo9:owner-one", "owner-one", true},
+		{"another owner", "co9:owner-two" + resp, "owner-one", false},
+		{"another owner, a prefix of ours", "co5:owner" + resp, "owner-one", false},
+		{"owner not seen", "co9:owner-one" + resp, "", false},
+		{"previous version, own fingerprint", "c64:" + fp + resp, "owner-one", false},
+		{"previous version, owner where the fingerprint was", "c9:owner-one" + resp, "owner-one", false},
+		{"first version (state and response)", "c" + resp, "owner-one", false},
+		{"empty", "", "owner-one", false},
+		{"unknown state", "xo9:owner-one" + resp, "owner-one", false},
+	} {
+		_, ok, _ := s.grantFromMessage(tc.payload, "k", tc.holder)
+		if ok != tc.ok {
+			t.Errorf("%s: taken %v, want %v", tc.name, ok, tc.ok)
+		}
+	}
+	// The previous version's parser: state, length, ':', fingerprint.
+	previous := func(payload, fp string) bool {
+		n, rest, found := strings.Cut(payload[1:], ":")
+		size, err := strconv.Atoi(n)
+		return found && err == nil && size == len(fp) && strings.HasPrefix(rest, fp)
+	}
+	if previous("co9:owner-one"+resp, fp) || previous("co64:"+fp+resp, fp) {
+		t.Error("a waiter of the previous version would take this version's message")
+	}
 }

@@ -26,12 +26,13 @@ import "github.com/redis/go-redis/v9"
 
 // Claim is the claim script. KEYS[1] record; ARGV fingerprint, owner, lease ms, wait (0|1).
 // Replies: {"n", token} new owner; {"t", token} takeover of an expired
-// lease; {"c", response} completed; {"p", lease ms left} in progress;
-// {"f", ttl ms} failed; {"u", ttl ms} not replayable; {"m"} fingerprint
-// mismatch.
+// lease; {"c", response} completed; {"p", lease ms left, owner} in progress
+// (the owner token of the attempt that runs, which its completion message
+// names); {"f", ttl ms} failed; {"u", ttl ms} not replayable; {"m"}
+// fingerprint mismatch.
 var Claim = redis.NewScript(`
 local k = KEYS[1]
-local rec = redis.call('HMGET', k, 's', 'f', 'l', 'r', 'n')
+local rec = redis.call('HMGET', k, 's', 'f', 'l', 'r', 'n', 'o')
 local s = rec[1]
 local lease = tonumber(ARGV[3])
 if not s then
@@ -61,7 +62,7 @@ if s == 'p' then
   if ARGV[4] == '1' then
     redis.call('HSET', k, 'w', 1)
   end
-  return {'p', left}
+  return {'p', left, rec[6]}
 end
 return {s, redis.call('PTTL', k)}
 `)
@@ -89,13 +90,16 @@ return 1
 //
 // When a duplicate is waiting, it PUBLISHes the outcome on the record key's
 // channel, so waiters wake without polling and without another round trip:
-// state, the fingerprint's length in decimal, ':', the fingerprint, then the
-// response (a waiter replays only an outcome of its own fingerprint). The
-// PUBLISH cannot undo the write: when it fails (no channel permission, say)
-// the reply is 2, and waiters find the outcome by polling.
+// state, 'o', the owner token's length in decimal, ':', the owner token,
+// then the response. A waiter replays only the outcome of the owner its
+// claim saw running: the channel is shared by every database of the server
+// (and by anything else that writes the same key name), the owner token is
+// unique to one claim of one record. The PUBLISH cannot undo the write: when
+// it fails (no channel permission, say) the reply is 2, and waiters find the
+// outcome by polling.
 var Complete = redis.NewScript(`
 local k = KEYS[1]
-local rec = redis.call('HMGET', k, 'o', 'w', 's', 'f')
+local rec = redis.call('HMGET', k, 'o', 'w', 's')
 if rec[1] ~= ARGV[1] then
   return 0
 end
@@ -111,7 +115,7 @@ else
   redis.call('PERSIST', k)
 end
 if rec[2] then
-  local ok = redis.pcall('PUBLISH', k, ARGV[2] .. #rec[4] .. ':' .. rec[4] .. ARGV[3])
+  local ok = redis.pcall('PUBLISH', k, ARGV[2] .. 'o' .. #ARGV[1] .. ':' .. ARGV[1] .. ARGV[3])
   if type(ok) == 'table' and ok.err then
     return 2
   end
