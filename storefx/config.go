@@ -5,7 +5,9 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"math"
 	"net"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -192,13 +194,18 @@ func (c Config) options() (*redis.UniversalOptions, error) {
 		if port < 0 || port > 65535 {
 			return nil, fieldErr("Config.Port", "%d is not a TCP port (1-65535)", c.Port)
 		}
-		if strings.ContainsAny(host, " /") {
-			return nil, fieldErr("Config.Host", "%q is not a host name", host)
+		host, err := validateHost(host)
+		if err != nil {
+			return nil, fieldErr("Config.Host", "%v", err)
 		}
 		o.Addrs = []string{net.JoinHostPort(host, strconv.Itoa(port))}
 	}
 	if c.DB < 0 {
 		return nil, fieldErr("Config.DB", "%d is negative", c.DB)
+	}
+	if c.DB > maxDB {
+		return nil, fieldErr("Config.DB", "%d is beyond any Redis database number (SELECT takes at most %d; "+
+			"the server's databases setting, 16 by default, is the real limit)", c.DB, maxDB)
 	}
 	if c.DB != 0 && (len(c.Addrs) > 1 || c.Cluster) && c.MasterName == "" {
 		return nil, fieldErr("Config.DB", "Redis Cluster has only database 0")
@@ -243,7 +250,57 @@ func (c Config) options() (*redis.UniversalOptions, error) {
 	return o, nil
 }
 
+// maxDB is the largest database number SELECT accepts (a signed 32-bit
+// integer); the server's databases setting decides which ones exist.
+const maxDB = math.MaxInt32
+
+// validateHost checks Config.Host and returns it as net.JoinHostPort wants
+// it: an IPv6 literal may be written bare ("::1") or in brackets ("[::1]").
+// A host holding a port ("127.0.0.1:6380") is refused: joined with
+// Config.Port it made "[127.0.0.1:6380]:6379", which fails only at start-up,
+// after ConnectTimeout, as "no such host".
+func validateHost(host string) (string, error) {
+	if strings.HasPrefix(host, "[") && strings.HasSuffix(host, "]") {
+		if isIPv6(host[1 : len(host)-1]) {
+			return host[1 : len(host)-1], nil
+		}
+	}
+	if strings.Contains(host, ":") {
+		if isIPv6(host) {
+			return host, nil // a bare IPv6 address: its colons are not a port
+		}
+		if h, p, err := net.SplitHostPort(host); err == nil {
+			if n, err := strconv.Atoi(p); err == nil && n > 0 && n <= 65535 && h != "" {
+				return "", fmt.Errorf("%q is host:port: put the host (%q) in Config.Host and the port (%d) in Config.Port", host, h, n)
+			}
+			return "", fmt.Errorf("%q holds a ':' and a port part: put only the host in Config.Host and the port in Config.Port", host)
+		}
+		return "", fmt.Errorf("%q is neither a host name nor an IPv6 address", host)
+	}
+	if strings.ContainsAny(host, " /[]") {
+		return "", fmt.Errorf("%q is not a host name", host)
+	}
+	return host, nil
+}
+
+// isIPv6 reports whether s is an IPv6 address, with an optional zone
+// ("fe80::1%eth0"). netip reads everything after '%' as the zone, so a zone
+// holding ':', '[' or ']' ("fe80::1%eth0]:80") is a port in disguise.
+func isIPv6(s string) bool {
+	ip, err := netip.ParseAddr(s)
+	return err == nil && ip.Is6() && !strings.ContainsAny(ip.Zone(), ":[]/ ")
+}
+
+// validateAddr checks one host:port of Config.Addrs (a standalone server,
+// a Cluster seed or a Sentinel).
 func validateAddr(a string) error {
+	bare := a
+	if strings.HasPrefix(a, "[") && strings.HasSuffix(a, "]") {
+		bare = a[1 : len(a)-1]
+	}
+	if isIPv6(bare) {
+		return fmt.Errorf("%q is an IPv6 address without a port: write [%s]:6379", a, bare)
+	}
 	host, port, err := net.SplitHostPort(a)
 	if err != nil {
 		return fmt.Errorf("%q is not host:port", a)
@@ -254,6 +311,13 @@ func validateAddr(a string) error {
 	}
 	if host == "" {
 		return errors.New("empty host in " + a)
+	}
+	if strings.Contains(host, ":") {
+		if !isIPv6(host) {
+			return fmt.Errorf("%q: %q in brackets is not an IPv6 address", a, host)
+		}
+	} else if strings.ContainsAny(host, " /[]") {
+		return fmt.Errorf("%q: %q is not a host name", a, host)
 	}
 	return nil
 }

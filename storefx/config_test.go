@@ -1,10 +1,13 @@
 package storefx
 
 import (
+	"errors"
 	"net/url"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redisfx/redisfx"
 )
 
 // The documented default of ReadTimeout and WriteTimeout is 3s; go-redis's
@@ -52,6 +55,12 @@ func TestConfigOptions(t *testing.T) {
 		{name: "db on cluster", cfg: Config{Addrs: []string{"a:1", "b:2"}, DB: 1}, wantErr: "Config.DB"},
 		// The URL's database was dropped in silence on a Cluster.
 		{name: "url db on cluster", cfg: Config{URL: "redis://127.0.0.1:7000/3", Cluster: true}, wantErr: "invalid Config.URL: database 3, but Redis Cluster has only database 0"},
+		// Beyond SELECT's signed 32-bit argument: refused by every server,
+		// which start-up reported as "unreachable" after ConnectTimeout.
+		{name: "db beyond int32", cfg: Config{DB: 1 << 31}, wantErr: "invalid Config.DB: 2147483648 is beyond any Redis database number"},
+		{name: "url db beyond int32", cfg: Config{URL: "redis://127.0.0.1:7000/99999999999"}, wantErr: "invalid Config.URL: database number 99999999999 is beyond"},
+		{name: "largest db", cfg: Config{DB: 1<<31 - 1}, wantAddrs: []string{"localhost:6379"}, wantDB: 1<<31 - 1},
+		{name: "url largest db", cfg: Config{URL: "redis://h:1/2147483647"}, wantAddrs: []string{"h:1"}, wantDB: 1<<31 - 1},
 		{name: "negative pool", cfg: Config{PoolSize: -1}, wantErr: "Config.PoolSize"},
 		{name: "negative timeout", cfg: Config{ReadTimeout: -time.Second}, wantErr: "Config.ReadTimeout"},
 	}
@@ -175,5 +184,62 @@ func TestParseURL_ErrorsSayHowToFixIt(t *testing.T) {
 		if _, err := ParseURL(raw); err == nil || err.Error() != want {
 			t.Errorf("ParseURL(%q) = %v\n want %s", raw, err, want)
 		}
+	}
+}
+
+// Config.Host holding host:port passed Validate; joined with Config.Port it
+// made "[127.0.0.1:6380]:6379", and start-up failed after ConnectTimeout
+// with "no such host", naming no field. IPv6 literals, bare or in
+// brackets, are hosts, not host:port.
+func TestConfigHost_PortIsRefusedIPv6IsNot(t *testing.T) {
+	for host, want := range map[string]string{
+		"127.0.0.1:45345":   `storefx: invalid Config.Host: "127.0.0.1:45345" is host:port: put the host ("127.0.0.1") in Config.Host and the port (45345) in Config.Port`,
+		"redis.internal:80": `storefx: invalid Config.Host: "redis.internal:80" is host:port: put the host ("redis.internal") in Config.Host and the port (80) in Config.Port`,
+		"[::1]:6380":        `storefx: invalid Config.Host: "[::1]:6380" is host:port: put the host ("::1") in Config.Host and the port (6380) in Config.Port`,
+		"localhost:":        `storefx: invalid Config.Host: "localhost:" holds a ':' and a port part: put only the host in Config.Host and the port in Config.Port`,
+		"a:b:c":             `storefx: invalid Config.Host: "a:b:c" is neither a host name nor an IPv6 address`,
+		"fe80::1%eth0]:80":  `storefx: invalid Config.Host: "fe80::1%eth0]:80" is neither a host name nor an IPv6 address`,
+		"[redis]":           `storefx: invalid Config.Host: "[redis]" is not a host name`,
+		"redis/0":           `storefx: invalid Config.Host: "redis/0" is not a host name`,
+	} {
+		err := Config{Host: host, Port: 6379}.Validate()
+		var cfgErr *redisfx.ConfigError
+		if !errors.As(err, &cfgErr) || cfgErr.Field != "Config.Host" || err.Error() != want {
+			t.Errorf("Host %q: err = %v\n want *redisfx.ConfigError %s", host, err, want)
+		}
+	}
+	for host, addr := range map[string]string{
+		"::1": "[::1]:6380", "[::1]": "[::1]:6380", "fe80::1%eth0": "[fe80::1%eth0]:6380",
+		"::ffff:10.0.0.1": "[::ffff:10.0.0.1]:6380", "10.0.0.1": "10.0.0.1:6380", "redis.internal": "redis.internal:6380",
+	} {
+		o, err := Config{Host: host, Port: 6380}.options()
+		if err != nil || len(o.Addrs) != 1 || o.Addrs[0] != addr {
+			t.Errorf("Host %q: %v, %v; want address %s", host, o, err, addr)
+		}
+	}
+}
+
+// Config.Addrs (a server, Cluster seeds or Sentinels) gets the same check of
+// its hosts, and a bare IPv6 address is told how to add the port.
+func TestConfigAddrs_HostsAreChecked(t *testing.T) {
+	for addr, want := range map[string]string{
+		"::1":             `storefx: invalid Config.Addrs[1]: "::1" is an IPv6 address without a port: write [::1]:6379`,
+		"[::1]":           `storefx: invalid Config.Addrs[1]: "[::1]" is an IPv6 address without a port: write [::1]:6379`,
+		"[redis:1]:6379":  `storefx: invalid Config.Addrs[1]: "[redis:1]:6379": "redis:1" in brackets is not an IPv6 address`,
+		"redis/0:6379":    `storefx: invalid Config.Addrs[1]: "redis/0:6379": "redis/0" is not a host name`,
+		"h:6379:6379":     `storefx: invalid Config.Addrs[1]: "h:6379:6379" is not host:port`,
+		"redis.internal":  `storefx: invalid Config.Addrs[1]: "redis.internal" is not host:port`,
+		"redis.internal:": `storefx: invalid Config.Addrs[1]: "redis.internal:" has no valid port`,
+	} {
+		for _, cfg := range []Config{{Addrs: []string{"a:1", addr}}, {Addrs: []string{"a:1", addr}, MasterName: "mymaster"}} {
+			err := cfg.Validate()
+			var cfgErr *redisfx.ConfigError
+			if !errors.As(err, &cfgErr) || cfgErr.Field != "Config.Addrs[1]" || err.Error() != want {
+				t.Errorf("Addrs %q (MasterName %q): err = %v\n want %s", cfg.Addrs, cfg.MasterName, err, want)
+			}
+		}
+	}
+	if err := (Config{Addrs: []string{"[::1]:7000", "[fe80::1%eth0]:7001", "10.0.0.1:7002"}}).Validate(); err != nil {
+		t.Errorf("IPv6 seeds refused: %v", err)
 	}
 }

@@ -74,6 +74,10 @@ func ParseURL(raw string) (URLSettings, error) {
 	if o.DB < 0 { // go-redis reads "/-1" as db -1, and SELECT is then skipped: db 0 in silence
 		return URLSettings{}, fieldErr("Config.URL", "database number %d is negative", o.DB)
 	}
+	if o.DB > maxDB { // SELECT refuses it at every connection: "ERR value is out of range"
+		return URLSettings{}, fieldErr("Config.URL", "database number %d is beyond any Redis database number "+
+			"(SELECT takes at most %d; the server's databases setting, 16 by default, is the real limit)", o.DB, maxDB)
+	}
 	return URLSettings{
 		Network: o.Network, Addr: o.Addr, Username: o.Username,
 		Password: o.Password, DB: o.DB, TLS: o.TLSConfig,
