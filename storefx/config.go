@@ -214,6 +214,13 @@ func (c Config) options() (*redis.UniversalOptions, error) {
 		// The URL's database: go-redis's Cluster client drops it in silence.
 		return nil, fieldErr("Config.URL", "database %d, but Redis Cluster has only database 0", o.DB)
 	}
+	for _, r := range c.ClientName {
+		if r < '!' || r > '~' {
+			// Redis refuses CLIENT SETNAME with it, and so every connection.
+			return nil, fieldErr("Config.ClientName", "%q holds %q: Redis accepts only '!' to '~' (no spaces, newlines or non-ASCII)",
+				c.ClientName, r)
+		}
+	}
 	// go-redis's own default is 5s since v9.x; the documented one is 3s.
 	if o.ReadTimeout == 0 {
 		o.ReadTimeout = defaultIOTimeout

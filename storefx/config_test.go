@@ -243,3 +243,18 @@ func TestConfigAddrs_HostsAreChecked(t *testing.T) {
 		t.Errorf("IPv6 seeds refused: %v", err)
 	}
 }
+
+// A client name Redis refuses failed every connection's set-up; it fails
+// fx.New now.
+func TestClientNameRedisRefusesFailsFxNew(t *testing.T) {
+	for _, name := range []string{"my app", "app\n", "café"} {
+		err := Config{ClientName: name}.Validate()
+		var cfgErr *redisfx.ConfigError
+		if !errors.As(err, &cfgErr) || cfgErr.Field != "Config.ClientName" {
+			t.Errorf("ClientName %q: %v, want a *redisfx.ConfigError naming Config.ClientName", name, err)
+		}
+	}
+	if err := (Config{ClientName: "payments-api#1"}).Validate(); err != nil {
+		t.Error(err)
+	}
+}
