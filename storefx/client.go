@@ -58,6 +58,7 @@ type Client struct {
 	Details ClientInfo
 
 	breakers *breakerSet // nil when Config.Breaker.Disabled
+	setup    setupFields // the fields to name when Redis refuses a connection's set-up
 }
 
 // New builds a client from cfg without Fx. It does not connect: use
@@ -91,7 +92,7 @@ func New(name string, cfg Config, inst ...Instrumentation) (*Client, error) {
 			bs.add(node)
 			addHooks(node, nodeInfo, inst)
 		})
-		return &Client{UniversalClient: c, Details: info, breakers: bs}, nil
+		return &Client{UniversalClient: c, Details: info, breakers: bs, setup: setupFieldsOf(cfg, opts)}, nil
 	}
 	c := redis.NewUniversalClient(opts)
 	bs := newBreakerSet(cfg.Breaker)
@@ -100,7 +101,7 @@ func New(name string, cfg Config, inst ...Instrumentation) (*Client, error) {
 		info.Node = opts.Addrs[0]
 	}
 	addHooks(c, info, inst)
-	return &Client{UniversalClient: c, Details: info, breakers: bs}, nil
+	return &Client{UniversalClient: c, Details: info, breakers: bs, setup: setupFieldsOf(cfg, opts)}, nil
 }
 
 // addHooks adds to c the hook each Instrumentation builds for info.
@@ -175,6 +176,11 @@ func (r *Registry) Ping(ctx context.Context) error {
 // connect pings the client until it answers, with a backoff, for at most the
 // configured ConnectTimeout (or until ctx ends). The error names the address.
 // The pings make no command span: a start is not a trace.
+//
+// A server that answers with an error was reached: a refusal that retrying
+// cannot change (a wrong password, a database it does not have) fails at
+// once, naming the field to fix; one that may pass (LOADING, BUSY …) is
+// retried, and reported as such, never as "unreachable".
 func connect(ctx context.Context, c *Client, timeout time.Duration) error {
 	// The start-up PINGs pass the breaker and are not counted by it: after
 	// five of them it would open, and its refusal, not the real cause,
@@ -183,15 +189,21 @@ func connect(ctx context.Context, c *Client, timeout time.Duration) error {
 	defer cancel()
 	backoff := 25 * time.Millisecond
 	attempts := 0
-	var cause error // the last error that was not our own deadline
+	var cause error        // the last error that was not our own deadline
+	causeAnswered := false // cause is an answer of Redis: it is reachable, not ready
 	for {
 		attempts++
 		err := c.Ping(ctx).Err()
 		if err == nil {
 			return nil
 		}
+		answered, refusal := c.setup.classify(err)
+		if refusal != nil {
+			return fmt.Errorf("storefx: client %q: Redis at %v answered and refused the connection: %w",
+				c.Details.Name, c.Details.Addrs, refusal)
+		}
 		if cause == nil || ctx.Err() == nil || !errors.Is(err, ctx.Err()) {
-			cause = err
+			cause, causeAnswered = err, answered
 		}
 		wait := time.NewTimer(backoff)
 		select {
@@ -201,6 +213,10 @@ func connect(ctx context.Context, c *Client, timeout time.Duration) error {
 				// go-redis retried dialing until our deadline and returned the
 				// deadline, not why it could not connect: find out.
 				cause = diagnose(c.Details)
+			}
+			if causeAnswered {
+				return fmt.Errorf("storefx: client %q: Redis at %v answered but was not ready (%d attempts in %v): %w",
+					c.Details.Name, c.Details.Addrs, attempts, timeout, cause)
 			}
 			return fmt.Errorf("storefx: client %q: Redis at %v is unreachable (%d attempts in %v): %w",
 				c.Details.Name, c.Details.Addrs, attempts, timeout, cause)

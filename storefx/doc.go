@@ -29,9 +29,14 @@
 // Config.ConnectTimeout (default 5 s). If Redis does not answer, start-up
 // fails with an error that names the client, its address and the cause
 // ("connection refused", or a server that accepts connections but does not
-// answer). An invalid Config fails before anything is dialled, with a
-// *redisfx.ConfigError naming the field; no error repeats a password or a
-// user name.
+// answer). If Redis answers with a refusal that retrying cannot change (a
+// wrong or missing password, a database it does not have, an ACL user
+// without SELECT), start-up fails at once, saying Redis answered and
+// refused, with a *redisfx.ConfigError naming the field to fix wrapped
+// around Redis's reply; a server that answers LOADING, BUSY or the like is
+// retried, and reported as not ready. An invalid Config fails before
+// anything is dialled, with a *redisfx.ConfigError naming the field; no
+// error repeats a password or a user name.
 //
 // Every client storefx builds sets go-redis's ContextTimeoutEnabled, so a
 // context deadline bounds a command even when Redis is paused.

@@ -26,7 +26,9 @@ const InstrumentationGroup = "redisfx.store.instrumentation"
 // without one the client connects to localhost:6379 (DefaultConfig). Use
 // FromEnvConfig to read REDIS_URL. On start the client is pinged, with
 // retries, for at most Config.ConnectTimeout; start-up fails with an error
-// naming the address and the cause if Redis does not answer. Then the
+// naming the address and the cause if Redis does not answer, and at once,
+// naming the Config field, if Redis refuses the connection (see the
+// package documentation). Then the
 // background health check starts. On stop it ends and the client is closed.
 var Module = fx.Module("redisfx.store",
 	fx.Provide(
