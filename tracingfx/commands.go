@@ -140,12 +140,14 @@ func (h *commandHook) traced(ctx context.Context, name string) bool {
 func (h *commandHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		name := cmd.Name()
-		if handshake[name] || h.exclude[name] {
+		if handshake[name] {
 			return next(ctx, cmd)
 		}
 		var span trace.Span
 		var names commandName
-		if h.traced(ctx, name) {
+		// An excluded command gets no span but is still measured: the
+		// exclusion is about trace volume, not about the metrics and alerts.
+		if !h.exclude[name] && h.traced(ctx, name) {
 			names = commandNames(name, cmd.Args())
 			ctx, span = h.tracer.Start(ctx, names.span, clientKind)
 		}

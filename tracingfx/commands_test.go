@@ -138,6 +138,50 @@ func TestCommandSpans_ExcludedCommands(t *testing.T) {
 	}
 }
 
+// An excluded command gets no span but is still measured: leaving it out of
+// commands_total and errors_total would blind the error-rate alert to it.
+func TestCommandSpans_ExcludedCommandsStillMeasured(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartPrivate(t)
+	reg := prometheus.NewRegistry()
+	c, m := tracedClient(t, srv.URL(), SpanConfig{ExcludeCommands: []string{"INCR"}}, reg)
+	ctx := context.Background()
+	key := "tracingfx:excluded:measured"
+	if err := c.Set(ctx, key, "not-a-number", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		if err := c.Incr(ctx, key).Err(); err == nil {
+			t.Fatal("INCR of a string succeeded")
+		}
+	}
+	if names := namesOf(m.spans()); len(names) != 1 || names[0] != "redis.SET" {
+		t.Fatalf("spans %v, want only redis.SET", names)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var incr, incrObserved, failed float64
+	for _, mf := range mfs {
+		for _, mt := range mf.GetMetric() {
+			isIncr := len(mt.GetLabel()) == 1 && mt.GetLabel()[0].GetValue() == "INCR"
+			switch {
+			case mf.GetName() == "commands_total" && isIncr:
+				incr = mt.GetCounter().GetValue()
+			case mf.GetName() == "command_duration_seconds" && isIncr:
+				incrObserved = float64(mt.GetHistogram().GetSampleCount())
+			case mf.GetName() == "errors_total":
+				failed = mt.GetCounter().GetValue()
+			}
+		}
+	}
+	if incr != 3 || incrObserved != 3 || failed != 3 {
+		t.Fatalf("3 failed excluded INCRs: commands_total{INCR}=%v command_duration_seconds{INCR} count=%v errors_total=%v, want 3 each",
+			incr, incrObserved, failed)
+	}
+}
+
 // A failure carries the status ERROR, the exception, error.type and, for a
 // Redis error, db.response.status_code (the error prefix). redis.Nil is an
 // answer, not a failure.

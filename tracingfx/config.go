@@ -103,7 +103,10 @@ type SpanConfig struct {
 	IncludeResult bool
 	// MaxArgLength cuts args and result to this many bytes. Default 256.
 	MaxArgLength int
-	// ExcludeCommands get no span (case-insensitive), e.g. "PING".
+	// ExcludeCommands get no span (case-insensitive), e.g. "PING". They
+	// are still measured in the command metrics (commands_total,
+	// command_duration_seconds, errors_total). A pipeline or transaction
+	// holding one still gets its redis.PIPELINE or redis.MULTI span.
 	ExcludeCommands []string
 }
 
