@@ -81,7 +81,9 @@ type ExporterConfig struct {
 	// is used as given; over gRPC only the scheme (http: plain, https: TLS),
 	// host and port count. Default: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT (as
 	// given), else OTEL_EXPORTER_OTLP_ENDPOINT (with /v1/traces appended),
-	// else DefaultHTTPEndpoint or DefaultGRPCEndpoint.
+	// else DefaultHTTPEndpoint or DefaultGRPCEndpoint. It (and each of
+	// those variables) must be an http(s) URL without a user or password,
+	// with a port, if any, between 1 and 65535.
 	Endpoint string
 	// Headers are sent with every export: credentials for the backend (an
 	// API key, a tenant, "authorization: Bearer <ACCESS_TOKEN>"). They are

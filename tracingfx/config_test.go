@@ -43,6 +43,8 @@ func TestConfig_InvalidValuesNameTheField(t *testing.T) {
 		{Config{Sampling: SamplingConfig{Strategy: SampleRatio, Ratio: 1.5}}, `tracingfx: invalid Config.Sampling.Ratio: 1.5 is not between 0 and 1`},
 		{Config{Sampling: SamplingConfig{Strategy: SampleRatio, Ratio: math.NaN()}}, `tracingfx: invalid Config.Sampling.Ratio: NaN is not between 0 and 1`},
 		{Config{Exporter: ExporterConfig{Endpoint: "http://user:pa55w0rd@c:4318"}}, `tracingfx: invalid Config.Exporter.Endpoint: "http://user:xxxxx@c:4318" holds credentials, which the OTLP exporter does not send: put them in OTEL_EXPORTER_OTLP_HEADERS (Authorization=Basic%20<base64 of user:password>) or Config.Exporter.Headers`},
+		{Config{Exporter: ExporterConfig{Endpoint: "http://collector:70000"}}, `tracingfx: invalid Config.Exporter.Endpoint: "http://collector:70000" has port 70000, which is not between 1 and 65535`},
+		{Config{Exporter: ExporterConfig{Protocol: ProtocolGRPC, Endpoint: "http://collector:0"}}, `tracingfx: invalid Config.Exporter.Endpoint: "http://collector:0" has port 0, which is not between 1 and 65535`},
 		{Config{Sampling: SamplingConfig{Ratio: 5}}, `tracingfx: invalid Config.Sampling.Ratio: 5 is not between 0 and 1`},
 		{Config{Sampling: SamplingConfig{Strategy: SampleAlways, Ratio: -3}}, `tracingfx: invalid Config.Sampling.Ratio: -3 is not between 0 and 1`},
 		{Config{Sampling: SamplingConfig{Ratio: 0.1}}, `tracingfx: invalid Config.Sampling.Ratio: 0.1 is set, but only Strategy "ratio" or "parent" reads it (Strategy is "")`},

@@ -260,10 +260,11 @@ func hostOnly(raw string) string {
 	return u.Scheme + "://" + u.Host
 }
 
-// parseHTTPURL accepts an http or https URL with a host and without
-// credentials: the OTLP exporters send only host and path, so a user and
-// password in the URL would be dropped in silence and every export
-// refused by the backend.
+// parseHTTPURL accepts an http or https URL with a host, a port (if any)
+// between 1 and 65535, and without credentials: the OTLP exporters send
+// only host and path, so a user and password in the URL would be dropped in
+// silence and every export refused by the backend; a port out of range
+// would fail every export.
 func parseHTTPURL(raw string) (*url.URL, error) {
 	u, err := url.Parse(raw)
 	if err == nil && u.User != nil {
@@ -275,6 +276,11 @@ func parseHTTPURL(raw string) (*url.URL, error) {
 			hint = " (write http://" + raw + ")"
 		}
 		return nil, fmt.Errorf("is not an http(s) URL%s", hint)
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return nil, fmt.Errorf("has port %s, which is not between 1 and 65535", p)
+		}
 	}
 	return u, nil
 }
