@@ -40,7 +40,9 @@ const (
 // docs/configuration.md lists every variable with its default.
 type Config struct {
 	// ServiceName is the service.name of the resource. Default:
-	// OTEL_SERVICE_NAME, else "unknown_service:<binary>" as OpenTelemetry does.
+	// OTEL_SERVICE_NAME, else service.name of OTEL_RESOURCE_ATTRIBUTES, else
+	// "unknown_service:<binary>" as OpenTelemetry does. Set, it wins over
+	// both (with a warning at start for each that is set).
 	ServiceName string
 	// Exporter selects where spans go.
 	Exporter ExporterConfig

@@ -6,13 +6,16 @@ import (
 	"net/http"
 	"net/url"
 	"path"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
 
 	"go.opentelemetry.io/contrib/propagators/autoprop"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"golang.org/x/net/http/httpguts"
 
 	"github.com/redisfx/redisfx"
@@ -24,6 +27,8 @@ import (
 // variable; see docs/configuration.md for the table.
 const (
 	envSDKDisabled       = "OTEL_SDK_DISABLED"
+	envServiceName       = "OTEL_SERVICE_NAME"
+	envResourceAttrs     = "OTEL_RESOURCE_ATTRIBUTES"
 	envTracesExporter    = "OTEL_TRACES_EXPORTER"
 	envLogsExporter      = "OTEL_LOGS_EXPORTER"
 	envProtocol          = "OTEL_EXPORTER_OTLP_PROTOCOL"
@@ -81,6 +86,10 @@ type settings struct {
 	propagator propagation.TextMapPropagator
 	// propagators names the propagators, for the log.
 	propagators string
+	// resource are the attributes of OTEL_RESOURCE_ATTRIBUTES, then
+	// service.name of OTEL_SERVICE_NAME, then of Config.ServiceName (the
+	// later wins for one key), over the SDK's default resource.
+	resource []attribute.KeyValue
 	// exportLogs is false with OTEL_LOGS_EXPORTER=none.
 	exportLogs bool
 	// warnings are accepted values that are probably mistakes; the module
@@ -103,7 +112,7 @@ func resolve(cfg Config, getenv func(string) string) (settings, error) {
 	}
 	s := settings{Config: cfg}
 	steps := []func(getenv func(string) string) error{
-		s.readDisabled, s.readExporter, s.readProtocol, s.readEndpoints, s.readHeaders,
+		s.readDisabled, s.readResource, s.readExporter, s.readProtocol, s.readEndpoints, s.readHeaders,
 		s.readSampler, s.readPropagators, s.readBatch, s.readLogsExporter,
 	}
 	for _, step := range steps {
@@ -129,6 +138,41 @@ func (s *settings) readDisabled(getenv func(string) string) error {
 		s.disabled = true
 	default:
 		return envError(envSDKDisabled, "%q is not true or false", v)
+	}
+	return nil
+}
+
+// readResource reads OTEL_RESOURCE_ATTRIBUTES (key=value,…, values
+// URL-encoded) and OTEL_SERVICE_NAME, as OpenTelemetry's resource would, but
+// a bad entry or a bad escape fails start-up (the SDK would print a line
+// and export the raw text). Values are never repeated in an error: an
+// attribute may be sensitive. Config.ServiceName wins over both, with a
+// warning for each variable it overrides.
+func (s *settings) readResource(getenv func(string) string) error {
+	set := s.ServiceName != ""
+	s.override(getenv, envServiceName, "ServiceName", set)
+	if raw := strings.TrimSpace(getenv(envResourceAttrs)); raw != "" {
+		for i, entry := range strings.Split(raw, ",") {
+			k, v, ok := strings.Cut(entry, "=")
+			k = strings.TrimSpace(k)
+			if !ok || k == "" {
+				return envError(envResourceAttrs, "entry %d is not key=value (write key1=value1,key2=value2; the values are not shown: they may be sensitive)", i+1)
+			}
+			value, err := url.PathUnescape(strings.TrimSpace(v))
+			if err != nil {
+				return envError(envResourceAttrs, "the value of %q is not URL-encoded correctly (write %%20 for a space, %%25 for %%; the value is not shown: it may be sensitive)", k)
+			}
+			if k == string(semconv.ServiceNameKey) && set {
+				s.warnings = append(s.warnings, fmt.Sprintf("%s sets %s but Config.ServiceName wins (an explicit Config field overrides its variable)", envResourceAttrs, k))
+			}
+			s.resource = append(s.resource, attribute.String(k, value))
+		}
+	}
+	if v := strings.TrimSpace(getenv(envServiceName)); v != "" {
+		s.resource = append(s.resource, semconv.ServiceName(v))
+	}
+	if set {
+		s.resource = append(s.resource, semconv.ServiceName(s.ServiceName))
 	}
 	return nil
 }
@@ -333,18 +377,37 @@ func baseOf(raw string) string {
 // OTEL_EXPORTER_OTLP_TRACES_HEADERS, then Config.Exporter.Headers: the
 // later wins for the same header, whatever the case of its name (HTTP
 // header names are case-insensitive; two spellings of one name would both
-// be sent, in map order). A name that is not an HTTP token or a value with
-// a control character (CR, LF …) could never be sent: every export would
-// fail, so start-up fails instead. Values are never repeated in an error.
+// be sent, in map order). A header of Config.Exporter.Headers that a
+// variable sets too gets a warning naming the variable and the header (not
+// its value). A name that is not an HTTP token or a value with a control
+// character (CR, LF …) could never be sent: every export would fail, so
+// start-up fails instead. Values are never repeated in an error.
 func (s *settings) readHeaders(getenv func(string) string) error {
 	s.headers = map[string]string{}
+	from := map[string]string{} // header → the variable that set it last
 	for _, name := range []string{envHeaders, envTracesHeaders} {
-		if err := parseHeaders(name, getenv(name), s.headers); err != nil {
+		vars := map[string]string{}
+		if err := parseHeaders(name, getenv(name), vars); err != nil {
 			return err
 		}
+		for k, v := range vars {
+			s.headers[k], from[k] = v, name
+		}
 	}
+	overridden := map[string][]string{}    // variable → headers Config overrides
 	for k, v := range s.Exporter.Headers { // checked by Config.Validate
-		s.headers[http.CanonicalHeaderKey(k)] = v
+		k = http.CanonicalHeaderKey(k)
+		if name, ok := from[k]; ok {
+			overridden[name] = append(overridden[name], k)
+		}
+		s.headers[k] = v
+	}
+	for _, name := range []string{envHeaders, envTracesHeaders} {
+		if keys := overridden[name]; len(keys) > 0 {
+			sort.Strings(keys)
+			s.warnings = append(s.warnings, fmt.Sprintf("%s sets %s but Config.Exporter.Headers wins (an explicit Config field overrides its variable)",
+				name, strings.Join(keys, ", ")))
+		}
 	}
 	return nil
 }

@@ -2,15 +2,20 @@ package tracingfx
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxtest"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/redisfx/redisfx"
 )
 
 // A bad value of a standard variable fails like a bad Config field: a
@@ -22,6 +27,9 @@ func TestEnv_BadValuesFailNamingTheVariable(t *testing.T) {
 		want string
 	}{
 		{map[string]string{envSDKDisabled: "yes"}, `tracingfx: invalid OTEL_SDK_DISABLED: "yes" is not true or false`},
+		{map[string]string{envResourceAttrs: "team"}, `tracingfx: invalid OTEL_RESOURCE_ATTRIBUTES: entry 1 is not key=value (write key1=value1,key2=value2; the values are not shown: they may be sensitive)`},
+		{map[string]string{envResourceAttrs: "a=b,=c"}, `tracingfx: invalid OTEL_RESOURCE_ATTRIBUTES: entry 2 is not key=value (write key1=value1,key2=value2; the values are not shown: they may be sensitive)`},
+		{map[string]string{envResourceAttrs: "env=prod,team=pay%zzments"}, `tracingfx: invalid OTEL_RESOURCE_ATTRIBUTES: the value of "team" is not URL-encoded correctly (write %20 for a space, %25 for %; the value is not shown: it may be sensitive)`},
 		{map[string]string{envTracesExporter: "kafka"}, `tracingfx: invalid OTEL_TRACES_EXPORTER: "kafka" is not otlp, console or none`},
 		{map[string]string{envTracesExporter: "otlp,console"}, `tracingfx: invalid OTEL_TRACES_EXPORTER: "otlp,console" names several exporters; tracingfx sends to one: otlp, console or none`},
 		{map[string]string{envTracesExporter: "zipkin"}, `tracingfx: invalid OTEL_TRACES_EXPORTER: "zipkin" is that backend's own protocol, which tracingfx does not send: use otlp (Jaeger and Zipkin-compatible backends accept OTLP), or Config.Exporter.Type "zipkin"`},
@@ -63,14 +71,68 @@ func TestEnv_BadValuesFailNamingTheVariable(t *testing.T) {
 	}
 }
 
-// OpenTelemetry's resource reads OTEL_RESOURCE_ATTRIBUTES from the process
-// environment; a bad entry fails like the other variables.
+// OTEL_RESOURCE_ATTRIBUTES in the process environment: a value that is not
+// URL-encoded correctly fails start-up (OpenTelemetry's own resource would
+// print "invalid URL escape" and export the raw text), without repeating
+// the value.
 func TestEnv_BadResourceAttributes(t *testing.T) {
-	t.Setenv("OTEL_RESOURCE_ATTRIBUTES", "team")
-	_, err := NewProvider(context.Background(), Config{})
-	const want = `tracingfx: invalid OTEL_RESOURCE_ATTRIBUTES: an entry is not key=value, or a value is not URL-encoded (write key1=value1,key2=value2)`
-	if err == nil || err.Error() != want {
-		t.Fatalf("got  %v\nwant %s", err, want)
+	t.Setenv("OTEL_RESOURCE_ATTRIBUTES", "token=s3cr%zzet")
+	p, err := NewProvider(context.Background(), Config{Exporter: ExporterConfig{Type: ExporterConsole}})
+	if err == nil {
+		_ = p.Shutdown(context.Background())
+		t.Fatal("a bad URL escape in OTEL_RESOURCE_ATTRIBUTES was accepted")
+	}
+	var cerr *redisfx.ConfigError
+	if !errors.As(err, &cerr) || cerr.Field != "OTEL_RESOURCE_ATTRIBUTES" {
+		t.Fatalf("%v (%T), want a *redisfx.ConfigError naming OTEL_RESOURCE_ATTRIBUTES", err, err)
+	}
+	if strings.Contains(err.Error(), "s3cr") {
+		t.Fatalf("the value was repeated: %v", err)
+	}
+}
+
+// ServiceName over OTEL_SERVICE_NAME and over service.name of
+// OTEL_RESOURCE_ATTRIBUTES, and a header of Exporter.Headers over the same
+// header of a variable: Config wins, and a warning names each variable it
+// overrides (and the header, never a value).
+func TestEnv_ConfigOverridesWarnForServiceNameAndHeaders(t *testing.T) {
+	t.Parallel()
+	s := resolved(t, Config{ServiceName: "from-config", Exporter: ExporterConfig{Type: ExporterOTLP,
+		Headers: map[string]string{"authorization": "Bearer cfg-token", "X-Tenant": "a"}}},
+		map[string]string{
+			envServiceName:   "from-env",
+			envResourceAttrs: "service.name=from-attrs,deployment.environment=prod",
+			envHeaders:       "Authorization=Bearer%20env-token,x-other=1",
+			envTracesHeaders: "x-tenant=b",
+		})
+	want := []string{
+		"OTEL_SERVICE_NAME is set but Config.ServiceName wins (an explicit Config field overrides its variable)",
+		"OTEL_RESOURCE_ATTRIBUTES sets service.name but Config.ServiceName wins (an explicit Config field overrides its variable)",
+		"OTEL_EXPORTER_OTLP_HEADERS sets Authorization but Config.Exporter.Headers wins (an explicit Config field overrides its variable)",
+		"OTEL_EXPORTER_OTLP_TRACES_HEADERS sets X-Tenant but Config.Exporter.Headers wins (an explicit Config field overrides its variable)",
+	}
+	if strings.Join(s.warnings, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("warnings\n%s\nwant\n%s", strings.Join(s.warnings, "\n"), strings.Join(want, "\n"))
+	}
+	if s.headers["Authorization"] != "Bearer cfg-token" || s.headers["X-Tenant"] != "a" || s.headers["X-Other"] != "1" {
+		t.Fatalf("headers %v", s.headers)
+	}
+	res := attribute.NewSet(s.resource...)
+	if v, _ := res.Value(semconv.ServiceNameKey); v.AsString() != "from-config" {
+		t.Fatalf("service.name %q", v.AsString())
+	}
+	if v, _ := res.Value("deployment.environment"); v.AsString() != "prod" {
+		t.Fatalf("deployment.environment %q", v.AsString())
+	}
+	// Without the Config field there is nothing to warn about, and
+	// OTEL_SERVICE_NAME wins over service.name of the attributes.
+	s = resolved(t, Config{}, map[string]string{envServiceName: "from-env", envResourceAttrs: "service.name=from-attrs"})
+	if len(s.warnings) != 0 {
+		t.Fatalf("warnings %q", s.warnings)
+	}
+	res = attribute.NewSet(s.resource...)
+	if v, _ := res.Value(semconv.ServiceNameKey); v.AsString() != "from-env" {
+		t.Fatalf("service.name %q, want from-env", v.AsString())
 	}
 }
 

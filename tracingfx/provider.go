@@ -14,7 +14,6 @@ import (
 	sdklog "go.opentelemetry.io/otel/sdk/log"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 )
@@ -52,9 +51,9 @@ func newProvider(ctx context.Context, cfg Config, getenv func(string) string) (*
 		p.traces = noop.NewTracerProvider()
 		return p, nil
 	}
-	res, err := newResource(ctx, s.ServiceName)
+	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(s.resource...))
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("tracingfx: resource: %w", err)
 	}
 	opts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res), sdktrace.WithSampler(s.sampler)}
 	var proc sdktrace.SpanProcessor
@@ -193,25 +192,6 @@ func (p *Provider) Shutdown(ctx context.Context) error {
 		err = p.Tracer.Shutdown(ctx)
 	}
 	return errors.Join(err, <-logsDone)
-}
-
-// newResource is the SDK's default resource, OTEL_SERVICE_NAME and
-// OTEL_RESOURCE_ATTRIBUTES, then Config.ServiceName, which wins.
-func newResource(ctx context.Context, service string) (*resource.Resource, error) {
-	env, err := resource.New(ctx, resource.WithFromEnv(), resource.WithTelemetrySDK())
-	if err != nil {
-		// The only fallible part is the variable; its value is not repeated,
-		// in case an attribute is sensitive.
-		return nil, envError("OTEL_RESOURCE_ATTRIBUTES", "an entry is not key=value, or a value is not URL-encoded (write key1=value1,key2=value2)")
-	}
-	res, err := resource.Merge(resource.Default(), env)
-	if err != nil {
-		return nil, fmt.Errorf("tracingfx: resource: %w", err)
-	}
-	if service != "" {
-		return resource.Merge(res, resource.NewSchemaless(semconv.ServiceName(service)))
-	}
-	return res, nil
 }
 
 func newSpanExporter(ctx context.Context, s settings) (sdktrace.SpanExporter, error) {
