@@ -125,7 +125,8 @@ func (f *front) wrap(next http.Handler) http.Handler {
 
 var serverKind = trace.WithSpanKind(trace.SpanKindServer)
 
-// TracerName is the instrumentation scope of the SERVER spans.
+// TracerName is the instrumentation scope of the SERVER spans (every other
+// span redisfx makes has plugintrace.ScopeName).
 const TracerName = "github.com/redisfx/redisfx/httpfx"
 
 func (f *front) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {

@@ -23,7 +23,8 @@
 // with the exception, the message and redisfx.error=true. An outcome that is
 // a failure of the operation but not a Go error (a lock not acquired, a
 // request rate-limited) is marked with Fail before Finish(nil). Every span
-// has the instrumentation scope ScopeName, as tracingfx's command spans do.
+// has the instrumentation scope ScopeName, as tracingfx's command spans do
+// (httpfx's SERVER spans have httpfx.TracerName).
 // Use StartKind for a PRODUCER, CONSUMER or CLIENT span.
 //
 // The Redis commands a plugin sends inside the span are children of it:

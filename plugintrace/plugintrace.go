@@ -10,8 +10,10 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// ScopeName is the instrumentation scope of every span redisfx makes:
-// plugin spans and Redis command spans alike.
+// ScopeName is the instrumentation scope of the spans redisfx makes,
+// plugin spans, Redis command spans and the tracing service's spans alike,
+// and of the log bridge's records, except httpfx's SERVER spans, which have
+// their own scope, httpfx.TracerName.
 const ScopeName = "github.com/redisfx/redisfx"
 
 // TracerProviderName is the Fx name of the trace.TracerProvider the plugins

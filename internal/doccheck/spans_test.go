@@ -25,6 +25,7 @@ import (
 	"github.com/redisfx/redisfx/idempotencyfx"
 	"github.com/redisfx/redisfx/internal/redistest"
 	"github.com/redisfx/redisfx/lockfx"
+	"github.com/redisfx/redisfx/plugintrace"
 	"github.com/redisfx/redisfx/ratelimitfx"
 	"github.com/redisfx/redisfx/storefx"
 	"github.com/redisfx/redisfx/streamfx"
@@ -99,6 +100,29 @@ func catalogue(t *testing.T) []catalogueRow {
 	return rows
 }
 
+// scopeSentence is the catalogue's statement of the instrumentation scopes.
+var scopeSentence = regexp.MustCompile("SERVER spans have the instrumentation scope `([^`]+)` \\(`httpfx.TracerName`\\); every other span has `([^`]+)` \\(`plugintrace.ScopeName`\\)")
+
+// scopes are the instrumentation scopes docs/tracing.md states for the
+// SERVER spans and for every other span, which must be the constants'.
+func scopes(t *testing.T) (server, other string) {
+	t.Helper()
+	root, _ := filepath.Abs("../..")
+	raw, err := os.ReadFile(filepath.Join(root, "docs", "tracing.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := scopeSentence.FindStringSubmatch(strings.Join(strings.Fields(string(raw)), " "))
+	if m == nil {
+		t.Fatalf("docs/tracing.md does not state the scopes (%s)", scopeSentence)
+	}
+	if m[1] != httpfx.TracerName || m[2] != plugintrace.ScopeName {
+		t.Fatalf("docs/tracing.md states the scopes %s and %s; httpfx.TracerName is %s, plugintrace.ScopeName %s",
+			m[1], m[2], httpfx.TracerName, plugintrace.ScopeName)
+	}
+	return m[1], m[2]
+}
+
 var serverSpan = regexp.MustCompile(`^[A-Z]+ /`)
 
 // row finds the catalogue row of a span name: the row that names it, else
@@ -127,6 +151,7 @@ func row(rows []catalogueRow, name string) (catalogueRow, bool) {
 type observed struct {
 	kinds    map[string]bool
 	statuses map[string]bool
+	scopes   map[string]bool // instrumentation scope names
 	attrs    map[string]bool
 	events   map[string]bool
 }
@@ -152,6 +177,7 @@ func TestSpanCatalogueMatchesTheSpans(t *testing.T) {
 		}
 	}
 	rows := catalogue(t)
+	serverScope, otherScope := scopes(t)
 
 	byRow := map[int]*observed{}
 	for name, o := range seen {
@@ -163,6 +189,15 @@ func TestSpanCatalogueMatchesTheSpans(t *testing.T) {
 		for k := range o.kinds {
 			if k != r.kind {
 				t.Errorf("span %s: kind %s, the catalogue says %s", name, k, r.kind)
+			}
+		}
+		wantScope := otherScope
+		if r.kind == "SERVER" {
+			wantScope = serverScope
+		}
+		for sc := range o.scopes {
+			if sc != wantScope {
+				t.Errorf("span %s: instrumentation scope %s, docs/tracing.md says %s", name, sc, wantScope)
 			}
 		}
 		for a := range o.attrs {
@@ -382,10 +417,11 @@ func runEveryModule(t *testing.T) map[string]*observed {
 	for _, s := range rec.Ended() {
 		o := seen[s.Name()]
 		if o == nil {
-			o = &observed{kinds: map[string]bool{}, statuses: map[string]bool{}, attrs: map[string]bool{}, events: map[string]bool{}}
+			o = &observed{kinds: map[string]bool{}, statuses: map[string]bool{}, scopes: map[string]bool{}, attrs: map[string]bool{}, events: map[string]bool{}}
 			seen[s.Name()] = o
 		}
 		o.kinds[strings.ToUpper(s.SpanKind().String())] = true
+		o.scopes[s.InstrumentationScope().Name] = true
 		o.statuses[strings.ToUpper(s.Status().Code.String())] = true
 		for _, a := range s.Attributes() {
 			o.attrs[string(a.Key)] = true
