@@ -135,9 +135,12 @@ type SamplingConfig struct {
 // BatchConfig configures the batch span processor of the OTLP exporter.
 // Zero fields take the OTEL_BSP_* variable, else OpenTelemetry's default.
 type BatchConfig struct {
-	// MaxQueueSize is how many ended spans wait for export; more are
-	// dropped, so a slow backend never slows the app. Default
-	// OTEL_BSP_MAX_QUEUE_SIZE, else 2048.
+	// MaxQueueSize is how many ended spans wait for export (handed to the
+	// batch processor, not yet given to the exporter); a span that ends
+	// when that many wait is dropped, so a slow backend never slows the
+	// app. Each drop is counted (Provider.DroppedSpans and, in an Fx app,
+	// tracing_export_errors_total) and reported in a warning at most every
+	// 10 s. Default OTEL_BSP_MAX_QUEUE_SIZE, else 2048.
 	MaxQueueSize int
 	// MaxExportBatchSize is the most spans in one export. Default
 	// OTEL_BSP_MAX_EXPORT_BATCH_SIZE, else 512.

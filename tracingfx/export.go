@@ -45,14 +45,19 @@ func (a exportAbort) bound(ctx context.Context) (context.Context, func()) {
 }
 
 // spanExporter is the OTLP span exporter with the export guards: valid
-// UTF-8 (validutf8.go) and the abort at shutdown.
+// UTF-8 (validutf8.go) and the abort at shutdown. It tells gate (the
+// dropGate in front of its batch processor) how many spans it received.
 type spanExporter struct {
 	sdktrace.SpanExporter
 	abort exportAbort
+	gate  *dropGate
 }
 
 // ExportSpans implements sdktrace.SpanExporter.
 func (e *spanExporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
+	if e.gate != nil {
+		e.gate.exported(len(spans))
+	}
 	ctx, release := e.abort.bound(ctx)
 	defer release()
 	return e.SpanExporter.ExportSpans(ctx, validSpans(spans))

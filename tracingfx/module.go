@@ -175,29 +175,34 @@ func newInstrumentation(p instrumentationParams) (storefx.Instrumentation, error
 
 type errorLogParams struct {
 	fx.In
-	Log *zap.Logger
+	Log      *zap.Logger
+	Provider *Provider
 	// Registerer receives tracing_export_errors_total (from metricsfx).
 	Registerer prometheus.Registerer `optional:"true"`
 }
 
 // logOTelErrors sets OpenTelemetry's error handler, which is process-wide
 // (otel.SetErrorHandler): from then on the SDK's internal errors (a failed
-// or rejected export, dropped spans) of every OpenTelemetry user in the
-// process go to the app's logger, at most one line every 10 s with the
-// count of the suppressed ones, and are counted in
-// tracing_export_errors_total when the app has a metrics registry. When
-// several apps run in one process, the last one started receives them.
+// or rejected export) of every OpenTelemetry user in the process go to the
+// app's logger, at most one line every 10 s with the count of the
+// suppressed ones, and are counted in tracing_export_errors_total when the
+// app has a metrics registry. When several apps run in one process, the
+// last one started receives them. The spans the app's provider drops
+// before export (a full batch queue, or ended during shutdown) are counted
+// there too, one each, and reported in a warning of their own at most every
+// 10 s: those are the app's own, whichever app started last.
 func logOTelErrors(p errorLogParams) error {
 	var count func()
 	if p.Registerer != nil {
 		failures := prometheus.NewCounter(prometheus.CounterOpts{Name: "tracing_export_errors_total",
-			Help: "Errors reported by the OpenTelemetry SDK: failed or rejected exports, dropped spans."})
+			Help: "Failed or rejected span and log exports reported by the OpenTelemetry SDK, and spans dropped before export (batch queue full, or ended during shutdown)."})
 		if err := p.Registerer.Register(failures); err != nil {
 			return fmt.Errorf("tracingfx: registering tracing_export_errors_total: %w", err)
 		}
 		count = failures.Inc
 	}
 	useErrorLogger(p.Log.Named("otel"), count)
+	p.Provider.drops.use(p.Log, count)
 	return nil
 }
 

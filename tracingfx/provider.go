@@ -32,6 +32,8 @@ type Provider struct {
 	traces trace.TracerProvider
 	// abort ends the OTLP exports still running when Shutdown returns.
 	abort exportAbort
+	// drops counts and reports the spans dropped before export.
+	drops *dropReport
 }
 
 // NewProvider builds the TracerProvider for cfg and the OTEL_* environment
@@ -46,7 +48,7 @@ func newProvider(ctx context.Context, cfg Config, getenv func(string) string) (*
 	if err != nil {
 		return nil, err
 	}
-	p := &Provider{cfg: s, abort: newExportAbort()}
+	p := &Provider{cfg: s, abort: newExportAbort(), drops: newDropReport()}
 	if s.disabled {
 		p.traces = noop.NewTracerProvider()
 		return p, nil
@@ -69,7 +71,7 @@ func newProvider(ctx context.Context, cfg Config, getenv func(string) string) (*
 		if err != nil {
 			return nil, fmt.Errorf("tracingfx: OTLP exporter: %w", err)
 		}
-		proc = sdktrace.NewBatchSpanProcessor(&spanExporter{SpanExporter: exp, abort: p.abort}, batchOptions(s.Batch)...)
+		proc = newDropGate(s.Batch, p.drops, &spanExporter{SpanExporter: exp, abort: p.abort})
 		if s.exportLogs && s.logs.url != "" {
 			logExp, err := newLogExporter(ctx, s)
 			if err != nil {
@@ -127,7 +129,7 @@ func newOwnProvider(cfg Config, own trace.TracerProvider, getenv func(string) st
 	if err := s.readPropagators(getenv); err != nil {
 		return nil, err
 	}
-	return &Provider{cfg: s, traces: own, abort: newExportAbort()}, nil
+	return &Provider{cfg: s, traces: own, abort: newExportAbort(), drops: newDropReport()}, nil
 }
 
 // TracerProvider is the provider spans go to: Tracer, the application's
