@@ -246,6 +246,9 @@ func (s *Service) claimOnce(ctx context.Context, storeKey, fp, owner string, wai
 		s.obs.outcome(ctx, OutcomeUnreplicated)
 	}
 	if err != nil {
+		if answerLost(err) {
+			s.withdrawClaim(ctx, storeKey, owner)
+		}
 		if ctx.Err() != nil {
 			return claim{}, ctx.Err()
 		}

@@ -63,6 +63,7 @@ const (
 	claimFailed        claimKind = 'f' // a failed record: its time to live follows
 	claimNotReplayable claimKind = 'u' // completed, not replayable: its time to live follows
 	claimMismatch      claimKind = 'm' // the record has another fingerprint
+	claimWithdrawn     claimKind = 'x' // this owner's claim was withdrawn (see withdrawClaim)
 )
 
 // claim is the reply of claimScript.
@@ -147,6 +148,13 @@ func (s store) connFor(ctx context.Context, key string) (*redis.Conn, error) {
 		return m.Conn(), nil
 	}
 	return nil, fmt.Errorf("idempotencyfx: ReplicaAcks needs a standalone, Sentinel or Cluster client, not %T", s.rdb)
+}
+
+// abandon runs the Abandon script: true when the claim had landed and was
+// withdrawn, false when a marker now refuses it.
+func (s store) abandon(ctx context.Context, key, owner string, keep time.Duration) (bool, error) {
+	n, err := idemscript.Abandon.Run(ctx, s.rdb, []string{key}, owner, keep.Milliseconds()).Int()
+	return n == 1, err
 }
 
 func (s store) renew(ctx context.Context, key, owner string, lease time.Duration) (bool, error) {

@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,58 +12,82 @@ import (
 	"github.com/redisfx/redisfx/internal/redistest"
 )
 
-// Issue 14, suspected (proved): a claim whose reply is lost to StoreTimeout
-// still lands when Redis was only slow (DEBUG SLEEP: the command waits in
-// the socket and runs after the sleep). The key is then in progress with no
-// living owner: the request got 500 (fail-closed), retries get 409 until the
-// lease runs out (LockTimeout), then exactly one retry takes over and runs
-// the handler, with fencing token 2. Under fail-open the first request ran
-// the handler unprotected, so the takeover runs it a second time: the same
-// double execution as any fail-open request retried after an outage (see
-// docs/operations.md).
-func TestClaimReplyLost_OrphanUntilLeaseEnds_ThenOneTakeover(t *testing.T) {
+// Issue 14, suspected (proved), then fixed: a claim whose reply is lost to
+// StoreTimeout still lands when Redis was only slow (DEBUG SLEEP: the
+// command waits in the socket and runs after the sleep). It left the key in
+// progress with no living owner: the request got 500 (fail-closed, "not
+// processed, retry with the same key"), yet its retries got 409 until the
+// lease ran out (an adversary reproduced it against the payments example).
+// The claim is now withdrawn in the background: once Redis answers again
+// the record is gone, and the retry runs at once, exactly once. Under
+// fail-open the first request ran the handler unprotected, so the retry
+// runs it a second time: the same double execution as any fail-open
+// request retried after an outage (see docs/operations.md).
+func TestClaimReplyLost_ClaimWithdrawn_RetryRunsAtOnce(t *testing.T) {
 	t.Parallel()
 	for _, policy := range []ErrorPolicy{FailClosed, FailOpen} {
 		t.Run(string(policy), func(t *testing.T) {
 			t.Parallel()
 			srv := redistest.StartPrivate(t)
-			lock := time.Second
-			e := newEnv(t, Config{ErrorPolicy: policy, StoreTimeout: 200 * time.Millisecond, LockTimeout: lock, NoWait: true}, srv)
-			// Per key: an attempt of orphanClaim whose claim beat the sleep
-			// runs its own key's handler, which is not under test.
-			var mu sync.Mutex
-			tokens := map[string][]int64{}
+			e := newEnv(t, Config{ErrorPolicy: policy, StoreTimeout: 200 * time.Millisecond, LockTimeout: time.Minute, NoWait: true}, srv)
+			var runs atomic.Int64
 			e.setHandler(func(w http.ResponseWriter, r *http.Request) {
-				mu.Lock()
-				key := r.Header.Get("Idempotency-Key")
-				tokens[key] = append(tokens[key], FencingToken(r.Context()))
-				mu.Unlock()
+				if strings.HasPrefix(r.Header.Get("Idempotency-Key"), "orphan-") {
+					runs.Add(1)
+				}
 				w.WriteHeader(201)
 			})
 			key := orphanClaim(t, e, srv, policy)
-			orphan := e.record(key)
-			if orphan == nil || orphan.State != StateInProgress || orphan.FencingToken <= 0 {
-				t.Fatalf("after the lost reply the record is %+v, want in progress (the claim landed)", orphan)
+			unprotected := runs.Load() // fail-open: the run without protection
+			e.svc.late.running.Wait()  // the withdrawal has landed (or given up)
+			if rec := e.record(key); rec != nil {
+				t.Fatalf("after the withdrawal the record is %+v, want none", rec)
 			}
-			wantStatus(t, e.post("/payments", key, `{}`), 409, CodeInProgress)
-			// The lease (LockTimeout from the claim) is the duration under test.
-			time.Sleep(lock)
+			if e.logs.FilterMessageSnippet("it was withdrawn").Len() == 0 {
+				t.Fatal("the claim did not land before its withdrawal: the test proves nothing")
+			}
 			if r := e.post("/payments", key, `{}`); r.status != 201 {
-				t.Fatalf("retry after the lease: %d %s", r.status, r.body)
+				t.Fatalf("retry once Redis answers again: %d %s (want the run, not 409 until the lease of a claim no one runs)", r.status, r.body)
 			}
-			want := int64(1)
-			if policy == FailOpen {
-				want = 2 // the unprotected run, then the takeover
+			if n := runs.Load() - unprotected; n != 1 {
+				t.Fatalf("the retry ran the handler %d times, want 1", n)
 			}
-			mu.Lock()
-			defer mu.Unlock()
-			if n := int64(len(tokens[key])); n != want {
-				t.Fatalf("%d executions of %s, want %d (tokens %v)", n, key, want, tokens[key])
-			}
-			if last := tokens[key][len(tokens[key])-1]; last <= orphan.FencingToken {
-				t.Fatalf("the takeover ran with fencing token %d, want above the orphan claim's %d", last, orphan.FencingToken)
+			if r := e.post("/payments", key, `{}`); r.status != 201 || runs.Load()-unprotected != 1 {
+				t.Fatalf("second retry: %d, runs %d (want the replay)", r.status, runs.Load()-unprotected)
 			}
 		})
+	}
+}
+
+// A withdrawn claim that reaches Redis after its withdrawal takes nothing:
+// the marker refuses it, and the key stays free for the retry. The marker's
+// key, when the withdrawal made it, expires.
+func TestClaimWithdrawnBeforeItArrives_TakesNothing(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartPrivate(t)
+	e := newEnv(t, Config{StoreTimeout: 200 * time.Millisecond, LockTimeout: time.Second}, srv)
+	ctx := context.Background()
+	key := e.svc.StoreKey("", "late-claim")
+	landed, err := e.svc.store.abandon(ctx, key, "owner-a", 5*time.Second)
+	if err != nil || landed {
+		t.Fatalf("withdrawal before the claim: landed %v, err %v", landed, err)
+	}
+	if ttl := srv.Client().PTTL(ctx, key).Val(); ttl <= 0 || ttl > 5*time.Second {
+		t.Fatalf("the marker's key has PTTL %v, want within 5s", ttl)
+	}
+	c, _, err := e.svc.store.claim(ctx, key, "fp", "owner-a", time.Second, false)
+	if err != nil || c.kind != claimWithdrawn {
+		t.Fatalf("the late claim: %+v, %v (want withdrawn)", c, err)
+	}
+	if rec := e.record("late-claim"); rec != nil {
+		t.Fatalf("the late claim made a record: %+v", rec)
+	}
+	c, _, err = e.svc.store.claim(ctx, key, "fp", "owner-b", time.Second, false)
+	if err != nil || c.kind != claimNew {
+		t.Fatalf("the retry's claim: %+v, %v (want new)", c, err)
+	}
+	if ttl := srv.Client().PTTL(ctx, key).Val(); ttl <= 0 {
+		t.Fatalf("the retry's record on the marker's key has PTTL %v", ttl)
 	}
 }
 

@@ -29,13 +29,17 @@ import "github.com/redis/go-redis/v9"
 // lease; {"c", response} completed; {"p", lease ms left, owner} in progress
 // (the owner token of the attempt that runs, which its completion message
 // names); {"f", ttl ms} failed; {"u", ttl ms} not replayable; {"m"}
-// fingerprint mismatch.
+// fingerprint mismatch; {"x"} this owner's claim was withdrawn (see
+// Abandon) and takes nothing.
 var Claim = redis.NewScript(`
 local k = KEYS[1]
 local rec = redis.call('HMGET', k, 's', 'f', 'l', 'r', 'n', 'o')
 local s = rec[1]
 local lease = tonumber(ARGV[3])
 if not s then
+  if redis.call('HEXISTS', k, 'x:' .. ARGV[2]) == 1 then
+    return {'x'}
+  end
   local t = redis.call('TIME')
   local now = t[1] * 1000 + math.floor(t[2] / 1000)
   local n = string.format('%d', t[1] * 1000000 + t[2])
@@ -54,6 +58,9 @@ if s == 'p' then
   local now = t[1] * 1000 + math.floor(t[2] / 1000)
   local left = tonumber(rec[3]) - now
   if left <= 0 then
+    if redis.call('HEXISTS', k, 'x:' .. ARGV[2]) == 1 then
+      return {'x'}
+    end
     local n = string.format('%d', math.max((tonumber(rec[5]) or 0) + 1, t[1] * 1000000 + t[2]))
     redis.call('HSET', k, 'n', n, 'o', ARGV[2], 'l', now + lease)
     redis.call('PEXPIRE', k, 2 * lease)
@@ -124,4 +131,31 @@ return 1
 `)
 
 // All lists every script, for preloading (SCRIPT LOAD) at start.
-var All = []*redis.Script{Claim, Renew, Complete}
+var All = []*redis.Script{Claim, Renew, Complete, Abandon}
+
+// Abandon withdraws a claim whose reply was lost (it timed out, or its
+// connection failed): the request that sent it has answered without running
+// anything, yet Redis may have run the claim, or may still run it later (a
+// stalled server reads it when it resumes). If the claim landed (the record
+// is in progress for that owner), the record is deleted, and its waiters,
+// if any, are woken to claim it anew (a message they do not take: they ask
+// their record). If it has not, a marker field x:<owner> is left in the
+// record key, so that the claim, should it arrive, takes nothing; a key
+// made only for the marker expires after ARGV[2] ms.
+// KEYS[1] record; ARGV owner, marker ms. Returns 1 (withdrawn) or 0 (marked).
+var Abandon = redis.NewScript(`
+local k = KEYS[1]
+local rec = redis.call('HMGET', k, 's', 'o', 'w')
+if rec[1] == 'p' and rec[2] == ARGV[1] then
+  redis.call('DEL', k)
+  if rec[3] then
+    redis.pcall('PUBLISH', k, 'xo' .. #ARGV[1] .. ':' .. ARGV[1])
+  end
+  return 1
+end
+redis.call('HSET', k, 'x:' .. ARGV[1], 1)
+if not rec[1] and redis.call('PTTL', k) < tonumber(ARGV[2]) then
+  redis.call('PEXPIRE', k, ARGV[2])
+end
+return 0
+`)
