@@ -454,6 +454,32 @@ func TestPayments_InvalidEnvStopsStartNamingTheVariable(t *testing.T) {
 	}
 }
 
+// A REDIS_URL that Redis refuses at start (a database the server does not
+// have, a wrong password) is an invalid value like any other: start-up
+// stops naming the variable, exit 2, and the password is not shown.
+func TestPayments_RedisURLRefusedByRedis_StopsNamingTheVariable(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartPrivate(t, redistest.WithArgs("--requirepass", "right-secret"))
+	for _, url := range []string{
+		"redis://:right-secret@" + srv.Addr() + "/16",
+		"redis://:wrong-secret@" + srv.Addr() + "/0",
+	} {
+		cmd := exec.Command(binary)
+		cmd.Env = append(os.Environ(), "HTTP_ADDR=127.0.0.1:0", "REDIS_URL="+url)
+		out, err := cmd.CombinedOutput()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 2 || !strings.Contains(string(out), "invalid REDIS_URL") {
+			t.Errorf("REDIS_URL=%s: exit %v (want 2, naming REDIS_URL), output %s", url, err, out)
+		}
+		if strings.Contains(string(out), "secret@") || strings.Contains(string(out), "wrong-secret") {
+			t.Errorf("REDIS_URL=%s: the password is in the output: %s", url, out)
+		}
+		if strings.Contains(string(out), "http server listening") {
+			t.Errorf("REDIS_URL=%s: served anyway", url)
+		}
+	}
+}
+
 func TestPayments_EmbeddedRedisWhenNoURL(t *testing.T) {
 	t.Parallel()
 	p := start(t, "IDEMPOTENCY_LOCK_TIMEOUT=300ms")

@@ -4,6 +4,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -50,7 +51,35 @@ func main() {
 		}
 		os.Exit(1)
 	}
-	app.Run() // SIGINT/SIGTERM: drain, flush, close, exit 0
+	os.Exit(run(app, env, log)) // SIGINT/SIGTERM: drain, flush, close, exit 0
+}
+
+// run is fx's App.Run, with one difference: a start that fails because
+// Redis refused the configuration REDIS_URL gave (a database the server
+// does not have, a wrong password, an ACL user without SELECT; storefx
+// names the field) is reported as an invalid REDIS_URL and exits 2, like
+// every other invalid variable.
+func run(app *fx.App, env Env, log *zap.Logger) int {
+	startCtx, cancel := context.WithTimeout(context.Background(), app.StartTimeout())
+	err := app.Start(startCtx)
+	cancel()
+	if err != nil { // Fx has logged it
+		var ce *redisfx.ConfigError
+		if errors.As(err, &ce) && ce.Field == "Config.URL" && env.RedisURL != "" {
+			log.Error("invalid configuration; not starting",
+				zap.Error(&EnvError{"REDIS_URL", redactURL(env.RedisURL), "Redis refused it: " + ce.Reason}))
+			_ = log.Sync()
+			return 2
+		}
+		return 1
+	}
+	sig := <-app.Wait()
+	stopCtx, cancel := context.WithTimeout(context.Background(), app.StopTimeout())
+	defer cancel()
+	if err := app.Stop(stopCtx); err != nil {
+		return 1
+	}
+	return sig.ExitCode
 }
 
 // App is the whole application for env, built only from redisfx modules.
