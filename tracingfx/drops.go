@@ -20,10 +20,12 @@ import (
 
 // flushSlack is the room the SDK's queue gets beyond Batch.MaxQueueSize,
 // for the marker each ForceFlush puts in it; dropGate lets at most that
-// many ForceFlush calls run at once. A ForceFlush that gave up (its
-// context ended) while an export hung leaves its marker in the queue until
-// that export ends; only more than flushSlack of those, with the queue
-// full, could make the SDK drop a span without dropGate counting it.
+// many markers be in the queue at once. A marker stays there until the
+// processor reaches it, also when the ForceFlush that put it gave up (its
+// context ended while an export hung), so a slot is held until the SDK's
+// ForceFlush returns, not the caller's: the SDK's queue can never fill
+// with markers and drop a span the gate handed on (which would also leave
+// the gate counting it as waiting for ever; found by an adversary).
 const flushSlack = 16
 
 // dropGate counts the sampled spans it hands to the batch processor and
@@ -43,8 +45,13 @@ type dropGate struct {
 	// that no span is handed on after the processor stopped taking them.
 	mu       sync.RWMutex
 	stopped  bool
-	flushing chan struct{}
-	drops    *dropReport
+	flushing chan struct{} // a slot per marker in the SDK's queue
+	// flushes ends the SDK ForceFlush calls still waiting for their marker
+	// once Shutdown is over; flushWait waits for them.
+	flushes    context.Context
+	endFlushes context.CancelFunc
+	flushWait  sync.WaitGroup
+	drops      *dropReport
 }
 
 var _ sdktrace.SpanProcessor = (*dropGate)(nil)
@@ -56,10 +63,17 @@ func newDropGate(b BatchConfig, drops *dropReport, exp *spanExporter) *dropGate 
 	if limit <= 0 {
 		limit = sdktrace.DefaultMaxQueueSize
 	}
-	g := &dropGate{max: int64(limit), flushing: make(chan struct{}, flushSlack), drops: drops}
+	g := gateOf(nil, limit, drops)
 	exp.gate = g
 	b.MaxQueueSize = limit + flushSlack
 	g.next = sdktrace.NewBatchSpanProcessor(exp, batchOptions(b)...)
+	return g
+}
+
+// gateOf is a gate in front of next, handing on at most limit spans.
+func gateOf(next sdktrace.SpanProcessor, limit int, drops *dropReport) *dropGate {
+	g := &dropGate{next: next, max: int64(limit), flushing: make(chan struct{}, flushSlack), drops: drops}
+	g.flushes, g.endFlushes = context.WithCancel(context.Background())
 	return g
 }
 
@@ -88,15 +102,28 @@ func (g *dropGate) OnEnd(s sdktrace.ReadOnlySpan) {
 // exported notes n spans given to the exporter.
 func (g *dropGate) exported(n int) { g.outstanding.Add(-int64(n)) }
 
-// ForceFlush implements sdktrace.SpanProcessor.
+// ForceFlush implements sdktrace.SpanProcessor. The SDK's ForceFlush runs
+// until its marker has been processed (or Shutdown is over), holding its
+// slot, even if ctx ends first; this call returns when either ends.
 func (g *dropGate) ForceFlush(ctx context.Context) error {
 	select {
 	case g.flushing <- struct{}{}:
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	defer func() { <-g.flushing }()
-	return g.next.ForceFlush(ctx)
+	done := make(chan error, 1)
+	g.flushWait.Add(1)
+	go func() {
+		defer g.flushWait.Done()
+		defer func() { <-g.flushing }()
+		done <- g.next.ForceFlush(g.flushes)
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // Shutdown implements sdktrace.SpanProcessor: from now on every span that
@@ -106,7 +133,10 @@ func (g *dropGate) Shutdown(ctx context.Context) error {
 	g.mu.Lock()
 	g.stopped = true
 	g.mu.Unlock()
-	return g.next.Shutdown(ctx)
+	err := g.next.Shutdown(ctx)
+	g.endFlushes()
+	g.flushWait.Wait() // at once: their context has ended
+	return err
 }
 
 // dropInterval is the least time between two warnings about dropped spans.

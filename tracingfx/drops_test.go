@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -65,7 +66,7 @@ func TestDropGate_QueueBoundAndShutdown(t *testing.T) {
 	drops := newDropReport()
 	drops.use(zap.New(core), func() { counted++ })
 	next := &heldProcessor{entered: make(chan struct{}), release: make(chan struct{})}
-	g := &dropGate{next: next, max: 2, flushing: make(chan struct{}, flushSlack), drops: drops}
+	g := gateOf(next, 2, drops)
 
 	for i := 0; i < 5; i++ {
 		g.OnEnd(endedSpan(true))
@@ -159,4 +160,60 @@ func BenchmarkDropGate_OnEnd(b *testing.B) {
 			g.exported(1)
 		}
 	})
+}
+
+// ForceFlush calls that give up (short contexts) while an export hangs
+// leave their markers in the SDK's queue. Those markers must never fill it:
+// the SDK would then drop spans the gate handed on, uncounted, and the gate
+// would count them as waiting for ever and drop every later span. (Found
+// by an adversary: 4 of 5 spans lost uncounted, then 10 of 10 dropped with
+// a healthy backend.)
+func TestDropGate_AbandonedForceFlushes_NoSpanLostOrStuck(t *testing.T) {
+	rc := &receiver{}
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		once.Do(func() { close(entered) })
+		<-release
+		rc.serve(w, r)
+	}))
+	t.Cleanup(backend.Close)
+	const max = 4
+	prov, err := NewProvider(context.Background(), Config{Exporter: ExporterConfig{Type: ExporterOTLP, Endpoint: backend.URL},
+		Batch: BatchConfig{MaxQueueSize: max, MaxExportBatchSize: 1, ScheduleDelay: 10 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = prov.Shutdown(context.Background()) })
+	tr := prov.Tracer.Tracer("t")
+	ended := 0
+	end := func() { _, sp := tr.Start(context.Background(), "work"); sp.End(); ended++ }
+
+	end() // taken by the export, which hangs
+	<-entered
+	for i := 0; i < max+2*flushSlack; i++ { // flushes that give up, one after another
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
+		_ = prov.Tracer.ForceFlush(ctx)
+		cancel()
+	}
+	for i := 0; i < max; i++ { // no more than MaxQueueSize wait: none may be dropped
+		end()
+	}
+	close(release) // the backend recovers
+	if err := prov.Tracer.ForceFlush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got, dropped := len(rc.got()), prov.DroppedSpans(); int64(got)+dropped != int64(ended) || dropped != 0 {
+		t.Fatalf("%d spans ended, %d received, %d counted dropped: want all received", ended, got, dropped)
+	}
+	before := len(rc.got())
+	for i := 0; i < 10; i++ { // healthy, one at a time: all exported
+		end()
+		if err := prov.Tracer.ForceFlush(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := len(rc.got()) - before; got != 10 || prov.DroppedSpans() != 0 {
+		t.Fatalf("healthy backend: %d of 10 received, %d dropped", got, prov.DroppedSpans())
+	}
 }
