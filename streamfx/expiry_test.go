@@ -5,6 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redisfx/redisfx/internal/faultproxy"
 	"github.com/redisfx/redisfx/internal/redistest"
 )
 
@@ -71,4 +74,41 @@ func TestGroupLostWhileRunning_RecreatedFromTheStart_EvenWithStartIDDollar(t *te
 	}
 	close(release)
 	wait(t, second, 10*time.Second, "message 2, published after the group was lost")
+}
+
+// A publish sent within the renewal interval (so not renewing the expiry)
+// and held up on its way until the stream has expired makes the stream
+// again: it must still give it an expiry. (Found by an adversary: a plain
+// XADD delayed by a stalled connection brought the stream back for ever.)
+func TestRetention_DelayedPublishRecreatesTheStream_WithAnExpiry(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartPrivate(t)
+	p := faultproxy.Start(t, srv.Addr())
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	const retention = 500 * time.Millisecond
+	s, err := New(rdb, Config{Retention: retention, StoreTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Stop(context.Background()) })
+	ctx := context.Background()
+	stream := redistest.Prefix(t) + "delayed"
+	if _, err := s.Publish(ctx, stream, []byte("1")); err != nil { // renews the expiry
+		t.Fatal(err)
+	}
+	raw := srv.Client()
+	p.SetMode(faultproxy.Freeze) // the next publish is held up
+	published := make(chan error, 1)
+	go func() { _, err := s.Publish(ctx, stream, []byte("2")); published <- err }()
+	for raw.Exists(ctx, stream).Val() == 1 { // until the stream has expired
+		time.Sleep(10 * time.Millisecond)
+	}
+	p.SetMode(faultproxy.Forward)
+	if err := <-published; err != nil {
+		t.Fatal(err)
+	}
+	if ttl := raw.PTTL(ctx, stream).Val(); ttl <= 0 || ttl > retention {
+		t.Fatalf("the stream made again by the held-up publish has PTTL %v, want within the Retention", ttl)
+	}
 }

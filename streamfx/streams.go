@@ -143,23 +143,29 @@ func (s *Streams) Publish(ctx context.Context, stream string, data []byte) (stri
 	return id, err
 }
 
-// append adds an entry (XADD, trimmed to MaxLen) and, at most once per
-// renewal interval (a second, or Retention/2 if shorter) per stream and
-// process, renews the stream's Retention in the same round trip: a stream
-// then expires between Retention minus that interval and Retention after
-// its last publish, without an extra command on every publish. The
-// interval is shorter than Retention, so a publish that finds the stream
-// expired always renews it: the XADD that makes it again never leaves it
-// without an expiry.
+// append adds an entry (XADD, trimmed to MaxLen). With a Retention, the
+// same round trip renews the stream's expiry at most once per renewal
+// interval (a second, or Retention/2 if shorter) per stream and process,
+// so a stream expires between Retention minus that interval and Retention
+// after its last publish; every other publish sends PEXPIRE … NX, which
+// gives the stream an expiry only if it has none: an XADD that made the
+// stream again (it had expired, maybe while this publish was held up on
+// its way) never leaves it without one. (An adversary delayed a plain XADD
+// past the expiry: the stream came back for ever.)
 func (s *Streams) append(ctx context.Context, stream string, values []any) (string, error) {
 	args := &redis.XAddArgs{Stream: stream, MaxLen: s.cfg.MaxLen, Approx: s.cfg.MaxLen > 0, Values: values}
-	if s.cfg.Retention == 0 || !s.renewDue(stream) {
+	if s.cfg.Retention == 0 {
 		return s.rdb.XAdd(ctx, args).Result()
 	}
+	renew := s.renewDue(stream)
 	var add *redis.StringCmd
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		add = p.XAdd(ctx, args)
-		p.PExpire(ctx, stream, s.cfg.Retention)
+		if renew {
+			p.PExpire(ctx, stream, s.cfg.Retention)
+		} else {
+			p.Do(ctx, "PEXPIRE", stream, s.cfg.Retention.Milliseconds(), "NX")
+		}
 		return nil
 	})
 	if err != nil {
