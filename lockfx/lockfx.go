@@ -215,6 +215,13 @@ func (l *Locker) Acquire(ctx context.Context, name string) (*Lock, error) {
 	}
 }
 
+// giveBackPause is the longest pause between two tries of a give-back that
+// Redis refused at once (connections refused or reset: a restart, a
+// partition that resets): short, because the acquire it gives up may be
+// delivered the moment the network heals, and holds the lock until the
+// give-back lands. Such a try costs no round trip.
+const giveBackPause = 20 * time.Millisecond
+
 // Stop gives up the give-backs still trying (see Acquire) and waits for
 // them until ctx ends. A lock that Redis grants later to such an acquire
 // is held by nobody and expires at most TTL after, as a crashed holder's
@@ -260,7 +267,7 @@ func (l *Locker) abandon(keys lockKeys, owner string) {
 func (l *Locker) giveBack(keys lockKeys, owner string) {
 	deadline := time.Now().Add(l.cfg.TTL + abandonedTTL)
 	perTry := min(max(l.cfg.TTL/renewTimeout, 100*time.Millisecond), time.Second)
-	wait := l.cfg.Backoff
+	wait := min(l.cfg.Backoff, giveBackPause)
 	for {
 		began := time.Now()
 		ctx, cancel := context.WithTimeout(storefx.BypassBreaker(l.stopped), perTry)
@@ -278,7 +285,7 @@ func (l *Locker) giveBack(keys lockKeys, owner string) {
 		if !ctxsleep.Sleep(l.stopped, wait) { // refused at once (Redis down): back off
 			return
 		}
-		wait = min(wait*2, l.cfg.MaxBackoff)
+		wait = min(wait*2, giveBackPause)
 	}
 }
 
