@@ -7,7 +7,6 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -35,8 +34,6 @@ type Service struct {
 	obs    *observer
 	errors *httpfx.Errors
 
-	ownerPrefix    string
-	ownerSeq       atomic.Uint64
 	failOpenLog    throttle.Every // the fail-open warning, at most every 10s
 	refusedLog     throttle.Every // the fail-closed error, at most every 10s
 	unpublishedLog throttle.Every // the failed-notification warning, at most every 10s
@@ -75,7 +72,6 @@ func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Service, error
 		cfg:            st,
 		store:          store{rdb: rdb, acks: st.ReplicaAcks, ackTimeout: st.ReplicaAckTimeout},
 		log:            o.log,
-		ownerPrefix:    randid.Hex(8) + ":",
 		late:           newLateCompletions(),
 	}
 	s.obs, err = newObserver(o.registerer, o.tracer)
@@ -198,9 +194,12 @@ func (s *Service) StoreKey(scope, key string) string {
 	return storeKey(s.cfg.KeyPrefix, scope, key)
 }
 
-func (s *Service) newOwner() string {
-	return s.ownerPrefix + strconv.FormatUint(s.ownerSeq.Add(1), 36)
-}
+// newOwner is a claim's owner token: 96 random bits, so that no one who
+// sees the tokens of completion messages (any client of the server can
+// subscribe to them, from any database) can name the owner of a record
+// still running and forge its outcome for its waiters. (An adversary
+// predicted the next tokens when they were a prefix and a counter.)
+func (s *Service) newOwner() string { return randid.Hex(12) }
 
 // grant is the result of acquire: either a lease (run the work) or a
 // recorded response to replay.

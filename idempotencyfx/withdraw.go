@@ -3,7 +3,6 @@ package idempotencyfx
 import (
 	"context"
 	"errors"
-	"net"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -28,16 +27,15 @@ import (
 const withdrawnMarkerLife = time.Minute
 
 // answerLost reports whether a failed claim may have been run by Redis:
-// not when Redis answered with an error, nor when it was never sent (the
-// breaker refused it, the client is closed, no connection was free).
+// not when Redis answered with an error, when storefx's breaker refused it
+// (it never reached go-redis), or when the client is closed (nothing can
+// be withdrawn). Any other error may follow a send that landed: go-redis
+// retries a command whose connection failed, so its last error (a refused
+// dial, a pool timeout) says nothing of the first attempt. (An adversary
+// had a claim land, its retries refused at dial, and no withdrawal.)
 func answerLost(err error) bool {
 	var redisErr redis.Error
-	if errors.As(err, &redisErr) || errors.Is(err, storefx.ErrCircuitOpen) ||
-		errors.Is(err, redis.ErrClosed) || errors.Is(err, redis.ErrPoolTimeout) {
-		return false
-	}
-	var netErr *net.OpError
-	return !errors.As(err, &netErr) || netErr.Op != "dial" // a refused dial sent nothing
+	return !errors.As(err, &redisErr) && !errors.Is(err, storefx.ErrCircuitOpen) && !errors.Is(err, redis.ErrClosed)
 }
 
 // withdrawClaim withdraws owner's claim of key in the background.

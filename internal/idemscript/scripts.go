@@ -56,6 +56,15 @@ end
 if s == 'p' then
   local t = redis.call('TIME')
   local now = t[1] * 1000 + math.floor(t[2] / 1000)
+  if rec[6] == ARGV[2] then
+    -- This very claim, delivered again: the client re-sent it after
+    -- losing the reply (go-redis retries a command whose connection
+    -- failed). The record is this owner's: granted again, not seen as
+    -- another's run (which no one would run).
+    redis.call('HSET', k, 'l', now + lease)
+    redis.call('PEXPIRE', k, 2 * lease)
+    return {'n', tonumber(rec[5])}
+  end
   local left = tonumber(rec[3]) - now
   if left <= 0 then
     if redis.call('HEXISTS', k, 'x:' .. ARGV[2]) == 1 then
@@ -137,7 +146,8 @@ var All = []*redis.Script{Claim, Renew, Complete, Abandon}
 // connection failed): the request that sent it has answered without running
 // anything, yet Redis may have run the claim, or may still run it later (a
 // stalled server reads it when it resumes). If the claim landed (the record
-// is in progress for that owner), the record is deleted, and its waiters,
+// is in progress for that owner), the record's fields are deleted (other
+// owners' markers in the key stay), and its waiters,
 // if any, are woken to claim it anew (a message they do not take: they ask
 // their record). If it has not, a marker field x:<owner> is left in the
 // record key, so that the claim, should it arrive, takes nothing; a key
@@ -147,7 +157,12 @@ var Abandon = redis.NewScript(`
 local k = KEYS[1]
 local rec = redis.call('HMGET', k, 's', 'o', 'w')
 if rec[1] == 'p' and rec[2] == ARGV[1] then
-  redis.call('DEL', k)
+  -- The record's fields only: other owners' markers in the key stay, and
+  -- keep at least their own lifetime.
+  redis.call('HDEL', k, 's', 'f', 'o', 'l', 'n', 'w', 'r')
+  if redis.call('EXISTS', k) == 1 and redis.call('PTTL', k) < tonumber(ARGV[2]) then
+    redis.call('PEXPIRE', k, ARGV[2])
+  end
   if rec[3] then
     redis.pcall('PUBLISH', k, 'xo' .. #ARGV[1] .. ':' .. ARGV[1])
   end
