@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -34,6 +35,8 @@ type Service struct {
 	obs    *observer
 	errors *httpfx.Errors
 
+	withdrawing    atomic.Int64   // withdrawals in flight (maxWithdrawals)
+	withdrawLog    throttle.Every // the too-many-withdrawals error, at most every 10s
 	failOpenLog    throttle.Every // the fail-open warning, at most every 10s
 	refusedLog     throttle.Every // the fail-closed error, at most every 10s
 	unpublishedLog throttle.Every // the failed-notification warning, at most every 10s
@@ -69,6 +72,7 @@ func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Service, error
 		failOpenLog:    throttle.Every{Interval: 10 * time.Second},
 		refusedLog:     throttle.Every{Interval: 10 * time.Second},
 		unpublishedLog: throttle.Every{Interval: 10 * time.Second},
+		withdrawLog:    throttle.Every{Interval: 10 * time.Second},
 		cfg:            st,
 		store:          store{rdb: rdb, acks: st.ReplicaAcks, ackTimeout: st.ReplicaAckTimeout},
 		log:            o.log,

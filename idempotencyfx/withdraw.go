@@ -3,6 +3,7 @@ package idempotencyfx
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -27,20 +28,40 @@ import (
 const withdrawnMarkerLife = time.Minute
 
 // answerLost reports whether a failed claim may have been run by Redis:
-// not when Redis answered with an error, when storefx's breaker refused it
-// (it never reached go-redis), or when the client is closed (nothing can
-// be withdrawn). Any other error may follow a send that landed: go-redis
-// retries a command whose connection failed, so its last error (a refused
-// dial, a pool timeout) says nothing of the first attempt. (An adversary
-// had a claim land, its retries refused at dial, and no withdrawal.)
+// not when storefx's breaker refused it (it never reached go-redis), nor
+// when the client is closed (nothing can be withdrawn). Any other error,
+// a Redis error reply included, may follow a send that landed: go-redis
+// sends a command again when its connection fails, so the last attempt's
+// error (a refused dial, an OOM reply to the re-send) says nothing of the
+// first. (Adversaries had a claim land and its re-sends refused at dial,
+// and answered OOM, and no withdrawal.)
 func answerLost(err error) bool {
-	var redisErr redis.Error
-	return !errors.As(err, &redisErr) && !errors.Is(err, storefx.ErrCircuitOpen) && !errors.Is(err, redis.ErrClosed)
+	return !errors.Is(err, storefx.ErrCircuitOpen) && !errors.Is(err, redis.ErrClosed)
 }
+
+// maxWithdrawals bounds the withdrawals in flight: with the circuit breaker
+// disabled, an outage would otherwise start one per failed request, each
+// trying for up to LockTimeout + 1 minute. Beyond it a lost claim is not
+// withdrawn (logged, at most every 10 s): if Redis ran it, its key is held
+// until the lease ends, as without withdrawals.
+const maxWithdrawals = 1024
 
 // withdrawClaim withdraws owner's claim of key in the background.
 func (s *Service) withdrawClaim(parent context.Context, key, owner string) {
-	s.late.start(func(stop context.Context) { s.withdraw(parent, stop, key, owner) })
+	if s.withdrawing.Add(1) > maxWithdrawals {
+		s.withdrawing.Add(-1)
+		if s.withdrawLog.Allow() {
+			s.log.Error("idempotency: too many claims being withdrawn; this one is not: if Redis ran it, a retry of its key waits or gets 409 until its lease ends",
+				zap.String("record", key), zap.Int("in_flight", maxWithdrawals))
+		}
+		return
+	}
+	if !s.late.start(func(stop context.Context) {
+		defer s.withdrawing.Add(-1)
+		s.withdraw(parent, stop, key, owner)
+	}) {
+		s.withdrawing.Add(-1)
+	}
 }
 
 // withdraw runs the Abandon script until Redis answers it, each try bounded
@@ -74,7 +95,7 @@ func (s *Service) withdraw(parent, stop context.Context, key, owner string) {
 			return
 		case err == nil:
 			return // the claim, should it still arrive, takes nothing
-		case errors.Is(err, redis.ErrClosed), ctx.Err() != nil, !time.Now().Before(end):
+		case errors.Is(err, redis.ErrClosed), ctx.Err() != nil, !time.Now().Before(end), permanentReply(err):
 			s.log.Error("idempotency: a claim whose reply was lost could not be withdrawn; if Redis ran it, a retry of its key waits or gets 409 until its lease ends",
 				zap.String("record", key), zap.Int("tries", tries), zap.Error(err))
 			return
@@ -92,3 +113,21 @@ func (s *Service) withdraw(parent, stop context.Context, key, owner string) {
 // refusedPause is how often a withdrawal asks again while the circuit
 // breaker refuses it.
 const refusedPause = 50 * time.Millisecond
+
+// permanentReply reports a Redis error reply to a withdrawal that trying
+// again would not change soon (OOM, READONLY, NOPERM…): the withdrawal
+// gives up, and the claim it withdraws, which writes too, is refused the
+// same way if it arrives now. Replies of a Redis busy or starting (BUSY,
+// LOADING, TRYAGAIN, MASTERDOWN, CLUSTERDOWN) are tried again.
+func permanentReply(err error) bool {
+	var redisErr redis.Error
+	if !errors.As(err, &redisErr) {
+		return false
+	}
+	for _, transient := range []string{"BUSY", "LOADING", "TRYAGAIN", "MASTERDOWN", "CLUSTERDOWN"} {
+		if strings.HasPrefix(err.Error(), transient) {
+			return false
+		}
+	}
+	return true
+}

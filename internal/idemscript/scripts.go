@@ -147,7 +147,7 @@ var All = []*redis.Script{Claim, Renew, Complete, Abandon}
 // anything, yet Redis may have run the claim, or may still run it later (a
 // stalled server reads it when it resumes). If the claim landed (the record
 // is in progress for that owner), the record's fields are deleted (other
-// owners' markers in the key stay), and its waiters,
+// owners' markers in the key stay, and this owner's is added), and its waiters,
 // if any, are woken to claim it anew (a message they do not take: they ask
 // their record). If it has not, a marker field x:<owner> is left in the
 // record key, so that the claim, should it arrive, takes nothing; a key
@@ -157,10 +157,12 @@ var Abandon = redis.NewScript(`
 local k = KEYS[1]
 local rec = redis.call('HMGET', k, 's', 'o', 'w')
 if rec[1] == 'p' and rec[2] == ARGV[1] then
-  -- The record's fields only: other owners' markers in the key stay, and
-  -- keep at least their own lifetime.
+  -- The record's fields only: other owners' markers in the key stay. This
+  -- owner's marker is set too: another send of the same claim (go-redis
+  -- re-sends one whose connection failed) may still be on its way.
   redis.call('HDEL', k, 's', 'f', 'o', 'l', 'n', 'w', 'r')
-  if redis.call('EXISTS', k) == 1 and redis.call('PTTL', k) < tonumber(ARGV[2]) then
+  redis.call('HSET', k, 'x:' .. ARGV[1], 1)
+  if redis.call('PTTL', k) < tonumber(ARGV[2]) then
     redis.call('PEXPIRE', k, ARGV[2])
   end
   if rec[3] then
