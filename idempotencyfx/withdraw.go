@@ -3,7 +3,6 @@ package idempotencyfx
 import (
 	"context"
 	"errors"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -95,7 +94,7 @@ func (s *Service) withdraw(parent, stop context.Context, key, owner string) {
 			return
 		case err == nil:
 			return // the claim, should it still arrive, takes nothing
-		case errors.Is(err, redis.ErrClosed), ctx.Err() != nil, !time.Now().Before(end), permanentReply(err):
+		case errors.Is(err, redis.ErrClosed), ctx.Err() != nil, !time.Now().Before(end):
 			s.log.Error("idempotency: a claim whose reply was lost could not be withdrawn; if Redis ran it, a retry of its key waits or gets 409 until its lease ends",
 				zap.String("record", key), zap.Int("tries", tries), zap.Error(err))
 			return
@@ -113,21 +112,3 @@ func (s *Service) withdraw(parent, stop context.Context, key, owner string) {
 // refusedPause is how often a withdrawal asks again while the circuit
 // breaker refuses it.
 const refusedPause = 50 * time.Millisecond
-
-// permanentReply reports a Redis error reply to a withdrawal that trying
-// again would not change soon (OOM, READONLY, NOPERM…): the withdrawal
-// gives up, and the claim it withdraws, which writes too, is refused the
-// same way if it arrives now. Replies of a Redis busy or starting (BUSY,
-// LOADING, TRYAGAIN, MASTERDOWN, CLUSTERDOWN) are tried again.
-func permanentReply(err error) bool {
-	var redisErr redis.Error
-	if !errors.As(err, &redisErr) {
-		return false
-	}
-	for _, transient := range []string{"BUSY", "LOADING", "TRYAGAIN", "MASTERDOWN", "CLUSTERDOWN"} {
-		if strings.HasPrefix(err.Error(), transient) {
-			return false
-		}
-	}
-	return true
-}
