@@ -3,11 +3,6 @@ package storefx_test
 import (
 	"context"
 	"errors"
-	"fmt"
-	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -154,54 +149,6 @@ func TestStartReportsABusyServerAsNotReady(t *testing.T) {
 	}
 }
 
-// startSentinel runs a redis-server in Sentinel mode, with extra lines of
-// configuration, watching master as "mymaster", and returns its address
-// once it answers.
-func startSentinel(t *testing.T, master string, conf ...string) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_, port, _ := net.SplitHostPort(addr)
-	_ = ln.Close()
-	host, mport, _ := net.SplitHostPort(master)
-	dir := t.TempDir()
-	file := filepath.Join(dir, "sentinel.conf") // Sentinel insists on a writable config file
-	body := fmt.Sprintf("port %s\nbind 127.0.0.1\ndir %s\nsentinel monitor mymaster %s %s 1\n%s\n", port, dir, host, mport, strings.Join(conf, "\n"))
-	if err := os.WriteFile(file, []byte(body), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command("redis-server", file, "--sentinel")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-done
-	})
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		conn, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
-		if err == nil {
-			_ = conn.Close()
-			return addr
-		}
-		select {
-		case <-done:
-			t.Fatal("redis-server --sentinel exited")
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the sentinel did not listen within 10s")
-		}
-		time.Sleep(10 * time.Millisecond) // polling the sentinel, which has no readiness signal
-	}
-}
-
 // With MasterName, the Sentinels' refusals (their own password, a master
 // name they do not know, an address that is no Sentinel) came back joined
 // in go-redis's "all sentinels … are unreachable", which would have been
@@ -210,8 +157,8 @@ func TestStartFailsAtOnceWhenTheSentinelsRefuse(t *testing.T) {
 	t.Parallel()
 	const password, sentinelPassword = "m4ster-Tr0ub4dor", "s3ntinel-Tr0ub4dor"
 	master := redistest.StartPrivate(t, redistest.WithArgs("--requirepass", password))
-	open := startSentinel(t, master.Addr(), "sentinel auth-pass mymaster "+password)
-	locked := startSentinel(t, master.Addr(), "sentinel auth-pass mymaster "+password, "requirepass "+sentinelPassword)
+	open := redistest.StartSentinel(t, master.Addr(), "sentinel auth-pass mymaster "+password)
+	locked := redistest.StartSentinel(t, master.Addr(), "sentinel auth-pass mymaster "+password, "requirepass "+sentinelPassword)
 	tests := []struct {
 		name  string
 		cfg   storefx.Config
