@@ -19,6 +19,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 )
 
@@ -49,6 +50,7 @@ type Proxy struct {
 	closed  bool
 	wg      sync.WaitGroup
 	started int
+	sent    atomic.Int64 // bytes of the clients written to the target
 }
 
 // Start listens on a free loopback port and forwards to target until t ends.
@@ -138,6 +140,11 @@ func (p *Proxy) Subscribers() []*Conn {
 	}
 	return out
 }
+
+// Sent is the number of bytes of the clients written to the target so far:
+// a command counted here is in the server's socket, even while the server
+// sleeps.
+func (p *Proxy) Sent() int64 { return p.sent.Load() }
 
 // Accepted is the number of connections accepted so far.
 func (p *Proxy) Accepted() int {
@@ -269,6 +276,9 @@ func (c *Conn) pipe(dst, src net.Conn, fromClient bool) {
 			}
 			if _, werr := dst.Write(chunk); werr != nil {
 				return
+			}
+			if fromClient {
+				c.p.sent.Add(int64(len(chunk)))
 			}
 		}
 		if err != nil {

@@ -296,6 +296,28 @@ func (s *Server) Pause(ctx context.Context, d time.Duration) {
 	}
 }
 
+// Sleep makes the server sleep for d (DEBUG SLEEP: it answers nobody, and
+// reads what clients send only when it wakes), returning once it is asleep
+// (a PING goes unanswered for 5 ms); the channel closes when it wakes.
+func (s *Server) Sleep(d time.Duration) <-chan struct{} {
+	s.t.Helper()
+	s.mustPrivate("Sleep")
+	woke := make(chan struct{})
+	go func() {
+		defer close(woke)
+		_ = s.Client().Do(context.Background(), "DEBUG", "SLEEP", d.Seconds()).Err()
+	}()
+	probe := s.Client()
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
+		err := probe.Ping(ctx).Err()
+		cancel()
+		if err != nil {
+			return woke
+		}
+	}
+}
+
 func (s *Server) stop() {
 	s.mu.Lock()
 	p := s.proc
