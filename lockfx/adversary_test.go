@@ -314,7 +314,7 @@ func TestAcquire_CallerGaveUpDuringScript_LockNotLeftHeld(t *testing.T) {
 				var stalled <-chan struct{}
 				switch c.fault {
 				case "slow":
-					stalled = stallServer(t, srv, faultLength)
+					stalled = srv.Sleep(faultLength)
 				case "freeze":
 					for _, conn := range proxy.Conns() {
 						conn.SetMode(faultproxy.Freeze)
@@ -354,26 +354,5 @@ func TestAcquire_CallerGaveUpDuringScript_LockNotLeftHeld(t *testing.T) {
 				time.Sleep(20 * time.Millisecond)
 			}
 		})
-	}
-}
-
-// stallServer makes srv execute nothing for d (DEBUG SLEEP: commands are
-// read and run when it ends) and returns once it has stopped answering,
-// with a channel closed when the stall is over.
-func stallServer(t *testing.T, srv *redistest.Server, d time.Duration) <-chan struct{} {
-	t.Helper()
-	over := make(chan struct{})
-	go func() {
-		defer close(over)
-		_ = srv.Client().Do(context.Background(), "DEBUG", "SLEEP", d.Seconds()).Err()
-	}()
-	probe := clientOf(t, srv.Addr()) // honours the 5ms context deadline
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
-		err := probe.Ping(ctx).Err()
-		cancel()
-		if err != nil {
-			return over // a PING unanswered for 5ms: asleep (or a loaded machine)
-		}
 	}
 }

@@ -13,6 +13,17 @@ import (
 	"github.com/redisfx/redisfx/storefx"
 )
 
+// giveUpAcquire calls Acquire with a context that ends after 50 ms, while
+// Redis cannot answer: the caller gives up during the Redis call.
+func giveUpAcquire(t *testing.T, l *Locker, name string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := l.Acquire(ctx, name); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Acquire while Redis cannot answer: %v", err)
+	}
+}
+
 // giveBacksDone waits until l has no give-back still trying.
 func giveBacksDone(t *testing.T, l *Locker, within time.Duration) {
 	t.Helper()
@@ -68,12 +79,7 @@ func TestAcquire_GaveUpDuringAStallLongerThanTheTTL_GiveBackLandsAfterIt(t *test
 	t.Cleanup(func() { _ = l.Stop(context.Background()) })
 
 	proxy.SetMode(faultproxy.Freeze)
-	actx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
-	_, err = l.Acquire(actx, "stalled")
-	cancel()
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Acquire during the stall: %v", err)
-	}
+	giveUpAcquire(t, l, "stalled")
 	time.Sleep(3 * ttl) // the stall's length: longer than the TTL
 	proxy.SetMode(faultproxy.Forward)
 
@@ -107,12 +113,7 @@ func TestAcquire_GaveUpAsTheBreakerOpened_GiveBackSentThroughIt(t *testing.T) {
 	t.Cleanup(func() { _ = l.Stop(context.Background()) })
 
 	proxy.SetMode(faultproxy.Freeze)
-	actx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
-	_, err = l.Acquire(actx, "breaker")
-	cancel()
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Acquire during the stall: %v", err)
-	}
+	giveUpAcquire(t, l, "breaker")
 	if c.Breaker().State == storefx.BreakerClosed {
 		t.Fatal("the failed acquire did not open the breaker: the test proves nothing")
 	}
@@ -135,12 +136,7 @@ func TestStop_EndsGiveBacksStillTrying(t *testing.T) {
 	}
 	ctx := context.Background()
 	proxy.SetMode(faultproxy.Freeze)
-	actx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
-	_, err = l.Acquire(actx, "stopping")
-	cancel()
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Acquire during the stall: %v", err)
-	}
+	giveUpAcquire(t, l, "stopping")
 	sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	if err := l.Stop(sctx); err != nil {
@@ -173,12 +169,7 @@ func TestAcquire_GaveUpDuringAPartitionThatRefuses_GiveBackLandsSoonAfterTheHeal
 
 	proxy.SetMode(faultproxy.Freeze)
 	proxy.Refuse(true)
-	actx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
-	_, err = l.Acquire(actx, "partitioned")
-	cancel()
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Acquire during the partition: %v", err)
-	}
+	giveUpAcquire(t, l, "partitioned")
 	time.Sleep(3 * time.Second) // the partition's length: a backing-off give-back would now pause for seconds
 	proxy.Refuse(false)
 	proxy.SetMode(faultproxy.Forward) // heals: the stalled acquire is delivered now
