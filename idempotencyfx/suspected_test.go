@@ -96,15 +96,9 @@ func TestClaimWithdrawnBeforeItArrives_TakesNothing(t *testing.T) {
 // (fail-open), and returns its key.
 func orphanClaim(t *testing.T, e *env, srv *redistest.Server, policy ErrorPolicy) string {
 	t.Helper()
-	admin := srv.Client()
 	for attempt := 0; attempt < 5; attempt++ {
 		key := "orphan-" + strconv.Itoa(attempt)
-		slept := make(chan struct{})
-		go func() {
-			defer close(slept)
-			_ = admin.Do(context.Background(), "DEBUG", "SLEEP", "0.6").Err()
-		}()
-		time.Sleep(50 * time.Millisecond) // let DEBUG SLEEP reach Redis before the claim
+		slept := srv.Sleep(600 * time.Millisecond)
 		r := e.post("/payments", key, `{}`)
 		<-slept
 		failed := r.status == 500
