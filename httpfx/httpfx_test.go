@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -278,9 +279,24 @@ func TestRequestIDFromContext(t *testing.T) {
 	if id := <-seen; id != "client-chosen-1" {
 		t.Fatalf("handler saw %q, want the client's id", id)
 	}
-	_, h, _ := get(t, srv.URL()+"/id")
-	if id := <-seen; id == "" || id != h.Get("X-Request-Id") {
-		t.Fatalf("handler saw %q, response header %q", id, h.Get("X-Request-Id"))
+	// Generated ids: 24 hex digits, one per request, and a string kept
+	// from an earlier request never changes (its digits live in that
+	// request's state, never written again).
+	generated := map[string]bool{}
+	var kept []string
+	for range 50 {
+		_, h, _ := get(t, srv.URL()+"/id")
+		id := <-seen
+		if id != h.Get("X-Request-Id") || !regexp.MustCompile(`^[0-9a-f]{24}$`).MatchString(id) || generated[id] {
+			t.Fatalf("handler saw %q, response header %q, seen before: %v", id, h.Get("X-Request-Id"), generated[id])
+		}
+		generated[id] = true
+		kept = append(kept, id)
+	}
+	for _, id := range kept {
+		if !generated[id] {
+			t.Fatalf("a kept id changed to %q", id)
+		}
 	}
 	if id := httpfx.RequestIDFromContext(context.Background()); id != "" {
 		t.Fatalf("outside a request: %q", id)

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"runtime/debug"
 	"strings"
+	"unsafe"
 
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
@@ -33,6 +34,11 @@ type requestState struct {
 	values          []ContextValue // the router's, shared by its requests, never modified
 	unmatched       bool
 	status          int // set by the recovery when it answered past the writer wrap
+
+	// The response's X-Request-Id value and a generated id's digits live
+	// in the state, so that neither needs an allocation of its own.
+	idHeader [1]string
+	idDigits [2 * requestIDBytes]byte
 }
 
 // Value implements context.Context.
@@ -76,13 +82,19 @@ func stateFrom(ctx context.Context) *requestState {
 
 type requestStateKey struct{}
 
-// newRequestID returns 24 hex digits. Unique, not secret: math/rand/v2's
-// per-thread ChaCha8 avoids a getrandom system call per request.
-func newRequestID() string {
-	var b [12]byte
+// requestIDBytes is the size of a generated request id: 24 hex digits.
+const requestIDBytes = 12
+
+// newRequestID returns 24 hex digits, written in the state's own array
+// (the string is never changed after: the array is written only here, once
+// per state). Unique, not secret: math/rand/v2's per-thread ChaCha8 avoids
+// a getrandom system call per request.
+func (s *requestState) newRequestID() string {
+	var b [requestIDBytes]byte
 	binary.LittleEndian.PutUint64(b[:8], rand.Uint64())
 	binary.LittleEndian.PutUint32(b[8:], rand.Uint32())
-	return hex.EncodeToString(b[:])
+	hex.Encode(s.idDigits[:], b[:])
+	return unsafe.String(&s.idDigits[0], len(s.idDigits))
 }
 
 // RequestIDFromContext returns the id of the request being served in ctx:

@@ -130,11 +130,13 @@ var serverKind = trace.WithSpanKind(trace.SpanKindServer)
 const TracerName = "github.com/redisfx/redisfx/httpfx"
 
 func (f *front) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	state := &requestState{errors: f.errors, values: f.values}
 	id := r.Header.Get(RequestIDHeader)
 	if !validRequestID(id) {
-		id = newRequestID()
+		id = state.newRequestID()
 	}
-	w.Header()[RequestIDHeader] = []string{id} // canonical already: no Set
+	state.id, state.idHeader[0] = id, id
+	w.Header()[RequestIDHeader] = state.idHeader[:] // canonical already: no Set
 	ctx := r.Context()
 	probe := isProbe(r)
 	var span trace.Span
@@ -150,7 +152,7 @@ func (f *front) serve(w http.ResponseWriter, r *http.Request, next http.Handler)
 			span.SetAttributes(requestAttributes(r)...)
 		}
 	}
-	state := &requestState{Context: ctx, id: id, errors: f.errors, values: f.values}
+	state.Context = ctx
 	ctx = state
 	r = r.WithContext(ctx)
 	// chi's writer wrapper: two allocations (a wrapper of our own in one
