@@ -2,6 +2,7 @@ package idempotencyfx_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -13,6 +14,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
 
+	"github.com/redisfx/redisfx/httpfx"
 	"github.com/redisfx/redisfx/idempotencyfx"
 	"github.com/redisfx/redisfx/internal/redistest"
 	"github.com/redisfx/redisfx/storefx"
@@ -178,6 +180,58 @@ func TestIdempotent_BoundTwiceAroundAPlainWrapper_EngagesOnce(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 200 || calls.Load() != 1 {
 		t.Fatalf("first request with the route bound twice: %d %s (calls %d)", resp.StatusCode, b, calls.Load())
+	}
+}
+
+// Bound twice with a middleware between that clones the request (r.Clone,
+// net/http's way to change a request in a middleware: a header map of its
+// own) and wraps the writer without Unwrap: the inner binding sees work
+// that holds its very record and engages no more. Before, it waited on the
+// outer binding, the handler never ran, and the outer binding recorded the
+// 409 in_progress as the key's answer for DefaultTTL. (Found by an
+// adversary.)
+func TestIdempotent_BoundTwiceAroundACloningMiddleware_EngagesOnce(t *testing.T) {
+	srv := redistest.StartPrivate(t)
+	client, _ := storefx.New("default", storefx.Config{URL: srv.URL()})
+	defer client.Close()
+	svc, err := idempotencyfx.New(client, idempotencyfx.Config{KeyPrefix: redistest.Prefix(t), WaitTimeout: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc.Close()
+	cloning := func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			r2 := r.Clone(r.Context())
+			r2.Header.Set("X-Internal", "1")
+			next.ServeHTTP(plainWriter{w}, r2)
+		})
+	}
+	r := chi.NewRouter()
+	r.Use(svc.Install)
+	var calls atomic.Int64
+	r.With(idempotencyfx.Idempotent(), cloning, idempotencyfx.Idempotent()).Post("/p", func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		w.WriteHeader(http.StatusCreated)
+		_, _ = io.WriteString(w, "charged")
+	})
+	hs := httptest.NewServer(r)
+	defer hs.Close()
+	post := func() (int, string, string) {
+		req, _ := http.NewRequest(http.MethodPost, hs.URL+"/p", strings.NewReader("x"))
+		req.Header.Set("Idempotency-Key", "twice")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b), resp.Header.Get(idempotencyfx.ReplayedHeader)
+	}
+	if code, body, _ := post(); code != http.StatusCreated || body != "charged" || calls.Load() != 1 {
+		t.Fatalf("first request: %d %q, handler ran %d times; want 201 once", code, body, calls.Load())
+	}
+	if code, body, replayed := post(); code != http.StatusCreated || body != "charged" || replayed != "true" || calls.Load() != 1 {
+		t.Fatalf("retry: %d %q replayed %q, handler ran %d times; want the 201 replayed", code, body, replayed, calls.Load())
 	}
 }
 
@@ -390,5 +444,52 @@ func TestIdempotent_Trailers_SentAsTrailersAndReplayed(t *testing.T) {
 		if replayed := resp.Header.Get(idempotencyfx.ReplayedHeader) == "true"; replayed != (attempt == "replay") {
 			t.Fatalf("%s: replayed=%v", attempt, replayed)
 		}
+	}
+}
+
+// A handler whose answer began passing through to the client (larger than
+// MaxResponseBytes, or flushed) and that then fails (returns an error, or
+// panics): the client already has part of a 201 and may act on it, so the
+// key's record is not replayable and the handler never runs again. Before,
+// the outcome was recorded as failed and, once LockTimeout passed, a retry
+// charged again. (Found by an adversary.)
+func TestAnswerPassedThroughThenFailure_NeverRunsAgain(t *testing.T) {
+	charged := `{"charged":true,"receipt":"` + strings.Repeat("r", 64) + `"}`
+	for _, tc := range []struct {
+		name    string
+		handler http.HandlerFunc
+	}{
+		{"larger than MaxResponseBytes, then an error", httpfx.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) error {
+			w.WriteHeader(http.StatusCreated)
+			_, _ = io.WriteString(w, charged)
+			return errors.New("audit log write failed")
+		}).ServeHTTP},
+		{"flushed, then an error", httpfx.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) error {
+			w.WriteHeader(http.StatusCreated)
+			_, _ = io.WriteString(w, `{"charged":true}`)
+			_ = http.NewResponseController(w).Flush()
+			return errors.New("audit log write failed")
+		}).ServeHTTP},
+		{"larger than MaxResponseBytes, then a panic", func(w http.ResponseWriter, _ *http.Request) {
+			w.WriteHeader(http.StatusCreated)
+			_, _ = io.WriteString(w, charged)
+			panic(http.ErrAbortHandler) // net/http's own: aborts quietly
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := advNew(t, idempotencyfx.Config{MaxResponseBytes: 16, LockTimeout: time.Second}, tc.handler, nil)
+			first := e.do(t, "/p", "big", "", "")
+			if first.status != http.StatusCreated && first.status != -1 { // -1: the panic aborted the connection
+				t.Fatalf("first: %d %q", first.status, first.body)
+			}
+			rec, err := e.svc.Get(context.Background(), "", "big")
+			if err != nil || rec == nil || rec.State != idempotencyfx.StateNotReplayable {
+				t.Fatalf("record after an answer that reached the client, then a failure: %+v, %v; want not replayable", rec, err)
+			}
+			retry := e.do(t, "/p", "big", "", "")
+			if retry.status != http.StatusConflict || !strings.Contains(retry.body, idempotencyfx.CodeResponseNotStored) || e.calls.Load() != 1 {
+				t.Fatalf("retry: %d %q, handler ran %d times; want 409 %s and one run", retry.status, retry.body, e.calls.Load(), idempotencyfx.CodeResponseNotStored)
+			}
+		})
 	}
 }

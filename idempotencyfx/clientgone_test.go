@@ -59,32 +59,38 @@ func TestClientGoneDuringHandler_ErrorRecordedAsFailed(t *testing.T) {
 // response back, so nothing had reached the client, but it kept the first
 // status and httpfx's error status came second (found by an adversary:
 // such answers were replayed for DefaultTTL). An invalid status is a panic,
-// as net/http makes it, so a failure too.
+// as net/http makes it, so a failure too. An answer that had already
+// passed through to the client (flushed, or written on a hijacked
+// connection) is not held back: the client may have acted on it, so the
+// record is not replayable and the handler never runs again
+// (TestAnswerPassedThroughThenFailure_NeverRunsAgain; before, these were
+// failed, and a retry after LockTimeout ran the handler again).
 func TestHandlerErrorAfterTheAnswerBegan_RecordedAsFailed(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, Config{LockTimeout: 2 * time.Second}, redistest.Start(t))
 	cases := []struct {
-		name    string
-		handler http.HandlerFunc
+		name     string
+		handler  http.HandlerFunc
+		answered bool // part of the answer reached the client before the error
 	}{
 		{"partial body, then an error", httpfx.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) error {
 			w.WriteHeader(http.StatusCreated)
 			_, _ = w.Write([]byte(`{"id":`))
 			return errors.New("commit failed")
-		}).ServeHTTP},
+		}).ServeHTTP, false},
 		{"a status, then an error", httpfx.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) error {
 			w.WriteHeader(http.StatusCreated)
 			return errors.New("commit failed")
-		}).ServeHTTP},
+		}).ServeHTTP, false},
 		{"streamed, then an error", httpfx.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) error {
 			_, _ = w.Write([]byte(`{"id":`))
 			w.(http.Flusher).Flush()
 			return errors.New("commit failed")
-		}).ServeHTTP},
+		}).ServeHTTP, true},
 		{"a 5xx after a 201", func(w http.ResponseWriter, _ *http.Request) {
 			w.WriteHeader(http.StatusCreated)
 			w.WriteHeader(http.StatusBadGateway)
-		}},
+		}, false},
 		{"hijacked, answered, then an error", httpfx.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) error {
 			conn, bw, err := http.NewResponseController(w).Hijack()
 			if err != nil {
@@ -94,12 +100,12 @@ func TestHandlerErrorAfterTheAnswerBegan_RecordedAsFailed(t *testing.T) {
 			_ = bw.Flush()
 			_ = conn.Close()
 			return errors.New("commit failed after the hijacked answer")
-		}).ServeHTTP},
+		}).ServeHTTP, true},
 		{"an invalid status", func(w http.ResponseWriter, _ *http.Request) {
 			var upstreamStatus int // the upstream call failed: its status is the zero value
 			w.WriteHeader(upstreamStatus)
 			_, _ = w.Write([]byte(`{"charged":true}`))
-		}},
+		}, false},
 	}
 	for i, c := range cases {
 		key := "k" + itoa(int64(i))
@@ -108,6 +114,13 @@ func TestHandlerErrorAfterTheAnswerBegan_RecordedAsFailed(t *testing.T) {
 		// A hijacking handler's client has its answer before the handler
 		// returns: wait for the outcome.
 		waitFor(t, func() bool { s := recordState(e, key); return s != "" && s != StateInProgress })
+		if c.answered {
+			if rec := e.record(key); rec.State != StateNotReplayable {
+				t.Fatalf("%s: recorded %s (TTL %v), want not replayable", c.name, rec.State, rec.TTL)
+			}
+			wantStatus(t, e.post("/payments", key, `{}`), http.StatusConflict, CodeResponseNotStored)
+			continue
+		}
 		if rec := e.record(key); rec.State != StateFailed || rec.TTL > 2*time.Second {
 			t.Fatalf("%s: recorded %s (TTL %v), want failed for LockTimeout", c.name, rec.State, rec.TTL)
 		}

@@ -46,8 +46,11 @@ type Config struct {
 	HeaderName string
 	// KeyPrefix is put before the key to form the Redis key. Default "idempotency:".
 	KeyPrefix string
-	// LockTimeout is the in-progress lease, renewed while the handler runs,
-	// and the lifetime of a failed record. Default 30s.
+	// LockTimeout is the in-progress lease, renewed while the handler runs
+	// (every third of it, each renewal waiting at most that long), and the
+	// lifetime of a failed record. Default 30s, minimum 10ms. A slow handler
+	// keeps its lease only while its renewals land in time, so values
+	// under ShortLockTimeout (1s), which Start warns about, are for tests.
 	LockTimeout time.Duration
 	// WaitTimeout is the longest a concurrent duplicate waits for the first
 	// request to finish before it gets 409. Default 10s. Use NoWait for 0.
@@ -90,6 +93,11 @@ type Config struct {
 	// completion notification is lost. Default 500ms.
 	PollInterval time.Duration
 }
+
+// ShortLockTimeout is the shortest LockTimeout Start takes without a
+// warning: a shorter one is accepted (tests use such values), but each
+// lease renewal must land within a third of the lease.
+const ShortLockTimeout = time.Second
 
 // Defaults of Config.
 const (

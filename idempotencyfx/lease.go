@@ -13,7 +13,8 @@ import (
 // lease is the ownership of an in-progress record. While the handler runs
 // the lease is renewed every third of LockTimeout (each renewal waiting at
 // most that long), so a slow but living
-// handler never loses its record to a duplicate; when the owner dies the
+// handler never loses its record to a duplicate while its renewals land
+// in time (a LockTimeout under ShortLockTimeout may not, under load); when the owner dies the
 // renewals stop and the lease runs out after LockTimeout. No goroutine runs
 // between renewals (time.AfterFunc).
 type lease struct {

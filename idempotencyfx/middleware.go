@@ -99,7 +99,12 @@ func (s *Service) serveHTTP(w http.ResponseWriter, r *http.Request, next http.Ha
 			return
 		}
 	}
-	g, err := s.acquire(ctx, s.StoreKey(scope, key), key, fp)
+	record := s.StoreKey(scope, key)
+	if holdsRecord(ctx, record) { // engaged further out: see leaseMark
+		next.ServeHTTP(w, r)
+		return
+	}
+	g, err := s.acquire(ctx, record, key, fp)
 	if err != nil {
 		s.refuse(w, r, next, g, err)
 		return
@@ -152,14 +157,14 @@ func (s *Service) refuse(w http.ResponseWriter, r *http.Request, next http.Handl
 func (s *Service) runOwned(w http.ResponseWriter, r *http.Request, next http.Handler, l *lease) {
 	rec := newRecorder(w, s.cfg.MaxResponseBytes)
 	outer := outerHeaders(rec.header)
-	ctx := context.WithValue(r.Context(), fenceKey{}, &leaseMark{token: l.token, header: headerID(r.Header)})
+	ctx := context.WithValue(r.Context(), fenceKey{}, &leaseMark{token: l.token, record: l.key, header: headerID(r.Header)})
 	returned := false
 	defer func() {
 		if returned {
 			return
 		}
 		panicked := recover() // nil: runtime.Goexit, which goes on after this
-		s.finish(ctx, l, StateFailed, nil)
+		s.finish(ctx, l, failedUnlessAnswered(rec), nil)
 		if panicked != nil {
 			// The recovery middleware answers afresh: with the headers outer
 			// middleware set (a request id, CORS), none of the handler's.
@@ -176,11 +181,17 @@ func (s *Service) runOwned(w http.ResponseWriter, r *http.Request, next http.Han
 	state := StateCompleted
 	var blob []byte
 	switch {
-	case rec.failed, failureStatus(rec.finishedStatus()):
-		// rec.failed: an error status after the answer began, which is how
-		// a returned error arrives after a partial write.
+	case failureStatus(rec.finishedStatus()):
 		state = StateFailed
-	case !rec.passing:
+	case rec.passing:
+		// Part of an answer reached the client: not replayable, below,
+		// whatever came after it (see failedUnlessAnswered).
+	case rec.failed:
+		// An error status after a buffered answer began, which is how a
+		// returned error arrives after a partial write: nothing of it has
+		// reached the client.
+		state = StateFailed
+	default:
 		var ok bool
 		if blob, ok = encodeResponse(rec.finishedStatus(), handlerHeaders(rec.header, outer), s.cfg.skip, rec.body); !ok {
 			rec.reason = "headers and body larger than a record can hold"
@@ -192,6 +203,19 @@ func (s *Service) runOwned(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 	s.finish(ctx, l, state, blob)
 	rec.send()
+}
+
+// failedUnlessAnswered is the outcome of a handler that failed (an error
+// status after its answer began, a panic): StateFailed, so that the key
+// can be tried again once the failure expires, unless part of a
+// non-failure answer already reached the client (streamed, hijacked,
+// larger than MaxResponseBytes). The client may have acted on that answer,
+// so the work must not run again: StateNotReplayable.
+func failedUnlessAnswered(rec *recorder) State {
+	if rec.passing && !failureStatus(rec.finishedStatus()) {
+		return StateNotReplayable
+	}
+	return StateFailed
 }
 
 // readBody reads the whole request body, at most limit bytes, and restores

@@ -91,11 +91,17 @@ func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Service, error
 }
 
 // Start preloads the scripts (so the first request pays no SCRIPT LOAD),
-// warns about records that never expire, and checks that the Redis user may
-// use the channels that wake waiting duplicates.
+// warns about records that never expire and about a lease too short to be
+// kept under load, and checks that the Redis user may use the channels
+// that wake waiting duplicates.
 func (s *Service) Start(ctx context.Context) error {
 	if s.cfg.DefaultTTL == NeverExpire {
 		s.log.Warn("idempotency: DefaultTTL is NeverExpire, so completed records never expire and accumulate in Redis; set a TTL (payments: 24-48h)")
+	}
+	if s.cfg.LockTimeout < ShortLockTimeout {
+		s.log.Warn("idempotency: LockTimeout is shorter than 1s: a lease renewal delayed past a third of it "+
+			"(a slow round trip, a GC pause, a loaded machine) lets a duplicate run while the handler still runs; "+
+			"use such values in tests only", zap.Duration("lock_timeout", s.cfg.LockTimeout))
 	}
 	if err := scripts.Preload(ctx, s.store.rdb, idemscript.All...); err != nil {
 		s.log.Warn("idempotency: could not preload a script; it will be loaded on first use", zap.Error(err))
@@ -455,13 +461,18 @@ func (s *Service) warnFailOpen(err error) {
 type fenceKey struct{}
 
 // leaseMark is what idempotent work carries in its context: the fencing
-// token, and for HTTP the request the lease belongs to, known by its header
-// map. A copy of the request made by a middleware (WithContext,
-// http.StripPrefix) shares the map, so a second Idempotent() bound on the
-// same route finds its request already engaged; a sub-request (NewRequest,
-// Clone) has a map of its own and is protected in its own right.
+// token, the record its lease holds, and for HTTP the request the lease
+// belongs to, known by its header map. A copy of the request made by a
+// middleware (WithContext, http.StripPrefix) shares the map, so a second
+// Idempotent() bound on the same route finds its request already engaged.
+// A request with a map of its own (NewRequest, Clone) is engaged too when
+// it carries the key of the record the work holds: claiming that record
+// again could only wait for the work it runs in (a cloning middleware
+// between two bindings of one route). With any other key it is a
+// sub-request, protected in its own right.
 type leaseMark struct {
 	token  int64
+	record string
 	header uintptr // 0 outside HTTP (Do)
 }
 
@@ -480,6 +491,13 @@ func headerID(h http.Header) uintptr {
 func underLease(r *http.Request) bool {
 	m, _ := r.Context().Value(fenceKey{}).(*leaseMark)
 	return m != nil && m.header != 0 && m.header == headerID(r.Header)
+}
+
+// holdsRecord reports whether ctx is idempotent work whose lease holds
+// record: the same key claimed again inside it would wait for itself.
+func holdsRecord(ctx context.Context, record string) bool {
+	m, _ := ctx.Value(fenceKey{}).(*leaseMark)
+	return m != nil && m.record == record
 }
 
 // FencingToken returns the fencing token of the idempotent work running in

@@ -67,3 +67,20 @@ func TestNeverExpire_PersistsAndWarns(t *testing.T) {
 		t.Fatal("a negative DefaultTTL other than NeverExpire was accepted")
 	}
 }
+
+// A LockTimeout under a second is accepted (tests use them) but Start
+// warns that a renewal delayed past a third of it lets a duplicate run
+// while the handler still runs (an adversary ran a 1.5 s handler 12 times
+// with a 10 ms lease on a loaded machine); the default is not warned about.
+func TestShortLockTimeout_StartWarns(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	short := newEnv(t, Config{LockTimeout: 300 * time.Millisecond}, srv)
+	if short.logs.FilterMessageSnippet("LockTimeout is shorter than 1s").Len() != 1 {
+		t.Fatal("no warning for a 300ms LockTimeout")
+	}
+	usual := newEnv(t, Config{}, srv)
+	if usual.logs.FilterMessageSnippet("LockTimeout is shorter").Len() != 0 {
+		t.Fatal("the default LockTimeout was warned about")
+	}
+}
