@@ -35,7 +35,8 @@ bench:
 ## bench-smoke: every benchmark once, and the load table briefly (CI).
 bench-smoke:
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./...
-	$(GO) run ./bench/run -c 4 -d 300ms -repeat 1
+	$(GO) run ./bench/run -c 4 -d 300ms -repeat 1 -gen go
+	@if command -v wrk >/dev/null; then $(GO) run ./bench/run -c 4 -d 1s -repeat 1 -gen wrk -servers plain,stack; fi
 
 ## lint: golangci-lint (vet, staticcheck, revive, godot, errorlint, … and gofmt/goimports), go.mod tidiness, no build output in git.
 lint: tidy-lint tree-lint

@@ -70,7 +70,15 @@ func main() {
 	repeat := flag.Int("repeat", 3, "measurements per cell (the median is reported)")
 	only := flag.String("servers", "", "comma-separated subset of servers (default all)")
 	down := flag.Bool("down", false, "measure the stack with Redis killed instead (each policy, breaker on and off)")
+	gen := flag.String("gen", "auto", "load generator of the table: wrk (issue 16's: wrk -t2), go (bench/load, in process), or auto (wrk when it is on PATH)")
 	flag.Parse()
+	drive, generator := load.Run, "bench/load (Go's HTTP client, in the benchmark process)"
+	switch {
+	case *gen == "wrk" || *gen == "auto" && load.WrkAvailable():
+		drive, generator = load.RunWrk, "wrk -t2"
+	case *gen != "go" && *gen != "auto":
+		log.Fatalf("-gen %q: want wrk, go or auto", *gen)
+	}
 
 	dir, err := os.MkdirTemp("", "redisfx-bench")
 	if err != nil {
@@ -135,7 +143,7 @@ func main() {
 				beforeTrips, beforeAll := commandCalls(rdb)
 				beforeCPU := cpuTime(srv.Process.Pid)
 				beforeSpans := spans.Load()
-				res, err := load.Run(context.Background(), load.Options{URL: "http://" + addr + "/payments",
+				res, err := drive(context.Background(), load.Options{URL: "http://" + addr + "/payments",
 					Connections: *conns, Duration: *dur, Keys: path, Body: body,
 					KeyPrefix: fmt.Sprintf("%s-%s-%d-", s.name, path, r)})
 				cpu := cpuTime(srv.Process.Pid) - beforeCPU
@@ -155,7 +163,7 @@ func main() {
 			}
 		}
 	}
-	report(results, chosen, paths, *conns, *dur, *repeat)
+	report(results, chosen, paths, *conns, *dur, *repeat, generator)
 }
 
 // serverEnv is this process's environment without OTEL_* and TRACING_*
@@ -220,8 +228,8 @@ func median(cs []cell) (cell, float64, float64) {
 	return cs[len(cs)/2], cs[0].res.RPS(), cs[len(cs)-1].res.RPS()
 }
 
-func report(results map[string]map[load.Keys][]cell, chosen []server, paths []load.Keys, conns int, dur time.Duration, repeat int) {
-	fmt.Printf("Closed loop, %d connections, %v per run, median of %d runs (min-max in brackets); %s.\n\n", conns, dur, repeat, time.Now().UTC().Format("2006-01-02 15:04 MST"))
+func report(results map[string]map[load.Keys][]cell, chosen []server, paths []load.Keys, conns int, dur time.Duration, repeat int, generator string) {
+	fmt.Printf("Closed loop (%s), %d connections, %v per run, median of %d runs (min-max in brackets); %s.\n\n", generator, conns, dur, repeat, time.Now().UTC().Format("2006-01-02 15:04 MST"))
 	fmt.Println("| path | server | req/s | vs plain | vs limit | p50 | p99 | server CPU/req | script calls/req | Redis commands/req | OTLP bytes/req |")
 	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|")
 	rps := func(name string, p load.Keys) float64 {
