@@ -51,7 +51,7 @@ func RunWrk(ctx context.Context, o Options) (Result, error) {
 	var out, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &stderr
 	if err := cmd.Run(); err != nil {
-		return Result{}, fmt.Errorf("wrk: %v: %s", err, stderr.String())
+		return Result{}, fmt.Errorf("wrk: %w: %s", err, stderr.String())
 	}
 	return parseWrk(out.String())
 }
@@ -113,7 +113,7 @@ func parseWrk(out string) (Result, error) {
 		for i := range v {
 			n, err := strconv.ParseInt(f[i+1], 10, 64)
 			if err != nil {
-				return Result{}, fmt.Errorf("wrk summary %q: %v", sc.Text(), err)
+				return Result{}, fmt.Errorf("wrk summary %q: %w", sc.Text(), err)
 			}
 			v[i] = n
 		}
