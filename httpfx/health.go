@@ -2,11 +2,14 @@ package httpfx
 
 import (
 	"context"
+	"fmt"
 	"net/http"
+	"runtime/debug"
 	"strings"
 	"time"
 
 	"go.uber.org/fx"
+	"go.uber.org/zap"
 
 	"github.com/redisfx/redisfx/plugintrace"
 )
@@ -15,6 +18,10 @@ import (
 // automatically; applications add their own to the group:
 //
 //	fx.Provide(httpfx.AsReadinessCheck(func() httpfx.ReadinessCheck { ... }))
+//
+// A check that returns an error, panics or has not returned within 1s has
+// failed; a panic is logged at error level. Check must not be nil: Module
+// fails start-up naming the check.
 type ReadinessCheck struct {
 	Name  string
 	Check func(ctx context.Context) error
@@ -64,15 +71,17 @@ func healthz(w http.ResponseWriter, _ *http.Request) {
 // returned at the deadline has failed, even if it ignores its context:
 // the answer never waits longer than the deadline. A 503 is an error answer
 // like any other of redisfx, so it is problem+json too. The checks' Redis
-// commands make no span.
-func readyz(checks []ReadinessCheck) http.HandlerFunc {
+// commands make no span. A check that panics has failed: the panic is
+// logged, never allowed to end the process (it runs in its own goroutine,
+// where no recover of net/http's or the router's would catch it).
+func readyz(checks []ReadinessCheck, log *zap.Logger) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(plugintrace.WithoutCommandSpans(r.Context()), readinessTimeout)
 		defer cancel()
 		passed := make([]chan bool, len(checks))
 		for i, c := range checks {
 			passed[i] = make(chan bool, 1) // a late check's answer is dropped
-			go func() { passed[i] <- c.Check(ctx) == nil }()
+			go func() { passed[i] <- runCheck(ctx, c, log) }()
 		}
 		failed := []string{}
 		for i, c := range checks {
@@ -99,6 +108,30 @@ func readyz(checks []ReadinessCheck) http.HandlerFunc {
 		w.Header().Set("Cache-Control", "no-store")
 		_, _ = w.Write([]byte(`{"status":"ready"}` + "\n"))
 	}
+}
+
+// runCheck runs c and reports whether it passed; a panic is a failure,
+// logged with the check's name, the panic value and the stack.
+func runCheck(ctx context.Context, c ReadinessCheck, log *zap.Logger) (passed bool) {
+	defer func() {
+		if p := recover(); p != nil {
+			log.Error("readiness check panicked", zap.String("check", c.Name),
+				zap.String("panic", fmt.Sprint(p)), zap.ByteString("stack", debug.Stack()))
+			passed = false
+		}
+	}()
+	return c.Check(ctx) == nil
+}
+
+// checkReadiness refuses a check without a Check func at start-up, where
+// the app's author sees it, instead of failing every /readyz.
+func checkReadiness(checks []ReadinessCheck) error {
+	for _, c := range checks {
+		if c.Check == nil {
+			return fmt.Errorf("httpfx: readiness check %q has no Check func", c.Name)
+		}
+	}
+	return nil
 }
 
 // readinessTimeout bounds /readyz: a check not done by then has failed.

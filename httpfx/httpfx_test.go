@@ -563,3 +563,45 @@ func accessLogged(t *testing.T, logs *observer.ObservedLogs, field zap.Field, n 
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// A readiness check that panicked ran in a goroutine without a recover, so
+// one buggy check killed the process at the first /readyz. It is now a
+// failed check, logged at error level with its name and the panic value.
+func TestReadyz_PanickingCheck_FailsAndIsLogged(t *testing.T) {
+	t.Parallel()
+	a, srv, logs := app(t, fx.Provide(httpfx.AsReadinessCheck(func() httpfx.ReadinessCheck {
+		return httpfx.ReadinessCheck{Name: "buggy", Check: func(context.Context) error {
+			panic(errors.New("assignment to entry in nil map"))
+		}}
+	})))
+	defer a.RequireStop()
+	for range 2 { // the process survives the first and answers the next
+		code, _, body := get(t, srv.URL()+"/readyz")
+		var p httpfx.Problem
+		if err := json.Unmarshal([]byte(body), &p); err != nil || code != http.StatusServiceUnavailable ||
+			p.Code != httpfx.CodeNotReady || fmt.Sprint(p.Extensions["failed"]) != "[buggy]" {
+			t.Fatalf("readyz: %d %s (%v)", code, body, err)
+		}
+	}
+	entries := logs.FilterMessage("readiness check panicked").All()
+	if len(entries) != 2 {
+		t.Fatalf("%d log entries for 2 panics", len(entries))
+	}
+	e := entries[0]
+	m := e.ContextMap()
+	if e.Level != zapcore.ErrorLevel || m["check"] != "buggy" ||
+		!strings.Contains(fmt.Sprint(m["panic"]), "nil map") || !strings.Contains(fmt.Sprint(m["stack"]), "goroutine") {
+		t.Fatalf("log entry %v %v", e.Level, m)
+	}
+}
+
+// A ReadinessCheck without a Check func would panic at every /readyz;
+// start-up fails instead, naming the check.
+func TestReadinessCheck_NilCheckFailsStartUp(t *testing.T) {
+	t.Parallel()
+	err := fx.New(fx.NopLogger, fx.Provide(zap.NewNop), fx.Supply(&httpfx.Config{Addr: "127.0.0.1:0"}), httpfx.Module,
+		fx.Provide(httpfx.AsReadinessCheck(func() httpfx.ReadinessCheck { return httpfx.ReadinessCheck{Name: "ledger"} }))).Err()
+	if err == nil || !strings.Contains(err.Error(), `httpfx: readiness check "ledger" has no Check func`) {
+		t.Fatalf("err = %v", err)
+	}
+}

@@ -96,6 +96,9 @@ func newRouter(p routerParams) (*chi.Mux, error) {
 	if err := checkContextValues(p.Values); err != nil {
 		return nil, err
 	}
+	if err := checkReadiness(p.Readiness); err != nil {
+		return nil, err
+	}
 	r := chi.NewRouter()
 	f := &front{errors: p.Errors, propagator: p.Propagator, log: p.Log, metrics: metrics, values: p.Values}
 	if p.Tracer != nil {
@@ -116,7 +119,7 @@ func newRouter(p routerParams) (*chi.Mux, error) {
 		if p.Store != nil {
 			checks = append(checks, ReadinessCheck{Name: "redis", Check: p.Store.Ready})
 		}
-		r.Get(ReadyPath, readyz(checks))
+		r.Get(ReadyPath, readyz(checks, p.Log))
 	}
 	if !cfg.DisableMetrics && p.Gatherer != nil {
 		r.Method(http.MethodGet, MetricsPath, promhttp.HandlerFor(p.Gatherer, promhttp.HandlerOpts{}))
