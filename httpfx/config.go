@@ -3,9 +3,12 @@ package httpfx
 import (
 	"fmt"
 	"time"
+
+	"github.com/redisfx/redisfx"
 )
 
-// Config configures the HTTP server. Zero fields take the defaults below.
+// Config configures the HTTP server. Zero fields take the defaults below;
+// a negative timeout or MaxHeaderBytes is invalid (see Validate).
 type Config struct {
 	// Addr is the listen address. Default ":8080".
 	Addr string
@@ -29,6 +32,15 @@ type Config struct {
 	DisableMetrics bool
 }
 
+// configError names the invalid field of Config.
+func configError(field, reason string) error {
+	return redisfx.NewConfigError("httpfx", "Config."+field, reason)
+}
+
+// Validate reports the first invalid field as a *redisfx.ConfigError naming
+// it; Module fails fx.New with the same error.
+func (c Config) Validate() error { _, err := c.withDefaults(); return err }
+
 func (c Config) withDefaults() (Config, error) {
 	if c.Addr == "" {
 		c.Addr = ":8080"
@@ -45,14 +57,14 @@ func (c Config) withDefaults() (Config, error) {
 		{"ShutdownTimeout", &c.ShutdownTimeout, 15 * time.Second},
 	} {
 		if *d.v < 0 {
-			return c, fmt.Errorf("httpfx: invalid Config.%s: %v is negative", d.name, *d.v)
+			return c, configError(d.name, fmt.Sprintf("%v is negative", *d.v))
 		}
 		if *d.v == 0 {
 			*d.v = d.def
 		}
 	}
 	if c.MaxHeaderBytes < 0 {
-		return c, fmt.Errorf("httpfx: invalid Config.MaxHeaderBytes: %d is negative", c.MaxHeaderBytes)
+		return c, configError("MaxHeaderBytes", fmt.Sprintf("%d is negative", c.MaxHeaderBytes))
 	}
 	if c.MaxHeaderBytes == 0 {
 		c.MaxHeaderBytes = 1 << 20

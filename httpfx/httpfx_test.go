@@ -27,6 +27,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/redisfx/redisfx"
 	"github.com/redisfx/redisfx/httpfx"
 	"github.com/redisfx/redisfx/internal/redistest"
 	"github.com/redisfx/redisfx/storefx"
@@ -258,6 +259,35 @@ func TestConfig_NegativeTimeoutFailsNamingTheField(t *testing.T) {
 	a := fx.New(fx.NopLogger, fx.Provide(zap.NewNop), fx.Supply(&httpfx.Config{IdleTimeout: -1}), httpfx.Module)
 	if err := a.Err(); err == nil || !strings.Contains(err.Error(), "IdleTimeout") {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+// An invalid httpfx.Config failed fx.New with a plain error, where every
+// other module's is a *redisfx.ConfigError naming the field (and Config had
+// no Validate). Both now hold, for every field that can be invalid.
+func TestConfig_InvalidIsConfigErrorNamingTheField(t *testing.T) {
+	t.Parallel()
+	for field, cfg := range map[string]httpfx.Config{
+		"ReadHeaderTimeout": {ReadHeaderTimeout: -1},
+		"ReadTimeout":       {ReadTimeout: -time.Second},
+		"WriteTimeout":      {WriteTimeout: -1},
+		"IdleTimeout":       {IdleTimeout: -1},
+		"ShutdownTimeout":   {ShutdownTimeout: -1},
+		"MaxHeaderBytes":    {MaxHeaderBytes: -1},
+	} {
+		for how, err := range map[string]error{
+			"Validate": cfg.Validate(),
+			"fx.New":   fx.New(fx.NopLogger, fx.Provide(zap.NewNop), fx.Supply(&cfg), httpfx.Module).Err(),
+		} {
+			var ce *redisfx.ConfigError
+			if !errors.As(err, &ce) || ce.Package != "httpfx" || ce.Field != "Config."+field ||
+				!strings.Contains(err.Error(), "httpfx: invalid Config."+field+": ") {
+				t.Errorf("%s of a negative %s: %v", how, field, err)
+			}
+		}
+	}
+	if err := (httpfx.Config{}).Validate(); err != nil {
+		t.Errorf("the zero Config: %v", err)
 	}
 }
 
