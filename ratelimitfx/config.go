@@ -41,7 +41,9 @@ type Config struct {
 	// KeyPrefix is put before every counter key. Default "ratelimit:".
 	KeyPrefix string
 	// Limit and Window are the default rule: Limit requests per Window per
-	// key. Defaults 100 and 1m. Window is whole milliseconds, at least 1ms.
+	// key. Defaults 100 and 1m. Window is whole milliseconds, at least 1ms:
+	// Redis counts in milliseconds, and a window truncated to them would
+	// share its counter with another rule's.
 	Limit  int64
 	Window time.Duration
 	// Algorithm: FixedWindow (default) or SlidingLog.
@@ -102,6 +104,9 @@ func (c Config) normalize() (Config, []netip.Prefix, error) {
 	}
 	if c.Window < time.Millisecond {
 		return c, nil, configError("Window", "below Redis's 1ms resolution")
+	}
+	if reason := windowInvalid(c.Window); reason != "" {
+		return c, nil, configError("Window", reason)
 	}
 	if c.StoreTimeout == 0 {
 		c.StoreTimeout = 500 * time.Millisecond

@@ -1,6 +1,7 @@
 package ratelimitfx
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -41,6 +42,17 @@ func (l *Limiter) counterKey(rule Rule, key string) string {
 // mistaken for them, since Quote doubles every backslash.
 var braceEscaper = strings.NewReplacer("{", `\x7b`, "}", `\x7d`)
 
-// windowMS is a window in Redis's unit, whole milliseconds, at least one
-// (a Rule's Window below 1ms counts as 1ms).
-func windowMS(w time.Duration) int64 { return max(w.Milliseconds(), 1) }
+// windowMS is a window in Redis's unit, whole milliseconds: Config and
+// Rule windows are refused unless windowInvalid passes them, so nothing is
+// truncated.
+func windowMS(w time.Duration) int64 { return w.Milliseconds() }
+
+// windowInvalid says why w cannot be a window, or "" when it can. A window
+// is whole milliseconds, at least one: the counter's name and Redis hold it
+// in milliseconds, so windows that differ below one would share a counter.
+func windowInvalid(w time.Duration) string {
+	if w < time.Millisecond || w%time.Millisecond != 0 {
+		return fmt.Sprintf("%v is not a whole number of milliseconds (at least 1ms)", w)
+	}
+	return ""
+}

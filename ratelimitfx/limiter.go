@@ -2,6 +2,7 @@ package ratelimitfx
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"strconv"
 	"sync"
@@ -10,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/redisfx/redisfx"
 	"github.com/redisfx/redisfx/httpfx"
 	"github.com/redisfx/redisfx/internal/clientcheck"
 	"github.com/redisfx/redisfx/internal/randid"
@@ -22,7 +24,9 @@ import (
 // the middleware and to "default" in Check. Rules that differ in Name,
 // Limit or Window, or are checked by limiters of different Algorithms,
 // never share a counter; the same rule shares its counter for a key
-// across processes.
+// across processes. Window is whole milliseconds, at least 1ms (Redis's
+// unit); another is refused, by Check with an error and by Limit with a
+// panic, as a *redisfx.ConfigError naming Rule.Window.
 type Rule struct {
 	Name   string
 	Limit  int64
@@ -108,11 +112,27 @@ func (l *Limiter) withDefaults(rule Rule) Rule {
 	return rule
 }
 
+// validRule refuses a rule (defaults filled in) that Redis could not count
+// exactly: a window truncated to whole milliseconds would be counted with
+// another rule's.
+func validRule(rule Rule) error {
+	if reason := windowInvalid(rule.Window); reason != "" {
+		return redisfx.NewConfigError("ratelimitfx", "Rule.Window", fmt.Sprintf("rule %q: %s", rule.Name, reason))
+	}
+	return nil
+}
+
 // Check counts one request of key against rule and decides. On a store
 // failure it returns a *StoreUnavailableError with a Decision that follows
-// the ErrorPolicy (Allowed under FailOpen).
+// the ErrorPolicy (Allowed under FailOpen). A rule whose Window is not
+// whole milliseconds is not counted: Check returns a *redisfx.ConfigError
+// naming Rule.Window, with a Decision that does not allow the request,
+// whatever the ErrorPolicy (it is the caller's mistake, not an outage).
 func (l *Limiter) Check(ctx context.Context, rule Rule, key string) (Decision, error) {
 	rule = l.withDefaults(rule)
+	if err := validRule(rule); err != nil {
+		return Decision{Limit: rule.Limit, Window: rule.Window}, err
+	}
 	ctx, span := l.obs.startCheck(ctx, rule, key)
 	d, err := l.check(ctx, rule, key)
 	if err != nil {

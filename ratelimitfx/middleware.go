@@ -21,9 +21,17 @@ import (
 // inside a r.Route group), so one Rule value may guard several routes
 // separately; mounted before routing (r.Use on the root router) it has one
 // counter per key for every route ("default").
+//
+// A rule whose Window is not whole milliseconds makes Limit panic with a
+// *redisfx.ConfigError naming Rule.Window, as chi panics on a malformed
+// route: routes are set up at start-up, where the mistake shows at once,
+// rather than at every request.
 func (l *Limiter) Limit(rule Rule) func(http.Handler) http.Handler {
 	named := rule.Name != ""
 	rule = l.withDefaults(rule)
+	if err := validRule(rule); err != nil {
+		panic(err)
+	}
 	p := newPolicy(rule, named)
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

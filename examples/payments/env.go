@@ -189,6 +189,9 @@ func parseRate(v string) (int64, time.Duration, error) {
 	if err != nil || window < time.Millisecond {
 		return 0, 0, fmt.Errorf("not <requests>/<window>, e.g. 100/1m")
 	}
+	if window%time.Millisecond != 0 { // ratelimitfx refuses it: Redis counts whole milliseconds
+		return 0, 0, fmt.Errorf("the window %v is not a whole number of milliseconds", window)
+	}
 	return limit, window, nil
 }
 
