@@ -36,8 +36,19 @@ type Config struct {
 	// once. Default 1: a process's first deliveries in stream order; a
 	// retried message runs after ClaimIdle, behind later ones.
 	Concurrency int
-	// MaxLen trims each stream on publish to about this many entries
-	// (XADD MAXLEN ~). 0 keeps everything.
+	// MaxLen caps each stream's length: every publish trims it to about
+	// this many entries (XADD MAXLEN ~; Redis trims only whole nodes, so
+	// somewhat more may remain), the dead-letter stream included. Default
+	// 0: no cap.
+	//
+	// Trimming does not look at the consumer group: entries trimmed before
+	// the group read them are never delivered, and one trimmed while
+	// pending (its handler failed, or its consumer died) is never run again
+	// nor dead-lettered; no error, log or metric reports it. The
+	// at-least-once guarantee holds only for entries still in the stream:
+	// set MaxLen far above the longest backlog you expect
+	// (stream_consumer_lag), or leave it 0 and bound the stream with
+	// Retention.
 	MaxLen int64
 	// Retention, when set, makes each stream (and its dead-letter stream)
 	// expire this long after its last publish (give or take a second, or
