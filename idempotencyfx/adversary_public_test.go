@@ -493,3 +493,44 @@ func TestAnswerPassedThroughThenFailure_NeverRunsAgain(t *testing.T) {
 		})
 	}
 }
+
+// The mark that makes a request with the key of the work it runs in pass
+// through ends with that work: a goroutine of the handler that outlives it
+// and sends a request with the same key through the router, with the
+// handler's context, gets the recorded answer, not a second run.
+func TestIdempotent_SameKeyAfterTheWorkEnded_Replayed(t *testing.T) {
+	srv := redistest.StartPrivate(t)
+	client, _ := storefx.New("default", storefx.Config{URL: srv.URL()})
+	defer client.Close()
+	svc, err := idempotencyfx.New(client, idempotencyfx.Config{KeyPrefix: redistest.Prefix(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc.Close()
+	r := chi.NewRouter()
+	r.Use(svc.Install)
+	var charges atomic.Int64
+	later := make(chan context.Context, 1)
+	r.With(idempotencyfx.Idempotent()).Post("/payments", func(w http.ResponseWriter, req *http.Request) {
+		if charges.Add(1) == 1 {
+			later <- context.WithoutCancel(req.Context())
+		}
+		w.WriteHeader(http.StatusCreated)
+		_, _ = io.WriteString(w, "charged")
+	})
+	send := func(ctx context.Context) *httptest.ResponseRecorder {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "/payments", strings.NewReader("x"))
+		req.Header.Set("Idempotency-Key", "pay-1")
+		rec := httptest.NewRecorder()
+		r.ServeHTTP(rec, req)
+		return rec
+	}
+	if first := send(context.Background()); first.Code != http.StatusCreated {
+		t.Fatalf("first: %d %s", first.Code, first.Body)
+	}
+	again := send(<-later) // the first request has been answered: its work ended
+	if again.Code != http.StatusCreated || again.Header().Get(idempotencyfx.ReplayedHeader) != "true" || charges.Load() != 1 {
+		t.Fatalf("same key with the ended work's context: %d replayed %q, charged %d times; want the replay",
+			again.Code, again.Header().Get(idempotencyfx.ReplayedHeader), charges.Load())
+	}
+}

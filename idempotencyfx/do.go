@@ -63,7 +63,7 @@ func (s *Service) DoInScope(ctx context.Context, scope, key, fingerprint string,
 			panic(panicked)
 		}
 	}()
-	out, err := fn(context.WithValue(ctx, fenceKey{}, &leaseMark{token: l.token, record: l.key}))
+	out, err := fn(context.WithValue(ctx, fenceKey{}, newLeaseMark(l, 0)))
 	returned = true
 	if err != nil {
 		s.finish(ctx, l, StateFailed, nil)

@@ -85,6 +85,14 @@ func (l *lease) renew() {
 	l.mu.Unlock()
 }
 
+// working reports whether the work under the lease has not ended: its
+// outcome is not being recorded yet.
+func (l *lease) working() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return !l.stopped
+}
+
 // stop ends renewals and waits for one in flight.
 func (l *lease) stop() {
 	l.mu.Lock()

@@ -157,7 +157,7 @@ func (s *Service) refuse(w http.ResponseWriter, r *http.Request, next http.Handl
 func (s *Service) runOwned(w http.ResponseWriter, r *http.Request, next http.Handler, l *lease) {
 	rec := newRecorder(w, s.cfg.MaxResponseBytes)
 	outer := outerHeaders(rec.header)
-	ctx := context.WithValue(r.Context(), fenceKey{}, &leaseMark{token: l.token, record: l.key, header: headerID(r.Header)})
+	ctx := context.WithValue(r.Context(), fenceKey{}, newLeaseMark(l, headerID(r.Header)))
 	returned := false
 	defer func() {
 		if returned {

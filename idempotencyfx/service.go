@@ -469,11 +469,16 @@ type fenceKey struct{}
 // it carries the key of the record the work holds: claiming that record
 // again could only wait for the work it runs in (a cloning middleware
 // between two bindings of one route). With any other key it is a
-// sub-request, protected in its own right.
+// sub-request, protected in its own right. Once the work has ended (a
+// goroutine of the handler outliving it, say) the mark engages nothing.
 type leaseMark struct {
 	token  int64
-	record string
+	lease  *lease
 	header uintptr // 0 outside HTTP (Do)
+}
+
+func newLeaseMark(l *lease, header uintptr) *leaseMark {
+	return &leaseMark{token: l.token, lease: l, header: header}
 }
 
 // headerID is the identity of a request's header map (0 for none). Heap
@@ -490,14 +495,15 @@ func headerID(h http.Header) uintptr {
 // further out already serves.
 func underLease(r *http.Request) bool {
 	m, _ := r.Context().Value(fenceKey{}).(*leaseMark)
-	return m != nil && m.header != 0 && m.header == headerID(r.Header)
+	return m != nil && m.header != 0 && m.header == headerID(r.Header) && m.lease.working()
 }
 
-// holdsRecord reports whether ctx is idempotent work whose lease holds
-// record: the same key claimed again inside it would wait for itself.
+// holdsRecord reports whether ctx is idempotent work, still running, whose
+// lease holds record: the same key claimed again inside it would wait for
+// itself.
 func holdsRecord(ctx context.Context, record string) bool {
 	m, _ := ctx.Value(fenceKey{}).(*leaseMark)
-	return m != nil && m.record == record
+	return m != nil && m.lease.key == record && m.lease.working()
 }
 
 // FencingToken returns the fencing token of the idempotent work running in
