@@ -152,21 +152,53 @@ func tracingConfig(env Env) *tracingfx.Config {
 	}
 }
 
+// httpConfig: the server's timeouts follow from the settings (see
+// requestBound), so that no answer the settings allow is cut off by the
+// WriteTimeout and a stop waits for every request in flight.
 func httpConfig(env Env) *httpfx.Config {
-	return &httpfx.Config{Addr: env.HTTPAddr, ShutdownTimeout: drainTimeout(env)}
+	return &httpfx.Config{
+		Addr:            env.HTTPAddr,
+		ReadTimeout:     httpReadTimeout,
+		WriteTimeout:    max(requestBound(env), httpfxWriteTimeout),
+		ShutdownTimeout: drainTimeout(env),
+	}
 }
 
-// drainTimeout is how long a stop waits for in-flight payments: as long as
-// one can take (PAYMENTS_DELAY, and the wait for the card's lock when it is
-// on) and 15 s more, so that a stop never cuts a payment off and leaves its
-// record in progress.
-func drainTimeout(env Env) time.Duration {
-	d := env.PaymentsDelay + 15*time.Second
+const (
+	// httpReadTimeout bounds reading a whole request, body included: 10 s
+	// rather than httpfx's 30 s, since a payment body is at most 64 KiB
+	// and the idempotency layer reads at most 1 MiB (100 KiB/s is enough
+	// for that), and a stop must wait for a client that stalls in the
+	// middle of its body until this runs out.
+	httpReadTimeout = 10 * time.Second
+	// httpfxWriteTimeout is httpfx's default WriteTimeout: the example never
+	// sets a shorter one.
+	httpfxWriteTimeout = 60 * time.Second
+	// redisMargin is the time beyond the waits for the Redis round trips
+	// of a request (the claim, the card lock, the publish, the completion,
+	// each bounded by its own timeout of a few seconds).
+	redisMargin = 15 * time.Second
+)
+
+// requestBound is the longest a legitimate request takes, from the first
+// byte of its headers to its answer: reading it (httpReadTimeout), a
+// duplicate's wait (IDEMPOTENCY_WAIT_TIMEOUT), then the payment (a waiter
+// whose first request's record disappears takes it over and runs it:
+// PAYMENTS_DELAY, and the wait for the card's lock when it is on), and
+// redisMargin. It is the server's WriteTimeout (at least httpfx's 60 s)
+// and the drain of a stop.
+func requestBound(env Env) time.Duration {
+	work := env.PaymentsDelay
 	if env.CardLock {
-		d += env.LockWait
+		work += env.LockWait
 	}
-	return d
+	return httpReadTimeout + env.WaitTimeout + work + redisMargin
 }
+
+// drainTimeout is how long a stop waits for the requests in flight: as long
+// as one can take (requestBound), so that a stop never cuts a request off,
+// leaves a payment's record in progress, or fails on a slow upload.
+func drainTimeout(env Env) time.Duration { return requestBound(env) }
 
 // stopTimeout bounds the whole stop: the drain, then the span flush and
 // closing Redis.
