@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -122,7 +123,14 @@ type createRequest struct {
 
 // Create is POST /payments. Every execution waits PAYMENTS_DELAY and
 // appends one attempt, whatever the outcome.
+//
+// The body is read first, up to its limit: the server's ReadTimeout bounds
+// reading the request from its start, so a body read after PAYMENTS_DELAY
+// (one that did not arrive with the headers, on a request without a key,
+// which the idempotency layer has not read) would fail as invalid.
 func (s *PaymentService) Create(w http.ResponseWriter, r *http.Request) error {
+	body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, maxPaymentBody))
+	r.Body = io.NopCloser(io.MultiReader(bytes.NewReader(body), errReader{err}))
 	if s.delay > 0 {
 		time.Sleep(s.delay) // the simulated processor does not stop for a client that left
 	}
@@ -139,7 +147,7 @@ func (s *PaymentService) Create(w http.ResponseWriter, r *http.Request) error {
 	// leaves (each is bounded by its own timeout): a payment whose client
 	// timed out is still the payment its retry must be replayed.
 	ctx := context.WithoutCancel(r.Context())
-	err := s.chargeUnderCardLock(ctx, &p, req.Card)
+	err = s.chargeUnderCardLock(ctx, &p, req.Card)
 	if err != nil && p.Status == "" {
 		p.Status = "failed" // the charge did not run
 	}
@@ -158,6 +166,17 @@ func (s *PaymentService) Create(w http.ResponseWriter, r *http.Request) error {
 	}
 	writeJSON(w, status, p)
 	return nil
+}
+
+// errReader ends a body read ahead with the error its read ended with
+// (io.EOF when it was read whole).
+type errReader struct{ err error }
+
+func (e errReader) Read([]byte) (int, error) {
+	if e.err == nil {
+		return 0, io.EOF
+	}
+	return 0, e.err
 }
 
 // parse validates the body and says what is wrong.

@@ -175,3 +175,16 @@ func TestPayments_GracefulStop_StalledUploadEndsWithinTheDrain(t *testing.T) {
 		t.Fatalf("the stalled connection: %v", err)
 	}
 }
+
+// A payment without an idempotency key reads its body before the simulated
+// latency, within the read timeout: a body that did not arrive with the
+// headers was read after PAYMENTS_DELAY, past the 10 s ReadTimeout, and
+// answered 400.
+func TestPayments_NoKey_BodyReadBeforeTheDelay(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	p := start(t, "REDIS_URL="+srv.URL(), "PAYMENTS_DELAY=11s")
+	if r := p.pay("", card+strings.Repeat(" ", 32<<10)); r.status != 201 {
+		t.Fatalf("a 32 KiB payment without a key, PAYMENTS_DELAY=11s: %d %s", r.status, r.body)
+	}
+}
