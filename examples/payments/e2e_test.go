@@ -455,14 +455,17 @@ func TestPayments_InvalidEnvStopsStartNamingTheVariable(t *testing.T) {
 }
 
 // A REDIS_URL that Redis refuses at start (a database the server does not
-// have, a wrong password) is an invalid value like any other: start-up
-// stops naming the variable, exit 2, and the password is not shown.
+// have, a wrong password, no password where one is required) is an invalid
+// value like any other: start-up stops naming the variable, exit 2, and the
+// password is not shown. (Found by an adversary: without the password,
+// storefx names Config.Password and the example exited 1.)
 func TestPayments_RedisURLRefusedByRedis_StopsNamingTheVariable(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartPrivate(t, redistest.WithArgs("--requirepass", "right-secret"))
 	for _, url := range []string{
 		"redis://:right-secret@" + srv.Addr() + "/16",
 		"redis://:wrong-secret@" + srv.Addr() + "/0",
+		"redis://" + srv.Addr() + "/0",
 	} {
 		cmd := exec.Command(binary)
 		cmd.Env = append(os.Environ(), "HTTP_ADDR=127.0.0.1:0", "REDIS_URL="+url)

@@ -54,22 +54,25 @@ func main() {
 	os.Exit(run(app, env, log)) // SIGINT/SIGTERM: drain, flush, close, exit 0
 }
 
-// run is fx's App.Run, with one difference: a start that fails because
-// Redis refused the configuration REDIS_URL gave (a database the server
-// does not have, a wrong password, an ACL user without SELECT; storefx
-// names the field) is reported as an invalid REDIS_URL and exits 2, like
-// every other invalid variable.
+// run is fx's App.Run, with one difference: a start that fails because of
+// a variable's value is reported naming it, as an invalid value (exit 2)
+// when the value itself is at fault. That is any configuration error
+// storefx returns when REDIS_URL is set (the example's storefx settings
+// are REDIS_URL and its own client name: Redis refused the database, the
+// password, its absence, the ACL user; storefx names its own field).
 func run(app *fx.App, env Env, log *zap.Logger) int {
 	startCtx, cancel := context.WithTimeout(context.Background(), app.StartTimeout())
 	err := app.Start(startCtx)
 	cancel()
 	if err != nil { // Fx has logged it
-		var ce *redisfx.ConfigError
-		if errors.As(err, &ce) && ce.Field == "Config.URL" && env.RedisURL != "" {
-			log.Error("invalid configuration; not starting",
-				zap.Error(&EnvError{"REDIS_URL", redactURL(env.RedisURL), "Redis refused it: " + ce.Reason}))
+		invalid := func(variable, value, reason string) int {
+			log.Error("invalid configuration; not starting", zap.Error(&EnvError{variable, value, reason}))
 			_ = log.Sync()
 			return 2
+		}
+		var ce *redisfx.ConfigError
+		if errors.As(err, &ce) && ce.Package == "storefx" && env.RedisURL != "" {
+			return invalid("REDIS_URL", redactURL(env.RedisURL), "Redis refused it: "+ce.Reason)
 		}
 		return 1
 	}
