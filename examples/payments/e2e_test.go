@@ -439,7 +439,10 @@ func TestPayments_InvalidEnvStopsStartNamingTheVariable(t *testing.T) {
 	for _, env := range []string{"IDEMPOTENCY_ERROR_POLICY=sometimes", "IDEMPOTENCY_TTL=-1h", "REDIS_URL=http://nope", "TRACING_EXPORTER=pigeon", "PAYMENTS_DELAY=soon",
 		"OTEL_TRACES_SAMPLER=sometimes", "OTEL_EXPORTER_OTLP_ENDPOINT=collector:4318", "OTEL_PROPAGATORS=zipkin",
 		"HTTP_ADDR=notanaddr", "HTTP_ADDR=127.0.0.1:99999", "REDIS_URL=redis://127.0.0.1:1/-1",
-		"IDEMPOTENCY_TTL=500us", "IDEMPOTENCY_LOCK_TIMEOUT=5ms", "IDEMPOTENCY_LOCK_TIMEOUT=0", "IDEMPOTENCY_LOCK_TIMEOUT=0s", "IDEMPOTENCY_HEADER=Bad Header"} {
+		"IDEMPOTENCY_TTL=500us", "IDEMPOTENCY_LOCK_TIMEOUT=5ms", "IDEMPOTENCY_LOCK_TIMEOUT=0", "IDEMPOTENCY_LOCK_TIMEOUT=0s", "IDEMPOTENCY_HEADER=Bad Header",
+		// A host that does not resolve, or is not an address of this machine
+		// (found by an adversary: exit 1, "cannot listen", no variable named).
+		"HTTP_ADDR=nonexistent.invalid:7469", "HTTP_ADDR=256.1.1.1:7469", "HTTP_ADDR=192.0.2.1:7469"} {
 		cmd := exec.Command(binary)
 		cmd.Env = append(os.Environ(), "HTTP_ADDR=127.0.0.1:0", env)
 		out, err := cmd.CombinedOutput()

@@ -7,8 +7,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
+	"syscall"
 	"time"
 
 	"go.uber.org/fx"
@@ -59,7 +61,11 @@ func main() {
 // when the value itself is at fault. That is any configuration error
 // storefx returns when REDIS_URL is set (the example's storefx settings
 // are REDIS_URL and its own client name: Redis refused the database, the
-// password, its absence, the ACL user; storefx names its own field).
+// password, its absence, the ACL user; storefx names its own field), and
+// an HTTP_ADDR the server cannot listen on because of the address: a host
+// that does not resolve or is not an address of this machine. A listen
+// that fails for another reason (the address in use, a port below 1024
+// without the privilege) names HTTP_ADDR and exits 1.
 func run(app *fx.App, env Env, log *zap.Logger) int {
 	startCtx, cancel := context.WithTimeout(context.Background(), app.StartTimeout())
 	err := app.Start(startCtx)
@@ -74,6 +80,14 @@ func run(app *fx.App, env Env, log *zap.Logger) int {
 		if errors.As(err, &ce) && ce.Package == "storefx" && env.RedisURL != "" {
 			return invalid("REDIS_URL", redactURL(env.RedisURL), "Redis refused it: "+ce.Reason)
 		}
+		var op *net.OpError
+		if errors.As(err, &op) && op.Op == "listen" {
+			if reason := badListenHost(op); reason != "" {
+				return invalid("HTTP_ADDR", env.HTTPAddr, reason)
+			}
+			log.Error("cannot listen on HTTP_ADDR; not starting", zap.String("HTTP_ADDR", env.HTTPAddr), zap.Error(op))
+			_ = log.Sync()
+		}
 		return 1
 	}
 	sig := <-app.Wait()
@@ -83,6 +97,24 @@ func run(app *fx.App, env Env, log *zap.Logger) int {
 		return 1
 	}
 	return sig.ExitCode
+}
+
+// badListenHost says what is wrong with the address of a failed listen
+// when the address itself is at fault, or "": a host that does not resolve
+// (a DNS failure that is not a timeout or a temporary one), one that is not
+// an address of this machine, or no usable address.
+func badListenHost(op *net.OpError) string {
+	var dns *net.DNSError
+	var addr *net.AddrError
+	switch {
+	case errors.As(op, &dns) && !dns.IsTimeout && !dns.IsTemporary:
+		return "the host does not resolve (" + dns.Error() + ")"
+	case errors.Is(op, syscall.EADDRNOTAVAIL):
+		return "the host is not an address of this machine"
+	case errors.As(op, &addr):
+		return "no usable address (" + addr.Error() + ")"
+	}
+	return ""
 }
 
 // App is the whole application for env, built only from redisfx modules.
