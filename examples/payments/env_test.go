@@ -37,10 +37,12 @@ func TestDrainTimeout_CoversTheLongestPayment(t *testing.T) {
 		env  Env
 		want time.Duration
 	}{
-		{Env{}, 15 * time.Second},
-		{Env{PaymentsDelay: 20 * time.Second}, 35 * time.Second},
-		{Env{PaymentsDelay: 20 * time.Second, CardLock: true, LockWait: 10 * time.Second}, 45 * time.Second},
-		{Env{CardLock: false, LockWait: 10 * time.Second}, 15 * time.Second},
+		// 10 s to read the request, the duplicate's wait, the payment, 15 s for Redis.
+		{Env{}, 25 * time.Second},
+		{Env{PaymentsDelay: 20 * time.Second}, 45 * time.Second},
+		{Env{PaymentsDelay: 20 * time.Second, CardLock: true, LockWait: 10 * time.Second}, 55 * time.Second},
+		{Env{CardLock: false, LockWait: 10 * time.Second}, 25 * time.Second},
+		{Env{WaitTimeout: 40 * time.Second}, 65 * time.Second},
 	} {
 		if got := drainTimeout(c.env); got != c.want {
 			t.Errorf("drainTimeout(%+v) = %v, want %v", c.env, got, c.want)
