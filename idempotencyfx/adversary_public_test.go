@@ -534,3 +534,69 @@ func TestIdempotent_SameKeyAfterTheWorkEnded_Replayed(t *testing.T) {
 			again.Code, again.Header().Get(idempotencyfx.ReplayedHeader), charges.Load())
 	}
 }
+
+// Two Services with the same KeyPrefix on two databases (two stores): a
+// route of A forwards its key in a sub-request to a route of B. The key is
+// not the record A's work holds as far as B is concerned: B claims it in
+// its own store, and a direct retry to B is replayed. (Found by an
+// adversary: the pass-through compared only record names, and B never
+// recorded the sub-request, so the retry ran B's handler again.)
+func TestIdempotent_SameKeyForwardedToAnotherService_ProtectedThere(t *testing.T) {
+	srv := redistest.StartPrivate(t)
+	prefix := redistest.Prefix(t)
+	service := func(db string) *idempotencyfx.Service {
+		client, err := storefx.New("default", storefx.Config{URL: srv.URL() + "/" + db})
+		if err != nil {
+			t.Fatal(err)
+		}
+		svc, err := idempotencyfx.New(client, idempotencyfx.Config{KeyPrefix: prefix})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = svc.Close(); _ = client.Close() })
+		return svc
+	}
+	svcA, svcB := service("0"), service("1")
+	r := chi.NewRouter()
+	var chargesB atomic.Int64
+	r.Group(func(g chi.Router) {
+		g.Use(svcB.Install)
+		g.With(idempotencyfx.Idempotent()).Post("/b/charge", func(w http.ResponseWriter, _ *http.Request) {
+			chargesB.Add(1)
+			w.WriteHeader(http.StatusCreated)
+			_, _ = io.WriteString(w, "B charged")
+		})
+	})
+	r.Group(func(g chi.Router) {
+		g.Use(svcA.Install)
+		g.With(idempotencyfx.Idempotent()).Post("/a/order", func(w http.ResponseWriter, req *http.Request) {
+			sub, _ := http.NewRequestWithContext(req.Context(), http.MethodPost, "/b/charge", strings.NewReader("x"))
+			sub.Header.Set("Idempotency-Key", req.Header.Get("Idempotency-Key"))
+			rec := httptest.NewRecorder()
+			r.ServeHTTP(rec, sub)
+			w.WriteHeader(http.StatusCreated)
+			_, _ = io.WriteString(w, "order placed; B said "+rec.Body.String())
+		})
+	})
+	hs := httptest.NewServer(r)
+	defer hs.Close()
+	post := func(path string) (int, string) {
+		req, _ := http.NewRequest(http.MethodPost, hs.URL+path, strings.NewReader("x"))
+		req.Header.Set("Idempotency-Key", "k-1")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		return resp.StatusCode, resp.Header.Get(idempotencyfx.ReplayedHeader)
+	}
+	if code, _ := post("/a/order"); code != http.StatusCreated {
+		t.Fatalf("order: %d", code)
+	}
+	if rec, err := svcB.Get(context.Background(), "", "k-1"); err != nil || rec == nil || rec.State != idempotencyfx.StateCompleted {
+		t.Fatalf("B's record of the forwarded key: %+v, %v; want completed", rec, err)
+	}
+	if code, replayed := post("/b/charge"); code != http.StatusCreated || replayed != "true" || chargesB.Load() != 1 {
+		t.Fatalf("direct retry to B: %d replayed %q, B charged %d times; want the replay, once", code, replayed, chargesB.Load())
+	}
+}

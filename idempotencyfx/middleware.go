@@ -100,7 +100,7 @@ func (s *Service) serveHTTP(w http.ResponseWriter, r *http.Request, next http.Ha
 		}
 	}
 	record := s.StoreKey(scope, key)
-	if holdsRecord(ctx, record) { // engaged further out: see leaseMark
+	if s.holdsRecord(ctx, record) { // engaged further out: see leaseMark
 		next.ServeHTTP(w, r)
 		return
 	}
@@ -210,7 +210,8 @@ func (s *Service) runOwned(w http.ResponseWriter, r *http.Request, next http.Han
 // can be tried again once the failure expires, unless part of a
 // non-failure answer already reached the client (streamed, hijacked,
 // larger than MaxResponseBytes). The client may have acted on that answer,
-// so the work must not run again: StateNotReplayable.
+// so the work must not run again: StateNotReplayable. A 499 passed through
+// is a failure: it says the client left, having nothing to act on.
 func failedUnlessAnswered(rec *recorder) State {
 	if rec.passing && !failureStatus(rec.finishedStatus()) {
 		return StateNotReplayable

@@ -498,12 +498,13 @@ func underLease(r *http.Request) bool {
 	return m != nil && m.header != 0 && m.header == headerID(r.Header) && m.lease.working()
 }
 
-// holdsRecord reports whether ctx is idempotent work, still running, whose
-// lease holds record: the same key claimed again inside it would wait for
-// itself.
-func holdsRecord(ctx context.Context, record string) bool {
+// holdsRecord reports whether ctx is idempotent work of this Service, still
+// running, whose lease holds record: the same key claimed again inside it
+// would wait for itself. Another Service's work never counts: with the
+// same KeyPrefix on another Redis (or database) its record is another.
+func (s *Service) holdsRecord(ctx context.Context, record string) bool {
 	m, _ := ctx.Value(fenceKey{}).(*leaseMark)
-	return m != nil && m.lease.key == record && m.lease.working()
+	return m != nil && m.lease.s == s && m.lease.key == record && m.lease.working()
 }
 
 // FencingToken returns the fencing token of the idempotent work running in

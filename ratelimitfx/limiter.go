@@ -25,8 +25,8 @@ import (
 // Limit or Window, or are checked by limiters of different Algorithms,
 // never share a counter; the same rule shares its counter for a key
 // across processes. Window is whole milliseconds, at least 1ms (Redis's
-// unit); another is refused, by Check with an error and by Limit with a
-// panic, as a *redisfx.ConfigError naming Rule.Window.
+// unit); another, or a negative Limit, is refused, by Check with an error
+// and by Limit with a panic, as a *redisfx.ConfigError naming the field.
 type Rule struct {
 	Name   string
 	Limit  int64
@@ -97,10 +97,10 @@ func (l *Limiter) Start(ctx context.Context) error {
 func (l *Limiter) Config() Config { return l.cfg }
 
 func (l *Limiter) withDefaults(rule Rule) Rule {
-	if rule.Limit <= 0 {
+	if rule.Limit == 0 { // only zero: a negative one is refused by validRule
 		rule.Limit = l.cfg.Limit
 	}
-	if rule.Window <= 0 {
+	if rule.Window == 0 {
 		rule.Window = l.cfg.Window
 	}
 	if rule.Key == nil {
@@ -116,6 +116,9 @@ func (l *Limiter) withDefaults(rule Rule) Rule {
 // exactly: a window truncated to whole milliseconds would be counted with
 // another rule's.
 func validRule(rule Rule) error {
+	if rule.Limit < 0 {
+		return redisfx.NewConfigError("ratelimitfx", "Rule.Limit", fmt.Sprintf("rule %q: %d is negative", rule.Name, rule.Limit))
+	}
 	if reason := windowInvalid(rule.Window); reason != "" {
 		return redisfx.NewConfigError("ratelimitfx", "Rule.Window", fmt.Sprintf("rule %q: %s", rule.Name, reason))
 	}

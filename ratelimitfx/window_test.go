@@ -66,3 +66,41 @@ func TestLimit_WindowNotWholeMilliseconds_Panics(t *testing.T) {
 	}()
 	l.Limit(Rule{Name: "login", Window: time.Second + time.Microsecond})
 }
+
+// Zero fields of a Rule take the Config's defaults; a negative one is
+// refused. Before, a negative Window (-1500µs) was taken for the default
+// and counted on the 1m rule's counter, and a negative Limit became the
+// default limit. (Found by an adversary.)
+func TestRule_NegativeFields_Refused(t *testing.T) {
+	t.Parallel()
+	l := newLimiter(t, redistest.Start(t), Config{Window: time.Minute})
+	ctx := context.Background()
+	if _, err := l.Check(ctx, Rule{Name: "x", Limit: 1, Window: time.Minute}, "client"); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		rule  Rule
+		field string
+	}{
+		{Rule{Name: "x", Limit: 1, Window: -1500 * time.Microsecond}, "Rule.Window"},
+		{Rule{Name: "x", Limit: 1, Window: -time.Minute}, "Rule.Window"},
+		{Rule{Name: "x", Limit: -1, Window: time.Minute}, "Rule.Limit"},
+	} {
+		d, err := l.Check(ctx, tc.rule, "client")
+		var ce *redisfx.ConfigError
+		if !errors.As(err, &ce) || ce.Field != tc.field || d.Allowed || d.Current != 0 {
+			t.Errorf("Check(%+v): %+v %v; want it refused naming %s, nothing counted", tc.rule, d, err, tc.field)
+		}
+		func() {
+			defer func() {
+				if err, _ := recover().(error); !errors.As(err, &ce) || ce.Field != tc.field {
+					t.Errorf("Limit(%+v) recovered %v; want a panic naming %s", tc.rule, err, tc.field)
+				}
+			}()
+			l.Limit(tc.rule)
+		}()
+	}
+	if d, err := l.Check(ctx, Rule{Name: "x", Limit: 1}, "client"); err != nil || d.Window != time.Minute || d.Current != 2 {
+		t.Fatalf("a zero Window takes the Config's: %+v %v", d, err)
+	}
+}
