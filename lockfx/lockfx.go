@@ -48,7 +48,8 @@ type Config struct {
 	AutoRenew bool
 }
 
-// ErrNotAcquired means the lock was held by someone else for every attempt.
+// ErrNotAcquired means the lock was held by someone else: Redis said so,
+// and it stayed held for every attempt within Attempts and WaitTimeout.
 var ErrNotAcquired = &redisfx.BaseError{Code: "lock_not_acquired", Message: "Failed to acquire lock"}
 
 // ErrNotOwner means the lock is not held by this owner (any more): Redis
@@ -138,8 +139,11 @@ func (l *Locker) Start(ctx context.Context) error {
 
 // Acquire takes the lock called name, retrying with backoff within
 // Attempts and WaitTimeout. It returns ErrNotAcquired when the lock stayed
-// held (or WaitTimeout ran out during a Redis call), ErrEmptyName for the
-// empty name, the context's error when ctx ended, or a store error.
+// held (Redis said so, and WaitTimeout ran out, perhaps during a later
+// call), ErrEmptyName for the empty name, the context's error when ctx
+// ended, or a store error: among them, one wrapping
+// context.DeadlineExceeded when Redis did not answer any attempt within
+// WaitTimeout (nothing then says the lock is held).
 //
 // When a call may have taken the lock but its answer was not received (the
 // caller gave up, or the connection failed), the lock is given back in the
@@ -161,6 +165,7 @@ func (l *Locker) Acquire(ctx context.Context, name string) (*Lock, error) {
 	callCtx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	backoff := l.cfg.Backoff
+	held := false // Redis answered at least once that another owner holds it
 	for attempt := 1; ; attempt++ {
 		l.obs.attempt()
 		sent := time.Now() // before the call: Redis starts the lease no earlier
@@ -174,10 +179,18 @@ func (l *Locker) Acquire(ctx context.Context, name string) (*Lock, error) {
 		case err != nil && ctx.Err() != nil:
 			l.obs.endAcquire(span, false, attempt-1, time.Since(began), ctx.Err())
 			return nil, ctx.Err()
-		case err != nil && callCtx.Err() != nil:
+		case err != nil && callCtx.Err() != nil && held:
 			l.obs.timeout(span)
 			l.obs.endAcquire(span, false, attempt-1, time.Since(began), ErrNotAcquired)
 			return nil, ErrNotAcquired
+		case err != nil && callCtx.Err() != nil:
+			// Redis never answered: nothing says the lock is held, so this
+			// is a store error (the caller's policy for an outage applies),
+			// not ErrNotAcquired.
+			err = fmt.Errorf("lockfx: acquire %s: Redis did not answer within WaitTimeout: %w", l.cfg.KeyAttribute.Quote(name), err)
+			l.obs.timeout(span)
+			l.obs.endAcquire(span, false, attempt-1, time.Since(began), err)
+			return nil, err
 		case err != nil:
 			l.obs.endAcquire(span, false, attempt-1, time.Since(began), err)
 			return nil, fmt.Errorf("lockfx: acquire %s: %w", l.cfg.KeyAttribute.Quote(name), err)
@@ -196,6 +209,7 @@ func (l *Locker) Acquire(ctx context.Context, name string) (*Lock, error) {
 			}
 			return lock, nil
 		}
+		held = held || token <= 0
 		wait := backoff/2 + rand.N(backoff/2+1) // jitter: contenders spread out
 		if attempt >= l.cfg.Attempts || time.Now().Add(wait).After(deadline) {
 			l.obs.timeout(span)

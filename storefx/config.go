@@ -214,6 +214,21 @@ func (c Config) options() (*redis.UniversalOptions, error) {
 		// The URL's database: go-redis's Cluster client drops it in silence.
 		return nil, fieldErr("Config.URL", "database %d, but Redis Cluster has only database 0", o.DB)
 	}
+	// go-redis authenticates only when there is a password: a user name
+	// alone would connect as Redis's default user, in silence. (An ACL user
+	// with nopass takes any password.)
+	if o.Username != "" && o.Password == "" {
+		field := "Config.Username"
+		if c.Username == "" {
+			field = "Config.URL"
+		}
+		return nil, fieldErr(field, "a user name without a password: go-redis would not authenticate and the "+
+			"connection would be Redis's default user's; give the user's password (any one for an ACL user with nopass)")
+	}
+	if c.SentinelUsername != "" && c.SentinelPassword == "" {
+		return nil, fieldErr("Config.SentinelUsername", "a user name without Config.SentinelPassword: go-redis would not "+
+			"authenticate with the Sentinels and would use their default user")
+	}
 	for _, r := range c.ClientName {
 		if r < '!' || r > '~' {
 			// Redis refuses CLIENT SETNAME with it, and so every connection.

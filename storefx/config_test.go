@@ -258,3 +258,32 @@ func TestClientNameRedisRefusesFailsFxNew(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// A user name without a password connected as Redis's default user: go-redis
+// sends AUTH only with a password (an adversary: REDIS_URL=redis://nosuchuser@…
+// started and served as "default"). It is refused, naming where it came from.
+func TestUserNameWithoutPassword_Refused(t *testing.T) {
+	for _, c := range []struct {
+		cfg   Config
+		field string
+	}{
+		{Config{URL: "redis://nosuchuser@127.0.0.1:6379/0"}, "Config.URL"},
+		{Config{Username: "app", Host: "127.0.0.1"}, "Config.Username"},
+		{Config{MasterName: "m", Addrs: []string{"127.0.0.1:26379"}, SentinelUsername: "s"}, "Config.SentinelUsername"},
+	} {
+		var ce *redisfx.ConfigError
+		if err := c.cfg.Validate(); !errors.As(err, &ce) || ce.Field != c.field {
+			t.Errorf("%+v: %v, want a ConfigError naming %s", c.cfg, err, c.field)
+		}
+	}
+	for _, ok := range []Config{
+		{URL: "redis://app:pw@127.0.0.1:6379/0"},
+		{URL: "redis://app@127.0.0.1:6379/0", Password: "pw"},
+		{Username: "app", Password: "pw", Host: "127.0.0.1"},
+		{URL: "redis://:pw@127.0.0.1:6379/0"},
+	} {
+		if err := ok.Validate(); err != nil {
+			t.Errorf("%+v: %v", ok, err)
+		}
+	}
+}

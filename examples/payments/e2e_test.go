@@ -442,7 +442,15 @@ func TestPayments_InvalidEnvStopsStartNamingTheVariable(t *testing.T) {
 		"IDEMPOTENCY_TTL=500us", "IDEMPOTENCY_LOCK_TIMEOUT=5ms", "IDEMPOTENCY_LOCK_TIMEOUT=0", "IDEMPOTENCY_LOCK_TIMEOUT=0s", "IDEMPOTENCY_HEADER=Bad Header",
 		// A host that does not resolve, or is not an address of this machine
 		// (found by an adversary: exit 1, "cannot listen", no variable named).
-		"HTTP_ADDR=nonexistent.invalid:7469", "HTTP_ADDR=256.1.1.1:7469", "HTTP_ADDR=192.0.2.1:7469"} {
+		"HTTP_ADDR=nonexistent.invalid:7469", "HTTP_ADDR=256.1.1.1:7469", "HTTP_ADDR=192.0.2.1:7469",
+		// Found by a second adversary: a link-local address without its
+		// interface (exit 1, "bind: invalid argument"); durations whose sum
+		// overflowed the server's timeouts (exit 2 naming httpfx's
+		// Config.ShutdownTimeout, or a stop that failed); a user name
+		// without a password (served as Redis's default user).
+		"HTTP_ADDR=[fe80::1]:7469", "HTTP_ADDR=[fe80::1%nosuch]:7469",
+		"PAYMENTS_DELAY=2562047h47m", "IDEMPOTENCY_WAIT_TIMEOUT=1500000h", "PAYMENTS_LOCK_WAIT=2562047h",
+		"REDIS_URL=redis://nosuchuser@127.0.0.1:1/0"} {
 		cmd := exec.Command(binary)
 		cmd.Env = append(os.Environ(), "HTTP_ADDR=127.0.0.1:0", env)
 		out, err := cmd.CombinedOutput()

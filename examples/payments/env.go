@@ -70,6 +70,11 @@ func (e *EnvError) Error() string {
 	return fmt.Sprintf("invalid %s=%q: %s", e.Variable, e.Value, e.Reason)
 }
 
+// maxDuration bounds every duration variable: about 11 years, far beyond
+// any use, and three of them summed (requestBound) stay far from
+// time.Duration's limit of 292 years.
+const maxDuration = 100000 * time.Hour
+
 // LoadEnv reads and validates every variable; the first invalid one is an
 // *EnvError naming it.
 func LoadEnv(getenv func(string) string) (Env, error) {
@@ -116,6 +121,11 @@ func LoadEnv(getenv func(string) string) (Env, error) {
 		if *d.to < 0 {
 			return e, &EnvError{d.name, v, "negative duration"}
 		}
+		if *d.to > maxDuration {
+			// The server's timeouts are sums of these (requestBound): a
+			// value near time.Duration's limit overflowed them.
+			return e, &EnvError{d.name, v, "longer than " + maxDuration.String() + ", the longest this example takes"}
+		}
 	}
 	if e.LockTimeout == 0 {
 		// Not the module's "0 takes the default": a lease of nothing is no
@@ -133,6 +143,13 @@ func LoadEnv(getenv func(string) string) (Env, error) {
 	if e.RedisURL != "" {
 		if _, err := storefx.ParseURL(e.RedisURL); err != nil {
 			return e, &EnvError{"REDIS_URL", redactURL(e.RedisURL), "not a redis:// or rediss:// URL"}
+		}
+		// storefx's own rules on what the URL gives (a user name without a
+		// password, say), reported with the variable's name; its reasons
+		// never repeat a password.
+		var ce *redisfx.ConfigError
+		if err := (storefx.Config{URL: e.RedisURL}).Validate(); errors.As(err, &ce) {
+			return e, &EnvError{"REDIS_URL", redactURL(e.RedisURL), ce.Reason}
 		}
 	}
 	// The idempotency settings are checked by the module's own rules, here,

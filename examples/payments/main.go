@@ -111,6 +111,10 @@ func badListenHost(op *net.OpError) string {
 		return "the host does not resolve (" + dns.Error() + ")"
 	case errors.Is(op, syscall.EADDRNOTAVAIL):
 		return "the host is not an address of this machine"
+	case errors.Is(op, syscall.EINVAL):
+		// The kernel cannot bind it as written: an IPv6 link-local
+		// address (fe80::/10) without its interface or with an unknown one.
+		return "the address cannot be bound as written (an IPv6 link-local address needs its interface: [fe80::1%eth0]:8080)"
 	case errors.As(op, &addr):
 		return "no usable address (" + addr.Error() + ")"
 	}
