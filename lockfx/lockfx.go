@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"sync"
 	"time"
 
@@ -137,13 +138,22 @@ func (l *Locker) Start(ctx context.Context) error {
 	return nil
 }
 
+// unanswered reports whether a call failed for want of Redis's answer in
+// time: WaitTimeout ran out (callCtx), or the client's own ReadTimeout or
+// WriteTimeout did (a net timeout), which is shorter by default.
+func unanswered(callCtx context.Context, err error) bool {
+	var ne net.Error
+	return err != nil && (callCtx.Err() != nil || errors.As(err, &ne) && ne.Timeout())
+}
+
 // Acquire takes the lock called name, retrying with backoff within
 // Attempts and WaitTimeout. It returns ErrNotAcquired when the lock stayed
 // held (Redis said so, and WaitTimeout ran out, perhaps during a later
 // call), ErrEmptyName for the empty name, the context's error when ctx
 // ended, or a store error: among them, one wrapping
-// context.DeadlineExceeded when Redis did not answer any attempt within
-// WaitTimeout (nothing then says the lock is held).
+// context.DeadlineExceeded when an attempt got no answer in time (WaitTimeout,
+// or the client's ReadTimeout, ran out) and Redis had not said the lock is
+// held (nothing then says it is).
 //
 // When a call may have taken the lock but its answer was not received (the
 // caller gave up, or the connection failed), the lock is given back in the
@@ -179,15 +189,19 @@ func (l *Locker) Acquire(ctx context.Context, name string) (*Lock, error) {
 		case err != nil && ctx.Err() != nil:
 			l.obs.endAcquire(span, false, attempt-1, time.Since(began), ctx.Err())
 			return nil, ctx.Err()
-		case err != nil && callCtx.Err() != nil && held:
+		case unanswered(callCtx, err) && held:
 			l.obs.timeout(span)
 			l.obs.endAcquire(span, false, attempt-1, time.Since(began), ErrNotAcquired)
 			return nil, ErrNotAcquired
-		case err != nil && callCtx.Err() != nil:
+		case unanswered(callCtx, err):
 			// Redis never answered: nothing says the lock is held, so this
 			// is a store error (the caller's policy for an outage applies),
 			// not ErrNotAcquired.
-			err = fmt.Errorf("lockfx: acquire %s: Redis did not answer within WaitTimeout: %w", l.cfg.KeyAttribute.Quote(name), err)
+			if errors.Is(err, context.DeadlineExceeded) {
+				err = fmt.Errorf("lockfx: acquire %s: Redis did not answer in time: %w", l.cfg.KeyAttribute.Quote(name), err)
+			} else {
+				err = fmt.Errorf("lockfx: acquire %s: Redis did not answer in time: %w (%w)", l.cfg.KeyAttribute.Quote(name), context.DeadlineExceeded, err)
+			}
 			l.obs.timeout(span)
 			l.obs.endAcquire(span, false, attempt-1, time.Since(began), err)
 			return nil, err

@@ -315,4 +315,21 @@ func TestWaitTimeoutBoundsAHangingRedis(t *testing.T) {
 	if d := time.Since(began); d > time.Second {
 		t.Fatalf("Acquire took %v with WaitTimeout 200ms", d)
 	}
+	// The client's own ReadTimeout, shorter than WaitTimeout (as with the
+	// defaults: 3s against 5s), ends the call with a net timeout, not the
+	// context's: the same store error. (Found by an adversary: it was an
+	// "i/o timeout" that did not wrap context.DeadlineExceeded.)
+	short, err := storefx.New("short", storefx.Config{URL: srv.URL(), ReadTimeout: 100 * time.Millisecond, Breaker: storefx.BreakerConfig{Disabled: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer short.Close()
+	slow, err := New(short, Config{KeyPrefix: redistest.Prefix(t), WaitTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Stop(context.Background())
+	if _, err := slow.Acquire(context.Background(), "y"); errors.Is(err, ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("acquire from a paused Redis, ReadTimeout < WaitTimeout = %v, want a store error wrapping context.DeadlineExceeded", err)
+	}
 }
