@@ -63,6 +63,22 @@ func advNew(t *testing.T, cfg idempotencyfx.Config, h http.HandlerFunc, outer fu
 	return e
 }
 
+// privateService is a Service with cfg on a storefx client of url (a
+// private Redis), both closed when the test ends.
+func privateService(t *testing.T, url string, cfg idempotencyfx.Config) *idempotencyfx.Service {
+	t.Helper()
+	client, err := storefx.New("default", storefx.Config{URL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := idempotencyfx.New(client, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = svc.Close(); _ = client.Close() })
+	return svc
+}
+
 type advReply struct {
 	status int
 	header http.Header
@@ -150,14 +166,7 @@ type plainWriter struct{ http.ResponseWriter } // a wrapper without Unwrap
 // once: before, the inner binding waited on the outer one's record and
 // the outer recorded its 409 for DefaultTTL.
 func TestIdempotent_BoundTwiceAroundAPlainWrapper_EngagesOnce(t *testing.T) {
-	srv := redistest.StartPrivate(t)
-	client, _ := storefx.New("default", storefx.Config{URL: srv.URL()})
-	defer client.Close()
-	svc, err := idempotencyfx.New(client, idempotencyfx.Config{KeyPrefix: redistest.Prefix(t), WaitTimeout: 500 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer svc.Close()
+	svc := privateService(t, redistest.StartPrivate(t).URL(), idempotencyfx.Config{KeyPrefix: redistest.Prefix(t), WaitTimeout: 500 * time.Millisecond})
 	wrap := func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { next.ServeHTTP(plainWriter{w}, r) })
 	}
@@ -191,14 +200,7 @@ func TestIdempotent_BoundTwiceAroundAPlainWrapper_EngagesOnce(t *testing.T) {
 // 409 in_progress as the key's answer for DefaultTTL. (Found by an
 // adversary.)
 func TestIdempotent_BoundTwiceAroundACloningMiddleware_EngagesOnce(t *testing.T) {
-	srv := redistest.StartPrivate(t)
-	client, _ := storefx.New("default", storefx.Config{URL: srv.URL()})
-	defer client.Close()
-	svc, err := idempotencyfx.New(client, idempotencyfx.Config{KeyPrefix: redistest.Prefix(t), WaitTimeout: 500 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer svc.Close()
+	svc := privateService(t, redistest.StartPrivate(t).URL(), idempotencyfx.Config{KeyPrefix: redistest.Prefix(t), WaitTimeout: 500 * time.Millisecond})
 	cloning := func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			r2 := r.Clone(r.Context())
@@ -243,14 +245,7 @@ func TestIdempotent_BoundTwiceAroundACloningMiddleware_EngagesOnce(t *testing.T)
 // adversary: the check for a binding already engaged took any fencing
 // token in the context for "this request", and pay-A ran 3 times.)
 func TestIdempotent_SubRequestsOfIdempotentWork_EachProtected(t *testing.T) {
-	srv := redistest.StartPrivate(t)
-	client, _ := storefx.New("default", storefx.Config{URL: srv.URL()})
-	defer client.Close()
-	svc, err := idempotencyfx.New(client, idempotencyfx.Config{KeyPrefix: redistest.Prefix(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer svc.Close()
+	svc := privateService(t, redistest.StartPrivate(t).URL(), idempotencyfx.Config{KeyPrefix: redistest.Prefix(t)})
 	r := chi.NewRouter()
 	r.Use(svc.Install)
 	var charges atomic.Int64
@@ -293,7 +288,7 @@ func TestIdempotent_SubRequestsOfIdempotentWork_EachProtected(t *testing.T) {
 		t.Fatalf("direct: %q", got)
 	}
 	// Inside Do's function too.
-	_, _, err = svc.Do(context.Background(), "job-1", "fp", func(ctx context.Context) ([]byte, error) {
+	_, _, err := svc.Do(context.Background(), "job-1", "fp", func(ctx context.Context) ([]byte, error) {
 		if rec := dispatch(ctx, "pay-A"); rec.Header().Get(idempotencyfx.ReplayedHeader) != "true" {
 			t.Errorf("a sub-request inside Do was not protected: %d %v", rec.Code, rec.Header())
 		}
@@ -314,14 +309,7 @@ func TestIdempotent_SubRequestsOfIdempotentWork_EachProtected(t *testing.T) {
 // marked the response as hijacked even when the hijack failed, and the
 // client got 200.)
 func TestIdempotent_FailedHijack_AnswerKeptAndRecorded(t *testing.T) {
-	srv := redistest.StartPrivate(t)
-	client, _ := storefx.New("default", storefx.Config{URL: srv.URL()})
-	defer client.Close()
-	svc, err := idempotencyfx.New(client, idempotencyfx.Config{KeyPrefix: redistest.Prefix(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer svc.Close()
+	svc := privateService(t, redistest.StartPrivate(t).URL(), idempotencyfx.Config{KeyPrefix: redistest.Prefix(t)})
 	upgrade := func(status int) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
 			if _, _, err := http.NewResponseController(w).Hijack(); err != nil {
@@ -370,14 +358,7 @@ func TestIdempotent_FailedHijack_AnswerKeptAndRecorded(t *testing.T) {
 // those the handler set before it panicked. (Found by an adversary: the
 // request id was dropped.)
 func TestIdempotent_Panic_OuterHeadersKept(t *testing.T) {
-	srv := redistest.StartPrivate(t)
-	client, _ := storefx.New("default", storefx.Config{URL: srv.URL()})
-	defer client.Close()
-	svc, err := idempotencyfx.New(client, idempotencyfx.Config{KeyPrefix: redistest.Prefix(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer svc.Close()
+	svc := privateService(t, redistest.StartPrivate(t).URL(), idempotencyfx.Config{KeyPrefix: redistest.Prefix(t)})
 	r := chi.NewRouter()
 	r.Use(func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -411,14 +392,7 @@ func TestIdempotent_Panic_OuterHeadersKept(t *testing.T) {
 // Trailers a handler declares (Trailer: X-Sum, set after the body) are sent
 // as trailers, not headers, on the first answer and on its replay.
 func TestIdempotent_Trailers_SentAsTrailersAndReplayed(t *testing.T) {
-	srv := redistest.StartPrivate(t)
-	client, _ := storefx.New("default", storefx.Config{URL: srv.URL()})
-	defer client.Close()
-	svc, err := idempotencyfx.New(client, idempotencyfx.Config{KeyPrefix: redistest.Prefix(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer svc.Close()
+	svc := privateService(t, redistest.StartPrivate(t).URL(), idempotencyfx.Config{KeyPrefix: redistest.Prefix(t)})
 	r := chi.NewRouter()
 	r.Use(svc.Install)
 	r.With(idempotencyfx.Idempotent()).Post("/p", func(w http.ResponseWriter, r *http.Request) {
@@ -499,14 +473,7 @@ func TestAnswerPassedThroughThenFailure_NeverRunsAgain(t *testing.T) {
 // and sends a request with the same key through the router, with the
 // handler's context, gets the recorded answer, not a second run.
 func TestIdempotent_SameKeyAfterTheWorkEnded_Replayed(t *testing.T) {
-	srv := redistest.StartPrivate(t)
-	client, _ := storefx.New("default", storefx.Config{URL: srv.URL()})
-	defer client.Close()
-	svc, err := idempotencyfx.New(client, idempotencyfx.Config{KeyPrefix: redistest.Prefix(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer svc.Close()
+	svc := privateService(t, redistest.StartPrivate(t).URL(), idempotencyfx.Config{KeyPrefix: redistest.Prefix(t)})
 	r := chi.NewRouter()
 	r.Use(svc.Install)
 	var charges atomic.Int64
@@ -543,20 +510,8 @@ func TestIdempotent_SameKeyAfterTheWorkEnded_Replayed(t *testing.T) {
 // recorded the sub-request, so the retry ran B's handler again.)
 func TestIdempotent_SameKeyForwardedToAnotherService_ProtectedThere(t *testing.T) {
 	srv := redistest.StartPrivate(t)
-	prefix := redistest.Prefix(t)
-	service := func(db string) *idempotencyfx.Service {
-		client, err := storefx.New("default", storefx.Config{URL: srv.URL() + "/" + db})
-		if err != nil {
-			t.Fatal(err)
-		}
-		svc, err := idempotencyfx.New(client, idempotencyfx.Config{KeyPrefix: prefix})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = svc.Close(); _ = client.Close() })
-		return svc
-	}
-	svcA, svcB := service("0"), service("1")
+	cfg := idempotencyfx.Config{KeyPrefix: redistest.Prefix(t)}
+	svcA, svcB := privateService(t, srv.URL()+"/0", cfg), privateService(t, srv.URL()+"/1", cfg)
 	r := chi.NewRouter()
 	var chargesB atomic.Int64
 	r.Group(func(g chi.Router) {
