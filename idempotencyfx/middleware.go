@@ -181,23 +181,17 @@ func (s *Service) runOwned(w http.ResponseWriter, r *http.Request, next http.Han
 	state := StateCompleted
 	var blob []byte
 	switch {
-	case failureStatus(rec.finishedStatus()):
-		state = StateFailed
-	case rec.passing:
-		// Part of an answer reached the client: not replayable, below,
-		// whatever came after it (see failedUnlessAnswered).
-	case rec.failed:
-		// An error status after a buffered answer began, which is how a
-		// returned error arrives after a partial write: nothing of it has
-		// reached the client.
-		state = StateFailed
-	default:
+	case rec.failed || failureStatus(rec.finishedStatus()):
+		// rec.failed: an error status after the answer began, which is how
+		// a returned error arrives after a partial write.
+		state = failedUnlessAnswered(rec)
+	case !rec.passing:
 		var ok bool
 		if blob, ok = encodeResponse(rec.finishedStatus(), handlerHeaders(rec.header, outer), s.cfg.skip, rec.body); !ok {
 			rec.reason = "headers and body larger than a record can hold"
 		}
 	}
-	if state == StateCompleted && blob == nil {
+	if state != StateFailed && blob == nil {
 		state = StateNotReplayable
 		s.log.Info("idempotency: response not recorded; retries of this key get 409 " + CodeResponseNotStored + " (" + rec.reason + ")")
 	}
