@@ -53,6 +53,13 @@ func TestLockCheckerChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer func() {
+		// End the give-backs still trying (the Module's stop hook does this in
+		// an app), so that goleak finds no goroutine of them at exit.
+		stopCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = l.Stop(stopCtx)
+	}()
 	ctx, stop := context.WithCancel(context.Background())
 	go func() { _, _ = io.Copy(io.Discard, os.Stdin); stop() }() // stdin closed: stop
 	var mu sync.Mutex
