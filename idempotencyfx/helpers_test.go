@@ -53,6 +53,10 @@ type env struct {
 	mu      sync.Mutex
 }
 
+// unfaultedTimeout bounds Redis calls in an env whose server no fault
+// reaches; envs given a server (to pause or kill it) keep 1s.
+const unfaultedTimeout = 5 * time.Second
+
 func newEnv(t *testing.T, cfg Config, srv *redistest.Server) *env {
 	t.Helper()
 	return newEnvAt(t, cfg, srv, "")
@@ -70,8 +74,15 @@ func newEnvAt(t *testing.T, cfg Config, srv *redistest.Server, url string, opts 
 		// make test-cluster: the same suite against 3 masters with replicas.
 		storeCfg.Addrs = redistest.StartCluster(t, 3, 1).Addrs()
 	case srv == nil:
+		// A server no test can fault: a slow call here is the loaded CI
+		// machine (race detector, parallel packages), not the subject of
+		// the test, so it gets room (CI once saw a first claim time out).
 		srv = redistest.Start(t)
-		fallthrough
+		storeCfg.URL = srv.URL()
+		storeCfg.ReadTimeout = unfaultedTimeout
+		if cfg.StoreTimeout == 0 {
+			cfg.StoreTimeout = unfaultedTimeout
+		}
 	default:
 		storeCfg.URL = srv.URL()
 	}
@@ -136,6 +147,11 @@ func newEnvAt(t *testing.T, cfg Config, srv *redistest.Server, url string, opts 
 		e.http.Close()
 		_ = e.svc.Close()
 		_ = client.Close()
+		if t.Failed() { // say why: a store error's cause is only in the log
+			for _, entry := range logs.All() {
+				t.Logf("log: %s %s %v", entry.Level, entry.Message, entry.ContextMap())
+			}
+		}
 	})
 	return e
 }
