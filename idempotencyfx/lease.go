@@ -7,8 +7,15 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/redisfx/redisfx/plugintrace"
 	"github.com/redisfx/redisfx/storefx"
 )
+
+// renewalContext is where renewals start: sent even while the client's
+// circuit breaker is open, and without a span (a renewal every third of
+// the lease is the handler's housekeeping, not a trace of its own; it is
+// still counted in the command metrics).
+var renewalContext = plugintrace.WithoutCommandSpans(storefx.BypassBreaker(context.Background()))
 
 // lease is the ownership of an in-progress record. While the handler runs
 // the lease is renewed every third of LockTimeout (each renewal waiting at
@@ -59,7 +66,7 @@ func (l *lease) renew() {
 	// past the lease's end.
 	period := l.s.cfg.LockTimeout / 3
 	sent := time.Now()
-	ctx, cancel := context.WithTimeout(storefx.BypassBreaker(context.Background()), min(l.s.cfg.StoreTimeout, period))
+	ctx, cancel := context.WithTimeout(renewalContext, min(l.s.cfg.StoreTimeout, period))
 	ok, err := l.s.store.renew(ctx, l.key, l.owner, l.s.cfg.LockTimeout)
 	cancel()
 	next := max(period-time.Since(sent), time.Millisecond)

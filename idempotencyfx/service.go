@@ -18,6 +18,7 @@ import (
 	"github.com/redisfx/redisfx/internal/randid"
 	"github.com/redisfx/redisfx/internal/scripts"
 	"github.com/redisfx/redisfx/internal/throttle"
+	"github.com/redisfx/redisfx/plugintrace"
 )
 
 // Service is the idempotency engine. The HTTP middleware (Idempotent) uses
@@ -106,6 +107,7 @@ func (s *Service) Start(ctx context.Context) error {
 	if err := scripts.Preload(ctx, s.store.rdb, idemscript.All...); err != nil {
 		s.log.Warn("idempotency: could not preload a script; it will be loaded on first use", zap.Error(err))
 	}
+	ctx = plugintrace.WithoutCommandSpans(ctx) // a start-up check is not a trace
 	s.checkChannels(ctx)
 	s.checkEviction(ctx)
 	return nil

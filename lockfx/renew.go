@@ -4,8 +4,14 @@ import (
 	"context"
 	"time"
 
+	"github.com/redisfx/redisfx/plugintrace"
 	"github.com/redisfx/redisfx/storefx"
 )
+
+// renewalContext is where renewals start: sent even while the client's
+// circuit breaker is open, and without a span (the holder's housekeeping,
+// not a trace of its own; still counted in the command metrics).
+var renewalContext = plugintrace.WithoutCommandSpans(storefx.BypassBreaker(context.Background()))
 
 // The renewal schedule of an auto-renewed lock, as fractions of its TTL.
 // A renewal goes out renewEvery after the last confirmed one was sent.
@@ -55,7 +61,7 @@ func (k *Lock) renew() {
 					sent := time.Now()
 					// Sent even while the client's circuit breaker is open: a
 					// stall shorter than the margins must not cost the lock.
-					ctx, cancel := context.WithTimeout(storefx.BypassBreaker(context.Background()), ttl/renewTimeout)
+					ctx, cancel := context.WithTimeout(renewalContext, ttl/renewTimeout)
 					owned, err := k.extend(ctx, ttl)
 					cancel()
 					results <- renewal{sent, owned, err}
