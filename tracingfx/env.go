@@ -317,7 +317,7 @@ func parseHTTPURL(raw string) (*url.URL, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		hint := ""
 		if err == nil && u.Scheme != "http" && u.Scheme != "https" && !strings.Contains(raw, "://") {
-			hint = " (write http://" + raw + ")"
+			hint = " (write http://" + redactedURL(raw) + ")"
 		}
 		return nil, fmt.Errorf("is not an http(s) URL%s", hint)
 	}
@@ -326,17 +326,36 @@ func parseHTTPURL(raw string) (*url.URL, error) {
 			return nil, fmt.Errorf("has port %s, which is not between 1 and 65535", p)
 		}
 	}
+	if u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || strings.Contains(raw, "#") {
+		return nil, errors.New("has a query or a fragment, which the OTLP exporter does not send: " +
+			"a backend that reads a key or a tenant from it would refuse every export; send it as a header " +
+			"(OTEL_EXPORTER_OTLP_HEADERS or Config.Exporter.Headers)")
+	}
 	return u, nil
 }
 
-// redactedURL is raw with the password of its user info, if any, shown as
-// xxxxx: fit for an error message or a log line.
+// redactedURL is raw fit for an error message or a log line: the password
+// of its user info shown as xxxxx, and its query and fragment (where API
+// keys travel) as ?xxxxx and #xxxxx. It reads raw as text, not as a parsed
+// URL, because the URLs it is given are often the ones that failed to
+// parse (a % in the password, a typo in the port, no scheme).
 func redactedURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil || u.User == nil {
-		return raw
+	prefix, rest := "", raw
+	if i := strings.Index(rest, "://"); i >= 0 {
+		prefix, rest = rest[:i+3], rest[i+3:]
 	}
-	return u.Redacted()
+	// The last @ ends the user info, and the password runs from the first
+	// colon to it: a password may hold /, ?, # or @ unescaped. (An @ in a
+	// query hides more than the password: safe, and the query goes anyway.)
+	if at := strings.LastIndexByte(rest, '@'); at >= 0 {
+		if colon := strings.IndexByte(rest[:at], ':'); colon >= 0 {
+			rest = rest[:colon+1] + "xxxxx" + rest[at:]
+		}
+	}
+	if i := strings.IndexAny(rest, "?#"); i >= 0 {
+		rest = rest[:i+1] + "xxxxx"
+	}
+	return prefix + rest
 }
 
 // joinPath appends p to the URL's path, as OpenTelemetry does with

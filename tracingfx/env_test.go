@@ -428,3 +428,52 @@ func TestEnv_TracesEndpointAndConsoleExport(t *testing.T) {
 		t.Fatalf("console lines %v", lines)
 	}
 }
+
+// Found by an adversary: an endpoint that failed to parse (a % in the
+// password, a typo in the port) or had no scheme was printed as given, so
+// its password reached the start-up error; and a query string, which the
+// OTLP exporters drop, was accepted (and logged, API key and all). Every
+// form below fails start-up naming the variable or field, and neither the
+// password nor the query's value appears in the error.
+func TestEndpoint_SecretsNeverPrinted_QueryRefused(t *testing.T) {
+	t.Parallel()
+	const password, apiKey = "hunter2", "acme-secret"
+	endpoints := map[string]string{
+		"bad escape":             "http://user:" + password + "%zz@collector:4318",
+		"port typo":              "http://user:" + password + "@collector:43x18",
+		"no scheme":              "user:" + password + "@collector:4318",
+		"slash in password":      "http://user:" + password + "/x@collector:4318",
+		"hash in password":       "http://user:pa#" + password + "@collector:4318",
+		"query":                  "http://collector:4318/v1/traces?key=" + apiKey,
+		"query with a password":  "http://user:" + password + "@collector:4318?key=" + apiKey,
+		"fragment":               "http://collector:4318/v1/traces#" + apiKey,
+		"empty query":            "http://collector:4318/v1/traces?",
+		"query of a bad address": "collector:4318?key=" + apiKey,
+	}
+	for name, endpoint := range endpoints {
+		for _, source := range []string{envEndpoint, envTracesEndpoint, "Config.Exporter.Endpoint"} {
+			cfg, env := Config{}, map[string]string{}
+			if source == "Config.Exporter.Endpoint" {
+				cfg.Exporter.Endpoint = endpoint
+			} else {
+				env[source] = endpoint
+			}
+			p, err := newProvider(context.Background(), cfg, mapEnv(env))
+			if err == nil {
+				_ = p.Shutdown(context.Background())
+				t.Errorf("%s in %s: accepted", name, source)
+				continue
+			}
+			msg := err.Error()
+			if !strings.Contains(msg, "invalid "+source+":") {
+				t.Errorf("%s in %s: %q does not name it", name, source, msg)
+			}
+			if strings.Contains(msg, password) || strings.Contains(msg, apiKey) {
+				t.Errorf("%s in %s: the secret is printed: %s", name, source, msg)
+			}
+		}
+	}
+	if _, err := parseHTTPURL("http://collector:4318/v1/traces?tenant=acme"); err == nil || !strings.Contains(err.Error(), "query") {
+		t.Errorf("a query: %v, want refused as a query", err)
+	}
+}
