@@ -353,11 +353,29 @@ func TestCommandSpans_HandshakeQuietAndCredentialsNeverTraced(t *testing.T) {
 	if names := namesOf(m.spans()); len(names) != 1 || names[0] != "redis.PING" {
 		t.Fatalf("spans %v, want only redis.PING", names)
 	}
+	// Found by an adversary: a Sentinel's password commands were written
+	// with their arguments (and Redis's error echoing them). Sent here to a
+	// plain server, which refuses them and echoes the arguments.
+	c.Do(context.Background(), "SENTINEL", "SET", "mymaster", "auth-pass", "s3cret-pw")
+	c.Do(context.Background(), "SENTINEL", "CONFIG", "SET", "sentinel-pass", "s3cret-pw")
+	if n := len(m.spans()); n != 3 {
+		t.Fatalf("%d spans, want PING and the two SENTINEL commands", n)
+	}
 	for _, s := range m.spans() {
 		for _, kv := range s.Attributes {
-			if strings.Contains(kv.Value.String(), "s3cret-pw") {
-				t.Fatalf("the password reached %s", kv.Key)
+			if strings.Contains(kv.Value.Emit(), "s3cret-pw") {
+				t.Errorf("the password reached %s of %s", kv.Key, s.Name)
 			}
+		}
+		for _, ev := range s.Events {
+			for _, kv := range ev.Attributes {
+				if strings.Contains(kv.Value.Emit(), "s3cret-pw") {
+					t.Errorf("the password reached event %s's %s of %s", ev.Name, kv.Key, s.Name)
+				}
+			}
+		}
+		if strings.Contains(s.Status.Description, "s3cret-pw") {
+			t.Errorf("the password reached the status of %s", s.Name)
 		}
 	}
 }

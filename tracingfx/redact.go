@@ -11,11 +11,12 @@ import (
 
 // credentialCommands may carry credentials in their arguments or replies
 // (AUTH and HELLO passwords, ACL SETUSER >password, CONFIG SET requirepass,
-// CONFIG GET masterauth, MIGRATE … AUTH): a span shows them with every
+// CONFIG GET masterauth, MIGRATE … AUTH, SENTINEL SET <master> auth-pass,
+// SENTINEL CONFIG SET sentinel-pass): a span shows them with every
 // argument replaced by "?" and never their arguments or reply, whatever
 // Spans.IncludeArgs and IncludeResult say. AUTH and HELLO make no span of
 // their own (handshake); inside a pipeline they are still written as ?.
-var credentialCommands = map[string]bool{"auth": true, "hello": true, "acl": true, "config": true, "migrate": true}
+var credentialCommands = map[string]bool{"auth": true, "hello": true, "acl": true, "config": true, "migrate": true, "sentinel": true}
 
 // showsArgs reports whether a span may carry the arguments of cmd.
 func (h *commandHook) showsArgs(cmd redis.Cmder) bool {
