@@ -3,6 +3,7 @@ package cachefx
 import (
 	"context"
 	"fmt"
+	"net"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
 
+	"github.com/redisfx/redisfx/internal/faultproxy"
 	"github.com/redisfx/redisfx/internal/redistest"
 	"github.com/redisfx/redisfx/storefx"
 )
@@ -179,5 +181,81 @@ func TestCluster_ValueNeverLiveOutsideItsTagSets(t *testing.T) {
 	}
 	if v, err := cc.Get(ctx, writer.valueKey("k")).Result(); err == nil {
 		t.Fatalf("%q survived an invalidation of its tag that began after its Set returned", v)
+	}
+}
+
+// Found by the checker (a CLIENT PAUSE of one master): on a Cluster a
+// Delete's message goes out after its DEL. A DEL that timed out had
+// reached Redis, but the message was sent with the Delete's own context,
+// which had run out with the DEL: it never left, though the channel's
+// master answered, and another process went on serving the deleted value
+// from its first layer for up to Local.TTL. A failed write now tells the
+// others with a StoreTimeout of its own (docs/cache.md: "the other
+// processes are told if Redis still answers").
+func TestCluster_FailedDeleteTellsTheOthersWhileTheChannelsMasterAnswers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 3-master cluster")
+	}
+	t.Parallel()
+	cl := redistest.StartCluster(t, 3, 0)
+	proxies := map[string]*faultproxy.Proxy{} // node address -> the writer's proxy to it
+	for _, n := range cl.Nodes {
+		proxies[n.Addr()] = faultproxy.Start(t, n.Addr())
+	}
+	viaProxies := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), DisableIdentity: true, ContextTimeoutEnabled: true,
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if p, ok := proxies[addr]; ok {
+				addr = p.Addr()
+			}
+			var d net.Dialer
+			return d.DialContext(ctx, network, addr)
+		}})
+	defer viaProxies.Close()
+	prefix := redistest.Prefix(t)
+	local := LocalConfig{MaxEntries: 100, TTL: time.Minute} // interval 1 s
+	writer := newCache(t, &storefx.Client{UniversalClient: viaProxies}, Config{KeyPrefix: prefix, Local: local, StoreTimeout: 100 * time.Millisecond})
+	plain, err := storefx.New("default", storefx.Config{Addrs: cl.Addrs()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	reader := newCache(t, plain, Config{KeyPrefix: prefix, Local: local})
+	ctx := context.Background()
+	// A key on another master than the invalidation channel.
+	cc := cl.Client()
+	channelNode, _ := cc.MasterForKey(ctx, writer.bcast.channel)
+	key, keyNode := "", ""
+	for i := 0; key == ""; i++ {
+		if n, _ := cc.MasterForKey(ctx, writer.valueKey(fmt.Sprint("k", i))); n.Options().Addr != channelNode.Options().Addr {
+			key, keyNode = fmt.Sprint("k", i), n.Options().Addr
+		}
+	}
+	if err := writer.Set(ctx, key, []byte("old"), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	// A Delete's message, sent alone, has the client load the command
+	// table from some master: done now, not through the stall below.
+	if _, err := writer.Delete(ctx, "other"); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 2*time.Second, func() bool { // until it is in reader's first layer
+		v, _, _ := reader.Get(ctx, key)
+		_, cached := reader.local.get(reader.valueKey(key), time.Now())
+		return string(v) == "old" && cached
+	})
+	// The writer's connections to the key's master stall: its DEL times
+	// out and reaches Redis when the stall ends. The channel's master
+	// answers throughout.
+	proxies[keyNode].SetMode(faultproxy.Freeze)
+	if _, err := writer.Delete(ctx, key); err == nil {
+		t.Fatal("Delete through a stalled connection returned nil")
+	}
+	proxies[keyNode].SetMode(faultproxy.Forward)
+	waitUntil(t, 2*time.Second, func() bool { return cc.Exists(ctx, reader.valueKey(key)).Val() == 0 })
+	landed := time.Now()
+	waitUntil(t, 3*time.Second, func() bool { return reader.bcast.proofAfter(landed) })
+	if v, found, _ := reader.Get(ctx, key); found {
+		t.Fatalf("reader still serves %q after the failed Delete reached Redis, which holds nothing", v)
 	}
 }

@@ -298,8 +298,10 @@ func (c *Cache) storeLeased(ctx context.Context, key string, v []byte, ttl time.
 	if firstError(tagged) != nil {
 		// Its tag sets list key only for as long as the lease was to live,
 		// not for the value's life: the value goes.
-		_ = c.rdb.Del(sctx, full).Err()
-		c.forget(sctx, full)
+		dctx, cancel := c.cleanupCtx(ctx)
+		_ = c.rdb.Del(dctx, full).Err()
+		cancel()
+		c.forget(ctx, full)
 		return false
 	}
 	if c.local != nil {

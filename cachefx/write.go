@@ -108,7 +108,9 @@ func (c *Cache) set(ctx context.Context, key string, value []byte, ttl time.Dura
 	if err := firstError(tagged); err != nil {
 		// Stored but missing from a tag set, where an invalidation would
 		// not find it: better gone.
-		_ = c.rdb.Del(ctx, full).Err()
+		dctx, cancel := c.cleanupCtx(ctx)
+		_ = c.rdb.Del(dctx, full).Err()
+		cancel()
 		c.forget(ctx, full)
 		return fmt.Errorf("cachefx: set %s: adding it to its tag sets: %w (the value was deleted again)", c.cfg.KeyAttribute.Quote(key), err)
 	}
@@ -148,7 +150,20 @@ func (c *Cache) forget(ctx context.Context, keys ...string) {
 		return
 	}
 	c.local.delete(keys...)
+	ctx, cancel := c.cleanupCtx(ctx)
+	defer cancel()
 	_ = c.bcast.publish(ctx, c.rdb, keys).Err()
+}
+
+// cleanupCtx bounds what a failed write still sends (its message, the
+// deletion of a value left outside its tag sets) by a StoreTimeout of its
+// own. The write's context has usually run out by then (a timeout is the
+// common failure, and the command may have reached Redis all the same):
+// a command sent with it would never leave, even to a master that
+// answers, such as the channel's on a Cluster while another master
+// stalls.
+func (c *Cache) cleanupCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return c.storeCtx(context.WithoutCancel(ctx))
 }
 
 // Delete removes keys; it reports how many existed. It returns nil once
