@@ -3,12 +3,14 @@ package tracingfx
 import (
 	"context"
 	"errors"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
+	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxtest"
@@ -190,5 +192,46 @@ func TestOTLP_RejectedCredentials_AreLogged(t *testing.T) {
 		if strings.Contains(e.ContextMap()["error"].(string), "ACCESS_TOKEN") {
 			t.Fatal("credentials in the log")
 		}
+	}
+}
+
+// Found by an adversary: unsigned and small integers, and []int64, reached
+// the backend as strings ("1250", "[10 20]"), so it could not query them as
+// numbers. Decoded from the OTLP request: each keeps its numeric type; an
+// unsigned value above the int64 range is its decimal string, not wrapped.
+func TestOTLP_IntegerAttributesKeepTheirType(t *testing.T) {
+	t.Parallel()
+	rc := newReceiver(t)
+	p, err := NewProvider(context.Background(), Config{Exporter: ExporterConfig{Type: ExporterOTLP, Endpoint: rc.URL}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sp := NewTracingService(p.Tracer).StartSpan(context.Background(), "payment")
+	sp.SetAttributes(map[string]any{
+		"amount_cents": uint64(1250), "installments": uint8(3), "retries": int16(2), "shard": uint32(7),
+		"small": int8(-4), "port": uint16(443), "count": uint(9), "fees": []int64{10, 20}, "huge": uint64(math.MaxUint64),
+	})
+	sp.End()
+	if err := p.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	s := spanNamed(rc.got(), "payment")
+	if s == nil {
+		t.Fatal("the span did not arrive")
+	}
+	got := map[string]*commonpb.AnyValue{}
+	for _, a := range s.Attributes {
+		got[a.Key] = a.Value
+	}
+	for k, want := range map[string]int64{"amount_cents": 1250, "installments": 3, "retries": 2, "shard": 7, "small": -4, "port": 443, "count": 9} {
+		if v, ok := got[k].GetValue().(*commonpb.AnyValue_IntValue); !ok || v.IntValue != want {
+			t.Errorf("%s = %v, want the integer %d", k, got[k], want)
+		}
+	}
+	if fees := got["fees"].GetArrayValue().GetValues(); len(fees) != 2 || fees[0].GetIntValue() != 10 || fees[1].GetIntValue() != 20 {
+		t.Errorf("fees = %v, want an array of the integers 10 and 20", got["fees"])
+	}
+	if h := got["huge"].GetStringValue(); h != "18446744073709551615" {
+		t.Errorf("huge = %v, want its decimal string", got["huge"])
 	}
 }

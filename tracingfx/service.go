@@ -3,6 +3,8 @@ package tracingfx
 import (
 	"context"
 	"fmt"
+	"math"
+	"strconv"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -232,8 +234,11 @@ func attrs(m map[string]any) []attribute.KeyValue {
 	return kv
 }
 
-// attr converts a value: strings, booleans, integers, floats and their
-// slices keep their type; anything else is formatted as a string.
+// attr converts a value: strings, booleans, integers of every size and
+// sign, floats, and slices of string, bool, int, int64 and float64 keep
+// their type (OpenTelemetry's integers are int64: an unsigned value above
+// math.MaxInt64 is written as its decimal string rather than wrapped);
+// anything else is formatted as a string (fmt.Stringer first).
 func attr(k string, v any) attribute.KeyValue {
 	switch x := v.(type) {
 	case string:
@@ -246,6 +251,20 @@ func attr(k string, v any) attribute.KeyValue {
 		return attribute.Int64(k, x)
 	case int32:
 		return attribute.Int64(k, int64(x))
+	case int16:
+		return attribute.Int64(k, int64(x))
+	case int8:
+		return attribute.Int64(k, int64(x))
+	case uint8:
+		return attribute.Int64(k, int64(x))
+	case uint16:
+		return attribute.Int64(k, int64(x))
+	case uint32:
+		return attribute.Int64(k, int64(x))
+	case uint:
+		return unsigned(k, uint64(x))
+	case uint64:
+		return unsigned(k, x)
 	case float64:
 		return attribute.Float64(k, x)
 	case float32:
@@ -254,6 +273,8 @@ func attr(k string, v any) attribute.KeyValue {
 		return attribute.StringSlice(k, x)
 	case []int:
 		return attribute.IntSlice(k, x)
+	case []int64:
+		return attribute.Int64Slice(k, x)
 	case []bool:
 		return attribute.BoolSlice(k, x)
 	case []float64:
@@ -262,4 +283,12 @@ func attr(k string, v any) attribute.KeyValue {
 		return attribute.String(k, x.String())
 	}
 	return attribute.String(k, fmt.Sprint(v))
+}
+
+// unsigned is an unsigned integer attribute: an int64 while it fits.
+func unsigned(k string, x uint64) attribute.KeyValue {
+	if x > math.MaxInt64 {
+		return attribute.String(k, strconv.FormatUint(x, 10))
+	}
+	return attribute.Int64(k, int64(x))
 }
