@@ -91,7 +91,11 @@ type ExporterConfig struct {
 	// API key, a tenant, "authorization: Bearer <ACCESS_TOKEN>"). They are
 	// added to OTEL_EXPORTER_OTLP_HEADERS and
 	// OTEL_EXPORTER_OTLP_TRACES_HEADERS, and win for the same header. They
-	// are never logged.
+	// are never logged. A name must be an HTTP token and a value hold no
+	// control character; over gRPC, a name holds only letters, digits, -, _
+	// and . (it is sent in lower case), and a value only printable ASCII
+	// unless the name ends in -bin. Anything else fails start-up: the
+	// header could never be sent.
 	Headers map[string]string
 	// Writer receives the console exporter's lines. Default os.Stdout.
 	Writer io.Writer
@@ -183,6 +187,11 @@ func (c Config) normalize() (Config, error) {
 		if !httpguts.ValidHeaderFieldValue(c.Exporter.Headers[k]) {
 			// The value is not shown: it may be a credential.
 			return c, bad("Exporter.Headers", "the value of %q holds a control character such as a line break", k)
+		}
+		if c.Exporter.Protocol == ProtocolGRPC {
+			if problem := grpcHeaderProblem(k, c.Exporter.Headers[k], "Config.Exporter.Protocol"); problem != "" {
+				return c, bad("Exporter.Headers", "%s", problem)
+			}
 		}
 	}
 	if !(c.Sampling.Ratio >= 0 && c.Sampling.Ratio <= 1) { // NaN too

@@ -3,9 +3,11 @@ package tracingfx
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"path"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -81,6 +83,9 @@ type settings struct {
 	// traces and logs are the OTLP endpoints (logs.url "" when the log
 	// bridge cannot send).
 	traces, logs endpoint
+	// protocolFrom is where Exporter.Protocol came from: the Config field,
+	// a variable, or "default".
+	protocolFrom string
 	// headers are sent with every export: the environment's, then Config's.
 	headers    map[string]string
 	propagator propagation.TextMapPropagator
@@ -210,6 +215,7 @@ func (s *settings) readProtocol(getenv func(string) string) error {
 	s.override(getenv, envTracesProtocol, "Exporter.Protocol", set)
 	s.override(getenv, envProtocol, "Exporter.Protocol", set)
 	if set {
+		s.protocolFrom = "Config.Exporter.Protocol"
 		return nil
 	}
 	for _, name := range []string{envTracesProtocol, envProtocol} {
@@ -217,7 +223,7 @@ func (s *settings) readProtocol(getenv func(string) string) error {
 		case "":
 			continue
 		case ProtocolHTTP, ProtocolGRPC:
-			s.Exporter.Protocol = v
+			s.Exporter.Protocol, s.protocolFrom = v, name
 			return nil
 		case "http/json":
 			return envError(name, "%q is not supported by the OpenTelemetry Go exporter: use http/protobuf or grpc", v)
@@ -225,7 +231,7 @@ func (s *settings) readProtocol(getenv func(string) string) error {
 			return envError(name, "%q is not http/protobuf or grpc", v)
 		}
 	}
-	s.Exporter.Protocol = ProtocolHTTP
+	s.Exporter.Protocol, s.protocolFrom = ProtocolHTTP, "default"
 	return nil
 }
 
@@ -400,13 +406,26 @@ func baseOf(raw string) string {
 // variable sets too gets a warning naming the variable and the header (not
 // its value). A name that is not an HTTP token or a value with a control
 // character (CR, LF …) could never be sent: every export would fail, so
-// start-up fails instead. Values are never repeated in an error.
+// start-up fails instead. Over gRPC the same goes for what gRPC refuses
+// (see grpcHeaderProblem), whether the protocol came from Config or a
+// variable. Values are never repeated in an error.
 func (s *settings) readHeaders(getenv func(string) string) error {
+	grpcFrom := "" // where the grpc protocol came from, if it is grpc
+	if s.Exporter.Protocol == ProtocolGRPC {
+		grpcFrom = s.protocolFrom
+		// Config.Validate checked the Config headers against a grpc
+		// Config.Exporter.Protocol; a variable's grpc is checked here.
+		for _, k := range slices.Sorted(maps.Keys(s.Exporter.Headers)) {
+			if problem := grpcHeaderProblem(k, s.Exporter.Headers[k], grpcFrom); problem != "" {
+				return bad("Exporter.Headers", "%s", problem)
+			}
+		}
+	}
 	s.headers = map[string]string{}
 	from := map[string]string{} // header → the variable that set it last
 	for _, name := range []string{envHeaders, envTracesHeaders} {
 		vars := map[string]string{}
-		if err := parseHeaders(name, getenv(name), vars); err != nil {
+		if err := parseHeaders(name, getenv(name), grpcFrom, vars); err != nil {
 			return err
 		}
 		for k, v := range vars {
@@ -431,8 +450,10 @@ func (s *settings) readHeaders(getenv func(string) string) error {
 	return nil
 }
 
-// parseHeaders reads "key1=value1,key2=value2" (values URL-encoded) into into.
-func parseHeaders(name, raw string, into map[string]string) error {
+// parseHeaders reads "key1=value1,key2=value2" (values URL-encoded) into
+// into. With grpcFrom set (where the grpc protocol came from), each header
+// must be one gRPC sends, too.
+func parseHeaders(name, raw, grpcFrom string, into map[string]string) error {
 	if strings.TrimSpace(raw) == "" {
 		return nil
 	}
@@ -449,9 +470,41 @@ func parseHeaders(name, raw string, into map[string]string) error {
 		if !httpguts.ValidHeaderFieldValue(value) {
 			return envError(name, "the value of %q holds a control character such as a line break once decoded (the value is not shown: it may be a credential)", k)
 		}
+		if grpcFrom != "" {
+			if problem := grpcHeaderProblem(k, value, grpcFrom); problem != "" {
+				return envError(name, "%s", problem)
+			}
+		}
 		into[http.CanonicalHeaderKey(k)] = value
 	}
 	return nil
+}
+
+// grpcHeaderProblem says why gRPC would refuse header k with value v on
+// every export, or is "" when it would not. gRPC-Go checks the metadata
+// before each call (google.golang.org/grpc/internal/metadata.ValidatePair):
+// the name, which the exporter lower-cases, may hold only a-z, 0-9, -, _
+// and .; the value only printable ASCII (0x20-0x7E), unless the name ends
+// in -bin (binary metadata, sent base64-encoded). k is already an HTTP
+// token. grpcFrom names where the grpc protocol came from. The value is
+// never part of the answer: it may be a credential.
+func grpcHeaderProblem(k, v, grpcFrom string) string {
+	key := strings.ToLower(k)
+	for i := 0; i < len(key); i++ {
+		if c := key[i]; !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return fmt.Sprintf("%q is not a gRPC metadata name (the protocol is grpc, from %s): over gRPC a header name may hold only letters, digits, -, _ and .", k, grpcFrom)
+		}
+	}
+	if strings.HasSuffix(key, "-bin") {
+		return ""
+	}
+	for i := 0; i < len(v); i++ {
+		if v[i] < 0x20 || v[i] > 0x7e {
+			return fmt.Sprintf("the value of %q holds a character gRPC refuses (the protocol is grpc, from %s): over gRPC a value may hold only printable ASCII, "+
+				"no tab and no letter such as é, unless the name ends in -bin (the value is not shown: it may be a credential)", k, grpcFrom)
+		}
+	}
+	return ""
 }
 
 // readSampler: Config.Sampling.Strategy, else OTEL_TRACES_SAMPLER (with
