@@ -121,8 +121,10 @@ type SpanConfig struct {
 // SamplingConfig configures the sampler.
 type SamplingConfig struct {
 	// Strategy: SampleAlways, SampleNever, SampleRatio or SampleParent.
-	// Default: OTEL_TRACES_SAMPLER (with OTEL_TRACES_SAMPLER_ARG), else
-	// parent-based always-on.
+	// Default: OTEL_TRACES_SAMPLER (with OTEL_TRACES_SAMPLER_ARG, read by
+	// its ratio samplers only), else parent-based always-on. A set
+	// OTEL_TRACES_SAMPLER_ARG that nothing reads is a warning at start; one
+	// that is not a number between 0 and 1 fails start-up.
 	Strategy string
 	// Ratio is the fraction kept with SampleRatio and SampleParent (0.01 is 1 %).
 	Ratio float64

@@ -508,17 +508,34 @@ func grpcHeaderProblem(k, v, grpcFrom string) string {
 }
 
 // readSampler: Config.Sampling.Strategy, else OTEL_TRACES_SAMPLER (with
-// OTEL_TRACES_SAMPLER_ARG), else parent-based always-on.
+// OTEL_TRACES_SAMPLER_ARG), else parent-based always-on. A set
+// OTEL_TRACES_SAMPLER_ARG must be a ratio whatever the sampler, so that a
+// typo never passes; when the sampler in effect does not read it (a Config
+// strategy, or a sampler that takes no ratio, the default one included),
+// a warning says so: an operator who sets 0.01 alone would otherwise keep
+// every trace in silence.
 func (s *settings) readSampler(getenv func(string) string) error {
 	set := s.Sampling.Strategy != ""
 	s.override(getenv, envSampler, "Sampling.Strategy", set)
+	s.override(getenv, envSamplerArg, "Sampling.Strategy", set)
 	var base sdktrace.Sampler
 	if set {
+		if _, err := samplerArg(getenv); err != nil {
+			return err
+		}
 		base, s.samplerName = configSampler(s.Sampling)
 	} else {
 		var err error
 		if base, s.samplerName, err = envSamplerOf(getenv); err != nil {
 			return err
+		}
+		if name := strings.TrimSpace(getenv(envSampler)); strings.TrimSpace(getenv(envSamplerArg)) != "" && !ratioSampler(name) {
+			which := name
+			if name == "" {
+				which = "not set (so parentbased_always_on)"
+			}
+			s.warnings = append(s.warnings, fmt.Sprintf("%s is set but %s is %s, which takes no ratio, so the argument is ignored "+
+				"(set %s=parentbased_traceidratio or traceidratio to sample by ratio)", envSamplerArg, envSampler, which, envSampler))
 		}
 	}
 	if keeps(s.Sampling) {
@@ -546,44 +563,63 @@ func configSampler(c SamplingConfig) (sdktrace.Sampler, string) {
 	return sdktrace.ParentBased(root), SampleParent + " " + strconv.FormatFloat(c.Ratio, 'g', -1, 64)
 }
 
-// envSamplerOf reads OTEL_TRACES_SAMPLER and its argument as OpenTelemetry
-// defines them. The argument of a ratio sampler defaults to 1.
-func envSamplerOf(getenv func(string) string) (sdktrace.Sampler, string, error) {
-	name := strings.TrimSpace(getenv(envSampler))
-	ratio := func() (float64, error) {
-		arg := strings.TrimSpace(getenv(envSamplerArg))
-		if arg == "" {
-			return 1, nil
-		}
-		f, err := strconv.ParseFloat(arg, 64)
-		if err != nil || !(f >= 0 && f <= 1) { // NaN too: it compares false with everything
+// ratioSampler reports whether the OTEL_TRACES_SAMPLER sampler name reads
+// OTEL_TRACES_SAMPLER_ARG.
+func ratioSampler(name string) bool {
+	return name == "traceidratio" || name == "parentbased_traceidratio"
+}
+
+// samplerArg is OTEL_TRACES_SAMPLER_ARG, 1 when unset, or an error when it
+// is set to anything but a number between 0 and 1, whatever the sampler.
+func samplerArg(getenv func(string) string) (float64, error) {
+	arg := strings.TrimSpace(getenv(envSamplerArg))
+	if arg == "" {
+		return 1, nil
+	}
+	f, err := strconv.ParseFloat(arg, 64)
+	if err != nil || !(f >= 0 && f <= 1) { // NaN too: it compares false with everything
+		if name := strings.TrimSpace(getenv(envSampler)); ratioSampler(name) {
 			return 0, envError(envSamplerArg, "%q is not a number between 0 and 1 (the ratio of %s=%s)", arg, envSampler, name)
 		}
-		return f, nil
+		return 0, envError(envSamplerArg, "%q is not a number between 0 and 1", arg)
 	}
+	return f, nil
+}
+
+// envSamplerOf reads OTEL_TRACES_SAMPLER and its argument as OpenTelemetry
+// defines them. The argument of a ratio sampler defaults to 1; a bad one
+// fails with any sampler.
+func envSamplerOf(getenv func(string) string) (sdktrace.Sampler, string, error) {
+	name := strings.TrimSpace(getenv(envSampler))
+	var sampler sdktrace.Sampler
 	switch name {
 	case "", "parentbased_always_on":
-		return sdktrace.ParentBased(sdktrace.AlwaysSample()), "parentbased_always_on", nil
+		sampler, name = sdktrace.ParentBased(sdktrace.AlwaysSample()), "parentbased_always_on"
 	case "always_on":
-		return sdktrace.AlwaysSample(), name, nil
+		sampler = sdktrace.AlwaysSample()
 	case "always_off":
-		return sdktrace.NeverSample(), name, nil
+		sampler = sdktrace.NeverSample()
 	case "parentbased_always_off":
-		return sdktrace.ParentBased(sdktrace.NeverSample()), name, nil
+		sampler = sdktrace.ParentBased(sdktrace.NeverSample())
 	case "traceidratio", "parentbased_traceidratio":
-		f, err := ratio()
-		if err != nil {
-			return nil, "", err
-		}
-		desc := name + " " + strconv.FormatFloat(f, 'g', -1, 64)
-		if name == "traceidratio" {
-			return sdktrace.TraceIDRatioBased(f), desc, nil
-		}
-		return sdktrace.ParentBased(sdktrace.TraceIDRatioBased(f)), desc, nil
 	case "jaeger_remote", "parentbased_jaeger_remote", "xray":
 		return nil, "", envError(envSampler, "%q needs a remote sampling service, which tracingfx does not support", name)
+	default:
+		return nil, "", envError(envSampler, "%q is not always_on, always_off, traceidratio, parentbased_always_on, parentbased_always_off or parentbased_traceidratio", name)
 	}
-	return nil, "", envError(envSampler, "%q is not always_on, always_off, traceidratio, parentbased_always_on, parentbased_always_off or parentbased_traceidratio", name)
+	// The variable after its sampler, as in the table of docs/configuration.md.
+	f, err := samplerArg(getenv)
+	if err != nil {
+		return nil, "", err
+	}
+	if sampler != nil {
+		return sampler, name, nil
+	}
+	desc := name + " " + strconv.FormatFloat(f, 'g', -1, 64)
+	if name == "traceidratio" {
+		return sdktrace.TraceIDRatioBased(f), desc, nil
+	}
+	return sdktrace.ParentBased(sdktrace.TraceIDRatioBased(f)), desc, nil
 }
 
 // knownPropagators are the names autoprop knows.

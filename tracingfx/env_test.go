@@ -3,6 +3,7 @@ package tracingfx
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -50,6 +51,10 @@ func TestEnv_BadValuesFailNamingTheVariable(t *testing.T) {
 		{map[string]string{envSampler: "jaeger_remote"}, `tracingfx: invalid OTEL_TRACES_SAMPLER: "jaeger_remote" needs a remote sampling service, which tracingfx does not support`},
 		{map[string]string{envSampler: "traceidratio", envSamplerArg: "5%"}, `tracingfx: invalid OTEL_TRACES_SAMPLER_ARG: "5%" is not a number between 0 and 1 (the ratio of OTEL_TRACES_SAMPLER=traceidratio)`},
 		{map[string]string{envSampler: "parentbased_traceidratio", envSamplerArg: "NaN"}, `tracingfx: invalid OTEL_TRACES_SAMPLER_ARG: "NaN" is not a number between 0 and 1 (the ratio of OTEL_TRACES_SAMPLER=parentbased_traceidratio)`},
+		{map[string]string{envSamplerArg: "sometimes"}, `tracingfx: invalid OTEL_TRACES_SAMPLER_ARG: "sometimes" is not a number between 0 and 1`},
+		{map[string]string{envSamplerArg: "5"}, `tracingfx: invalid OTEL_TRACES_SAMPLER_ARG: "5" is not a number between 0 and 1`},
+		{map[string]string{envSampler: "always_on", envSamplerArg: "-0.5"}, `tracingfx: invalid OTEL_TRACES_SAMPLER_ARG: "-0.5" is not a number between 0 and 1`},
+		{map[string]string{envSampler: "sometimes", envSamplerArg: "5"}, `tracingfx: invalid OTEL_TRACES_SAMPLER: "sometimes" is not always_on, always_off, traceidratio, parentbased_always_on, parentbased_always_off or parentbased_traceidratio`},
 		{map[string]string{envPropagators: "tracecontext, zipkin"}, `tracingfx: invalid OTEL_PROPAGATORS: "tracecontext, zipkin": unknown propagator: zipkin (known: tracecontext, baggage, b3, b3multi, jaeger, xray, ottrace or none)`},
 		{map[string]string{envBSPMaxQueueSize: "0"}, `tracingfx: invalid OTEL_BSP_MAX_QUEUE_SIZE: "0" is not a whole number above 0`},
 		{map[string]string{envBSPMaxExportBatch: "lots"}, `tracingfx: invalid OTEL_BSP_MAX_EXPORT_BATCH_SIZE: "lots" is not a whole number above 0`},
@@ -475,5 +480,58 @@ func TestEndpoint_SecretsNeverPrinted_QueryRefused(t *testing.T) {
 	}
 	if _, err := parseHTTPURL("http://collector:4318/v1/traces?tenant=acme"); err == nil || !strings.Contains(err.Error(), "query") {
 		t.Errorf("a query: %v, want refused as a query", err)
+	}
+}
+
+// OTEL_TRACES_SAMPLER_ARG is read only by a ratio sampler of
+// OTEL_TRACES_SAMPLER. Set where nothing reads it (alone, beside another
+// sampler, or under a Config.Sampling.Strategy), it is a warning in the
+// app's log naming what wins; set to anything but a number in 0..1, it
+// fails start-up whatever the sampler. Before, OTEL_TRACES_SAMPLER_ARG=0.01
+// alone (meant as 1 %) kept every trace in silence, and 5 or "sometimes"
+// passed start-up.
+func TestEnv_SamplerArgWhereNothingReadsItWarns(t *testing.T) {
+	const ignored = "tracing: OTEL_TRACES_SAMPLER_ARG is set but OTEL_TRACES_SAMPLER is %s, which takes no ratio, so the argument is ignored " +
+		"(set OTEL_TRACES_SAMPLER=parentbased_traceidratio or traceidratio to sample by ratio)"
+	cases := []struct {
+		sampler string
+		cfg     SamplingConfig
+		want    string // the sampler of the start-up line
+		warning string
+	}{
+		{"", SamplingConfig{}, "parentbased_always_on", fmt.Sprintf(ignored, "not set (so parentbased_always_on)")},
+		{"always_on", SamplingConfig{}, "always_on", fmt.Sprintf(ignored, "always_on")},
+		{"parentbased_always_off", SamplingConfig{}, "parentbased_always_off", fmt.Sprintf(ignored, "parentbased_always_off")},
+		{"", SamplingConfig{Strategy: SampleParent, Ratio: 0.5}, "parent 0.5",
+			"tracing: OTEL_TRACES_SAMPLER_ARG is set but Config.Sampling.Strategy wins (an explicit Config field overrides its variable)"},
+		{"traceidratio", SamplingConfig{}, "traceidratio 0.01", ""},
+		{"parentbased_traceidratio", SamplingConfig{}, "parentbased_traceidratio 0.01", ""},
+	}
+	for _, c := range cases {
+		t.Setenv(envSampler, c.sampler)
+		t.Setenv(envSamplerArg, "0.01")
+		core, logs := observer.New(zap.InfoLevel)
+		app := fxtest.New(t, fx.NopLogger, fx.Supply(zap.New(core)), fx.Supply(Config{Sampling: c.cfg}), Module)
+		app.RequireStart()
+		app.RequireStop()
+		line := logs.FilterMessage("tracing configured").All()
+		if len(line) != 1 || line[0].ContextMap()["sampler"] != c.want {
+			t.Errorf("%s=%q, %+v: start-up line %v, want sampler %q", envSampler, c.sampler, c.cfg, line, c.want)
+		}
+		var warnings []string
+		for _, e := range logs.FilterLevelExact(zap.WarnLevel).All() {
+			warnings = append(warnings, e.Message)
+		}
+		if strings.Join(warnings, "\n") != c.warning {
+			t.Errorf("%s=%q, %+v: warnings\n%s\nwant\n%s", envSampler, c.sampler, c.cfg, strings.Join(warnings, "\n"), c.warning)
+		}
+	}
+	// A bad value fails start-up even where nothing reads it.
+	t.Setenv(envSampler, "")
+	t.Setenv(envSamplerArg, "1%")
+	app := fx.New(fx.NopLogger, fx.Provide(zap.NewNop), fx.Supply(Config{Sampling: SamplingConfig{Strategy: SampleAlways}}), Module)
+	want := `tracingfx: invalid OTEL_TRACES_SAMPLER_ARG: "1%" is not a number between 0 and 1`
+	if err := app.Err(); err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("start-up error %v, want %s", err, want)
 	}
 }
