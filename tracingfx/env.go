@@ -480,6 +480,15 @@ func parseHeaders(name, raw, grpcFrom string, into map[string]string) error {
 	return nil
 }
 
+// grpcKeyByte reports whether c may be in a gRPC metadata name (a-z, 0-9, -, _ or .).
+func grpcKeyByte(c byte) bool {
+	switch {
+	case 'a' <= c && c <= 'z', '0' <= c && c <= '9':
+		return true
+	}
+	return c == '-' || c == '_' || c == '.'
+}
+
 // grpcHeaderProblem says why gRPC would refuse header k with value v on
 // every export, or is "" when it would not. gRPC-Go checks the metadata
 // before each call (google.golang.org/grpc/internal/metadata.ValidatePair):
@@ -491,7 +500,7 @@ func parseHeaders(name, raw, grpcFrom string, into map[string]string) error {
 func grpcHeaderProblem(k, v, grpcFrom string) string {
 	key := strings.ToLower(k)
 	for i := 0; i < len(key); i++ {
-		if c := key[i]; !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.') {
+		if !grpcKeyByte(key[i]) {
 			return fmt.Sprintf("%q is not a gRPC metadata name (the protocol is grpc, from %s): over gRPC a header name may hold only letters, digits, -, _ and .", k, grpcFrom)
 		}
 	}
