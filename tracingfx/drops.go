@@ -8,8 +8,6 @@ import (
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.uber.org/zap"
-
-	"github.com/redisfx/redisfx/internal/throttle"
 )
 
 // The SDK's BatchSpanProcessor drops a span when its queue is full and one
@@ -144,18 +142,34 @@ const dropInterval = 10 * time.Second
 
 // dropReport counts a provider's dropped spans and reports them: each one
 // to count (tracing_export_errors_total, in an Fx app), and in a warning on
-// log, the first at once and then at most one every dropInterval, with the
-// count since the last one. Before use is called (or without Fx) drops
-// are only counted, in total.
+// log. The first drop is warned about at once; a drop within dropInterval
+// of the last warning arms a timer for the end of that interval, whose
+// warning carries the counts since the last one, so that every drop is in
+// a warning at most dropInterval late. stop (at the provider's Shutdown)
+// ends the timer and warns about the drops not reported yet. A drop after
+// stop (a span that was ending as the processors shut down, or any span
+// when Shutdown's context had ended before the SDK shut them down) arms no
+// timer: it is warned about at once if the last warning is dropInterval
+// old, else with the next one. Before use is called (or without Fx) drops
+// are only counted, in total, and the first warning then carries them.
 type dropReport struct {
 	total      atomic.Int64
 	full, late atomic.Int64 // since the last warning
-	every      throttle.Every
 	log        atomic.Pointer[zap.Logger]
 	count      atomic.Pointer[func()]
+	// armed: a warning is due when the timer fires; until then a drop is
+	// only counted (the path of a drop then takes no lock).
+	armed atomic.Bool
+	// interval is dropInterval; tests shorten it before the first drop.
+	interval time.Duration
+	mu       sync.Mutex
+	last     time.Time   // of the last warning
+	timer    *time.Timer // armed, and not stopped yet
+	stopped  bool
+	fired    sync.WaitGroup // the timer's function, once it may run
 }
 
-func newDropReport() *dropReport { return &dropReport{every: throttle.Every{Interval: dropInterval}} }
+func newDropReport() *dropReport { return &dropReport{interval: dropInterval} }
 
 // use routes the reports to log and count (either may be nil).
 func (r *dropReport) use(log *zap.Logger, count func()) {
@@ -174,12 +188,76 @@ func (r *dropReport) drop(reason *atomic.Int64) {
 	if f := r.count.Load(); f != nil {
 		(*f)()
 	}
-	log := r.log.Load()
-	if log == nil || !r.every.Allow() {
+	// armed is read after the counts were added, and fire clears it before
+	// it takes them: a drop either is in fire's warning or sees armed false
+	// and arms the next timer.
+	if r.armed.Load() || r.log.Load() == nil {
 		return
 	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.armed.Load() {
+		return
+	}
+	now := time.Now()
+	if r.last.IsZero() || now.Sub(r.last) >= r.interval {
+		r.warn(now)
+		return
+	}
+	if r.stopped {
+		return // no timer outlives stop: the next warning carries it
+	}
+	r.armed.Store(true)
+	r.fired.Add(1)
+	r.timer = time.AfterFunc(r.last.Add(r.interval).Sub(now), r.fire)
+}
+
+// fire is the timer's: it warns about the drops since the last warning.
+func (r *dropReport) fire() {
+	defer r.fired.Done()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stopped {
+		return // stop reports them
+	}
+	r.timer = nil
+	r.armed.Store(false)
+	r.warn(time.Now())
+}
+
+// stop ends the timer, waits for its function if it already runs, and
+// warns about the drops not reported yet. The Provider's Shutdown calls it
+// once the span processors are shut down, so that no timer or goroutine
+// of the report outlives it. Calling it again does nothing more.
+func (r *dropReport) stop() {
+	r.mu.Lock()
+	r.stopped = true
+	if r.timer != nil && r.timer.Stop() {
+		r.fired.Done() // fire will not run
+	}
+	r.timer = nil
+	r.mu.Unlock()
+	r.fired.Wait()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.armed.Store(false)
+	if r.log.Load() != nil {
+		r.warn(time.Now())
+	}
+}
+
+// warn logs the counts since the last warning, if any; r.mu is held.
+func (r *dropReport) warn(now time.Time) {
+	log := r.log.Load()
+	full, late := r.full.Swap(0), r.late.Swap(0)
+	if log == nil || full+late == 0 {
+		r.full.Add(full) // not reported: keep them for the next warning
+		r.late.Add(late)
+		return
+	}
+	r.last = now
 	log.Warn("tracing: spans dropped before export (the batch queue was full: the backend is slow or down, or spans end faster than Batch.MaxQueueSize absorbs; or they ended while the provider shut down)",
-		zap.Int64("queue_full", r.full.Swap(0)), zap.Int64("ended_during_shutdown", r.late.Swap(0)),
+		zap.Int64("queue_full", full), zap.Int64("ended_during_shutdown", late),
 		zap.Int64("dropped_total", r.total.Load()))
 }
 
@@ -187,7 +265,8 @@ func (r *dropReport) drop(reason *atomic.Int64) {
 // exporting since it was built: those that ended while Batch.MaxQueueSize
 // spans were already waiting for export, and those that ended while it
 // shut down. In an Fx app each is also counted in
-// tracing_export_errors_total and reported in a rate-limited warning. It
+// tracing_export_errors_total and reported in a warning: at most one
+// every 10 s, each drop at most 10 s late, the last ones at Shutdown. It
 // is 0 when the exporter is not OTLP (the console exporter writes every
 // span as it ends).
 func (p *Provider) DroppedSpans() int64 { return p.drops.total.Load() }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxtest"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 )
 
@@ -93,10 +95,95 @@ func TestDropGate_QueueBoundAndShutdown(t *testing.T) {
 		t.Fatalf("a span ended during shutdown: handed on %d, dropped %d (late %d), counted %d; want 3, 4 (1), 4",
 			next.handed(), drops.total.Load(), drops.late.Load(), counted)
 	}
-	// One warning (the first drop); the others are within the interval.
+	// One warning at the first drop; the others are within the interval,
+	// so they wait for its end, or for the provider's shutdown (stop).
 	warns := logs.FilterLevelExact(zap.WarnLevel).All()
 	if len(warns) != 1 || warns[0].ContextMap()["queue_full"] != int64(1) {
 		t.Fatalf("warnings %v, want one at the first drop with queue_full=1", warns)
+	}
+	drops.stop()
+	warns = logs.FilterLevelExact(zap.WarnLevel).All()
+	if len(warns) != 2 || warns[1].ContextMap()["queue_full"] != int64(2) || warns[1].ContextMap()["ended_during_shutdown"] != int64(1) ||
+		warns[1].ContextMap()["dropped_total"] != int64(4) {
+		t.Fatalf("warnings %v, want a second at stop with queue_full=2, ended_during_shutdown=1, dropped_total=4", warns)
+	}
+}
+
+// dropWarnings is a logger keeping its entries in logs and signalling each
+// warning about dropped spans on the channel once logs holds it.
+func dropWarnings() (*zap.Logger, *observer.ObservedLogs, <-chan struct{}) {
+	core, logs := observer.New(zap.InfoLevel)
+	logged := make(chan struct{}, 1000)
+	return zap.New(core, zap.Hooks(func(e zapcore.Entry) error {
+		if strings.Contains(e.Message, "spans dropped before export") {
+			logged <- struct{}{}
+		}
+		return nil
+	})), logs, logged
+}
+
+// awaitWarning waits for the next warning on logged.
+func awaitWarning(t *testing.T, logged <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-logged:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no warning %s", what)
+	}
+}
+
+// warnedDrops sums the counts of the warnings about dropped spans.
+func warnedDrops(logs *observer.ObservedLogs) (sum int64) {
+	for _, e := range logs.FilterMessageSnippet("spans dropped before export").All() {
+		sum += e.ContextMap()["queue_full"].(int64) + e.ContextMap()["ended_during_shutdown"].(int64)
+	}
+	return sum
+}
+
+// The drops within the interval after a warning are warned about when it
+// ends, with their counts, not only if another drop comes later (found by
+// an adversary: 935 spans dropped, one warning, for 1); stop warns about
+// those not warned about yet and leaves no timer behind.
+func TestDropReport_WindowDropsWarnedAtItsEnd(t *testing.T) {
+	log, logs, logged := dropWarnings()
+	r := newDropReport()
+	r.interval = 200 * time.Millisecond
+	r.use(log, nil)
+
+	r.drop(&r.full)
+	awaitWarning(t, logged, "at the first drop")
+	for i := 0; i < 4; i++ {
+		r.drop(&r.full)
+	}
+	r.drop(&r.late)
+	awaitWarning(t, logged, "at the end of the interval")
+	warns := logs.All() // of this logger, only the warnings about drops
+	if len(warns) != 2 {
+		t.Fatalf("warnings %v, want 2", warns)
+	}
+	if gap := warns[1].Time.Sub(warns[0].Time); gap < r.interval*9/10 {
+		t.Fatalf("the second warning came %v after the first, want the interval (%v)", gap, r.interval)
+	}
+	if c := warns[1].ContextMap(); c["queue_full"] != int64(4) || c["ended_during_shutdown"] != int64(1) || c["dropped_total"] != int64(6) {
+		t.Fatalf("second warning %v, want queue_full=4, ended_during_shutdown=1, dropped_total=6", c)
+	}
+
+	r.drop(&r.full) // within the interval again: a timer is armed
+	r.drop(&r.full)
+	r.stop()
+	warns = logs.All()
+	if len(warns) != 3 || warns[2].ContextMap()["queue_full"] != int64(2) || warns[2].ContextMap()["dropped_total"] != int64(8) {
+		t.Fatalf("warnings %v, want a third at stop with queue_full=2, dropped_total=8", warns)
+	}
+	if warnedDrops(logs) != r.total.Load() {
+		t.Fatalf("%d dropped, %d warned about", r.total.Load(), warnedDrops(logs))
+	}
+	r.drop(&r.full) // after stop, within the interval: counted, no timer
+	r.mu.Lock()
+	armed := r.timer != nil || r.armed.Load()
+	r.mu.Unlock()
+	if armed || r.total.Load() != 9 {
+		t.Fatalf("after stop: timer armed %v, %d dropped; want none, 9", armed, r.total.Load())
 	}
 }
 
@@ -142,9 +229,66 @@ func TestDroppedSpans_CountedAndLogged(t *testing.T) {
 	if v := counterValue(t, reg, "tracing_export_errors_total"); v != float64(dropped) {
 		t.Fatalf("tracing_export_errors_total = %v, want the %d dropped spans", v, dropped)
 	}
+	// The first drop is warned about at once, the others (well within 10 s
+	// of it) at the stop.
 	warns := logs.FilterMessageSnippet("spans dropped before export").All()
-	if len(warns) != 1 || warns[0].Level != zap.WarnLevel {
-		t.Fatalf("warnings about the dropped spans: %v, want one", warns)
+	if len(warns) != 2 || warns[0].Level != zap.WarnLevel || warns[0].ContextMap()["queue_full"] != int64(1) {
+		t.Fatalf("warnings about the dropped spans: %v, want two, the first with queue_full=1", warns)
+	}
+	if warned := warnedDrops(logs); warned != dropped || warns[1].ContextMap()["dropped_total"] != dropped {
+		t.Fatalf("%d spans dropped, the warnings counted %d (dropped_total %v): every drop must be warned about by the stop",
+			dropped, warned, warns[1].ContextMap()["dropped_total"])
+	}
+}
+
+// With a backend that hangs, the drops after the first warning are warned
+// about when the interval ends, while the app runs, and those of the last
+// interval at the stop: in all, the warnings count every dropped span.
+func TestDroppedSpans_WarnedAtIntervalEndAndAtStop(t *testing.T) {
+	rc := &receiver{}
+	release := make(chan struct{})
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		<-release
+		rc.serve(w, r)
+	}))
+	t.Cleanup(backend.Close)
+	var released sync.Once
+	unblock := func() { released.Do(func() { close(release) }) }
+	t.Cleanup(unblock) // before backend.Close, which waits for the hanging exports
+	log, logs, logged := dropWarnings()
+	reg := prometheus.NewRegistry()
+	var svc ITracingService
+	var prov *Provider
+	app := fxtest.New(t, fx.NopLogger, fx.Supply(log),
+		fx.Supply(fx.Annotate(reg, fx.As(new(prometheus.Registerer)))),
+		fx.Supply(Config{Exporter: ExporterConfig{Type: ExporterOTLP, Endpoint: backend.URL},
+			Batch: BatchConfig{MaxQueueSize: 2, MaxExportBatchSize: 1}}),
+		Module,
+		fx.Populate(&prov, fx.Annotate(&svc, fx.ParamTags(`name:"TRACING_SERVICE"`))),
+	)
+	prov.drops.interval = 100 * time.Millisecond
+	app.RequireStart()
+	end := func(n int) {
+		for i := 0; i < n; i++ {
+			_, sp := svc.StartSpan(context.Background(), "work")
+			sp.End()
+		}
+	}
+	end(20) // at most 2 wait and 1 hangs in the export: the rest is dropped
+	awaitWarning(t, logged, "at the first drop")
+	awaitWarning(t, logged, "at the end of the interval")
+	if warned, dropped := warnedDrops(logs), prov.DroppedSpans(); warned != dropped || dropped < 17 {
+		t.Fatalf("%d spans dropped, %d warned about at the end of the interval", dropped, warned)
+	}
+	end(5) // dropped too, within the next interval
+	unblock()
+	app.RequireStop()
+	dropped := prov.DroppedSpans()
+	if warned := warnedDrops(logs); warned != dropped || dropped < 22 {
+		t.Fatalf("%d spans dropped, %d warned about after the stop", dropped, warned)
+	}
+	if v := counterValue(t, reg, "tracing_export_errors_total"); v != float64(dropped) {
+		t.Fatalf("tracing_export_errors_total = %v, want the %d dropped spans", v, dropped)
 	}
 }
 

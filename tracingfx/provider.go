@@ -173,8 +173,9 @@ func (p *Provider) Warnings() []string { return append([]string(nil), p.cfg.warn
 // so that a slow or dead backend never hangs the application's stop. It
 // reports spans or logs that could not be delivered in time; an export
 // still running then is ended, so nothing of the provider talks to the
-// backend after Shutdown returned. It leaves an application's own
-// TracerProvider alone.
+// backend after Shutdown returned. Once the span processors are shut
+// down it logs the spans dropped and not yet warned about (see
+// DroppedSpans). It leaves an application's own TracerProvider alone.
 func (p *Provider) Shutdown(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.ShutdownTimeout)
 	defer cancel()
@@ -193,6 +194,9 @@ func (p *Provider) Shutdown(ctx context.Context) error {
 	if p.Tracer != nil {
 		err = p.Tracer.Shutdown(ctx)
 	}
+	// The span processors are shut down: warn about the spans dropped and
+	// not reported yet, and end the report's timer.
+	p.drops.stop()
 	return errors.Join(err, <-logsDone)
 }
 
