@@ -3,7 +3,9 @@ package tracingfx
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
+	"math"
 	"sync"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -14,7 +16,11 @@ import (
 
 // ConsoleSpan is one line of the console exporter. timestamp is the start
 // in microseconds since the Unix epoch and duration is in microseconds, as
-// OpenTelemetry JS prints them.
+// OpenTelemetry JS prints them. An attribute value is a JSON string,
+// number, boolean or array of them; a float that JSON cannot hold (NaN,
+// +Inf, -Inf), alone or in a float array, is written as the string "NaN",
+// "+Inf" or "-Inf", so that such a span is written too (OTLP carries the
+// float itself).
 type ConsoleSpan struct {
 	TraceID      string         `json:"traceId"`
 	SpanID       string         `json:"spanId"`
@@ -28,7 +34,8 @@ type ConsoleSpan struct {
 	Status       ConsoleStatus  `json:"status"`
 }
 
-// ConsoleEvent is a span event in the console format.
+// ConsoleEvent is a span event in the console format; its attributes are
+// written as ConsoleSpan's are.
 type ConsoleEvent struct {
 	Name       string         `json:"name"`
 	Timestamp  int64          `json:"timestamp"`
@@ -55,12 +62,15 @@ func (e *consoleExporter) ExportSpans(_ context.Context, spans []sdktrace.ReadOn
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	enc := json.NewEncoder(e.w)
+	var errs []error
 	for _, s := range spans {
+		// One span's failure (a failed write) does not keep the others
+		// from being written.
 		if err := enc.Encode(toConsole(s)); err != nil {
-			return err
+			errs = append(errs, err)
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // Shutdown implements sdktrace.SpanExporter.
@@ -89,9 +99,51 @@ func toConsole(s sdktrace.ReadOnlySpan) ConsoleSpan {
 func attrMap(kvs []attribute.KeyValue) map[string]any {
 	m := make(map[string]any, len(kvs))
 	for _, kv := range kvs {
-		m[string(kv.Key)] = kv.Value.AsInterface()
+		m[string(kv.Key)] = consoleValue(kv.Value)
 	}
 	return m
+}
+
+// consoleValue is v as encoding/json can write it: a non-finite float,
+// which it refuses (the whole span would be lost), becomes its name, and
+// a float slice holding one becomes a slice of numbers and such names.
+func consoleValue(v attribute.Value) any {
+	switch v.Type() {
+	case attribute.FLOAT64:
+		if f := v.AsFloat64(); !isFinite(f) {
+			return floatName(f)
+		}
+	case attribute.FLOAT64SLICE:
+		fs := v.AsFloat64Slice()
+		for _, f := range fs {
+			if !isFinite(f) {
+				out := make([]any, len(fs))
+				for i, f := range fs {
+					if isFinite(f) {
+						out[i] = f
+					} else {
+						out[i] = floatName(f)
+					}
+				}
+				return out
+			}
+		}
+		return fs
+	}
+	return v.AsInterface()
+}
+
+func isFinite(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
+
+// floatName is how the console writes a non-finite float.
+func floatName(f float64) string {
+	switch {
+	case math.IsNaN(f):
+		return "NaN"
+	case f > 0:
+		return "+Inf"
+	}
+	return "-Inf"
 }
 
 // kindName is the upper-case name of a span kind, as the console prints it.

@@ -3,8 +3,12 @@ package tracingfx
 import (
 	"context"
 	"errors"
+	"math"
+	"reflect"
 	"testing"
 	"time"
+
+	"go.opentelemetry.io/otel/attribute"
 )
 
 func consoleProvider(t *testing.T, cfg Config) (*Provider, *syncBuffer) {
@@ -52,5 +56,70 @@ func TestConsole_OneJSONObjectPerLine(t *testing.T) {
 	}
 	if outer.Duration < inner.Duration || outer.Duration < 0 {
 		t.Fatalf("durations %d %d", outer.Duration, inner.Duration)
+	}
+}
+
+// encoding/json refuses NaN and ±Inf, and the console exporter lost every
+// span holding one as an attribute (found by an adversary: "json:
+// unsupported value: NaN"). They are written as the strings "NaN", "+Inf"
+// and "-Inf", alone or in a float array, in span and event attributes;
+// finite floats stay numbers.
+func TestConsole_NonFiniteFloatsWritten(t *testing.T) {
+	t.Parallel()
+	p, buf := consoleProvider(t, Config{})
+	svc := NewTracingService(p.Tracer)
+	_ = svc.WithSpan(context.Background(), "rate", func(ctx context.Context) error {
+		svc.SetAttribute(ctx, "fx.rate", math.NaN())
+		svc.AddEvent(ctx, "checked", map[string]any{"headroom": math.Inf(1), "used": 0.25})
+		return nil
+	})
+	_, sp := p.Tracer.Tracer("t").Start(context.Background(), "window")
+	sp.SetAttributes(attribute.Float64("low", math.Inf(-1)), attribute.Float64("mean", 1.5),
+		attribute.Float64Slice("samples", []float64{1, math.NaN(), math.Inf(1), math.Inf(-1)}),
+		attribute.Float64Slice("finite", []float64{0.5, 2}))
+	sp.End()
+	_ = svc.WithSpan(context.Background(), "ok", func(context.Context) error { return nil })
+
+	spans := buf.lines(t)
+	rate, window := consoleNamed(spans, "rate"), consoleNamed(spans, "window")
+	if len(spans) != 3 || rate == nil || window == nil || consoleNamed(spans, "ok") == nil {
+		t.Fatalf("%d spans written, want rate, window and ok: %+v", len(spans), spans)
+	}
+	if rate.Attributes["fx.rate"] != "NaN" || len(rate.Events) != 1 ||
+		rate.Events[0].Attributes["headroom"] != "+Inf" || rate.Events[0].Attributes["used"] != 0.25 {
+		t.Fatalf("rate: %+v", rate)
+	}
+	want := map[string]any{"low": "-Inf", "mean": 1.5, "samples": []any{1.0, "NaN", "+Inf", "-Inf"}, "finite": []any{0.5, 2.0}}
+	for k, v := range want {
+		if !reflect.DeepEqual(window.Attributes[k], v) {
+			t.Errorf("window attribute %s = %#v, want %#v", k, window.Attributes[k], v)
+		}
+	}
+}
+
+// The OTLP exporter carries the non-finite floats themselves: only the
+// console writes their names.
+func TestOTLP_NonFiniteFloatsUnchanged(t *testing.T) {
+	rc := newReceiver(t)
+	p, err := NewProvider(context.Background(), Config{Exporter: ExporterConfig{Type: ExporterOTLP, Endpoint: rc.URL}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sp := p.Tracer.Tracer("t").Start(context.Background(), "window")
+	sp.SetAttributes(attribute.Float64("nan", math.NaN()), attribute.Float64("inf", math.Inf(1)))
+	sp.End()
+	if err := p.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	s := spanNamed(rc.got(), "window")
+	if s == nil {
+		t.Fatal("the span was not received")
+	}
+	got := map[string]float64{}
+	for _, a := range s.Attributes {
+		got[a.Key] = a.Value.GetDoubleValue()
+	}
+	if !math.IsNaN(got["nan"]) || !math.IsInf(got["inf"], 1) {
+		t.Fatalf("OTLP attributes %v, want NaN and +Inf as doubles", got)
 	}
 }
