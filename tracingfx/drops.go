@@ -228,7 +228,8 @@ func (r *dropReport) fire() {
 // stop ends the timer, waits for its function if it already runs, and
 // warns about the drops not reported yet. The Provider's Shutdown calls it
 // once the span processors are shut down, so that no timer or goroutine
-// of the report outlives it. Calling it again does nothing more.
+// of the report outlives it. Called again, it only warns about the drops
+// since (there are none unless a span was dropped after the first call).
 func (r *dropReport) stop() {
 	r.mu.Lock()
 	r.stopped = true
