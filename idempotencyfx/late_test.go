@@ -59,6 +59,14 @@ func TestLateCompletion_StallAfterHandler_RecordedInBackground_RunsOnce(t *testi
 	if n := counterValue(t, reg, "idempotency_requests_total", "outcome", string(OutcomeLateCompletion)); n != 0 {
 		t.Fatalf("late_completion = %v while Redis is still cut off", n)
 	}
+	// Found by an adversary: the request was counted new and store_error,
+	// and the runbook reads every store_error as a 500 with no charge. It
+	// ran and was answered: new, and its outcome pending_completion.
+	for oc, want := range map[Outcome]float64{OutcomeNew: 1, OutcomeStoreError: 0, OutcomePendingCompletion: 1} {
+		if n := counterValue(t, reg, "idempotency_requests_total", "outcome", string(oc)); n != want {
+			t.Errorf("%s = %v, want %v", oc, n, want)
+		}
+	}
 	proxy.SetMode(faultproxy.Forward)
 	waitFor(t, func() bool { return recordState(e, "k") == StateCompleted })
 

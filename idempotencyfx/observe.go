@@ -39,9 +39,15 @@ const (
 	// reach ReplicaAcks replicas within ReplicaAckTimeout (counted besides
 	// the request's outcome, and not put on its span).
 	OutcomeUnreplicatedCompletion Outcome = "unreplicated_completion"
+	// OutcomePendingCompletion counts outcomes that their request could
+	// not record within its own two tries and handed to the background
+	// (counted besides the request's outcome, new: the handler ran and the
+	// client got its answer). Each ends as a late_completion or a
+	// lost_completion.
+	OutcomePendingCompletion Outcome = "pending_completion"
 	// OutcomeLateCompletion counts outcomes recorded in the background
-	// after their request's own two tries failed (the request itself
-	// counted store_error).
+	// after their request's own two tries failed (see
+	// OutcomePendingCompletion).
 	OutcomeLateCompletion Outcome = "late_completion"
 	// OutcomeLostCompletion counts outcomes whose recording was never
 	// confirmed: Redis stayed out of reach while the record lived, another
@@ -112,7 +118,7 @@ func newObserver(reg prometheus.Registerer, tp trace.TracerProvider) (*observer,
 	for _, oc := range []Outcome{OutcomeNew, OutcomeReplay, OutcomeWaitedReplay, OutcomeMismatch,
 		OutcomeInProgress, OutcomePreviousFailed, OutcomeNotReplayable, OutcomeTakeover, OutcomeStaleOwner,
 		OutcomeBypass, OutcomeStoreError, OutcomeFailOpen, OutcomeInvalidKey, OutcomeKeyRequired, OutcomeUnreplicated, OutcomeUnreplicatedCompletion,
-		OutcomeLateCompletion, OutcomeLostCompletion} {
+		OutcomePendingCompletion, OutcomeLateCompletion, OutcomeLostCompletion} {
 		o.outcomes[oc] = o.requests.WithLabelValues(string(oc))
 	}
 	for _, r := range []string{notifySubscribeDenied, notifyPublishFailed, notifyConnectionReplaced} {
