@@ -42,8 +42,14 @@ func TestMetrics_BacklogScrapeNeverWaitsForRedis_AndKeepsTheLastValue(t *testing
 			t.Fatal(err)
 		}
 	}
+	read := readings(s)
 	if err := s.Start(ctx); err != nil {
 		t.Fatal(err)
+	}
+	select {
+	case <-read: // the first reading, which a scrape serves
+	case <-time.After(5 * time.Second):
+		t.Fatal("no background reading 5s after Start")
 	}
 	if n := obstest.Value(t, reg, "stream_length", "stream", stream); n != 3 {
 		t.Fatalf("stream_length = %v after Start, want 3", n)
@@ -69,5 +75,151 @@ func TestMetrics_BacklogScrapeNeverWaitsForRedis_AndKeepsTheLastValue(t *testing
 	t.Logf("with Redis frozen: %d scrapes, median %v, slowest %v", len(took), median, slowest)
 	if median > 50*time.Millisecond || slowest > 500*time.Millisecond {
 		t.Errorf("with Redis frozen, scrapes took %v (median, bound 50ms), slowest %v (bound 500ms)", median, slowest)
+	}
+}
+
+// readings signals each background reading of s's backlog (set before Start).
+func readings(s *Streams) <-chan struct{} {
+	ch := make(chan struct{}, 1)
+	s.obs.backlog.afterRead = func() {
+		select {
+		case ch <- struct{}{}:
+		default: // one not yet taken already says "a reading happened"
+		}
+	}
+	return ch
+}
+
+// present reports whether reg exports stream_length{stream}.
+func present(t *testing.T, reg prometheus.Gatherer, stream string) bool {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "stream_length" {
+			continue
+		}
+		for _, m := range mf.Metric {
+			for _, lp := range m.Label {
+				if lp.GetName() == "stream" && lp.GetValue() == stream {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// A publish-only application (no Handle) learns its streams on first
+// publish, after the background reader's first reading. A scrape then
+// used to read Redis itself: with Redis frozen it took a second (an
+// adversary measured 1.001s). Now a scrape never calls Redis: a stream not
+// read yet has no backlog series, and the reader reads a new stream at
+// once (not at its next interval) and the series appears with that reading.
+func TestMetrics_PublisherOnly_ScrapeBeforeFirstReadingNeverWaitsForRedis(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartPrivate(t)
+	proxy := faultproxy.Start(t, srv.Addr())
+	c, err := storefx.New("default", storefx.Config{URL: "redis://" + proxy.Addr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	reg := prometheus.NewRegistry()
+	s, err := New(c, Config{StoreTimeout: time.Second}, WithRegisterer(reg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Stop(context.Background()) })
+	s.obs.backlog.every = time.Hour // only Start and new streams trigger a reading
+	read := readings(s)
+	ctx := context.Background()
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-read: // the first reading: no stream known, nothing read
+	case <-time.After(5 * time.Second):
+		t.Fatal("no background reading after Start")
+	}
+
+	proxy.SetMode(faultproxy.Freeze)
+	frozen := true
+	defer func() {
+		if frozen {
+			proxy.SetMode(faultproxy.Forward)
+		}
+	}()
+	stream := redistest.Prefix(t) + "orders"
+	published := make(chan struct{})
+	go func() {
+		defer close(published)
+		_, _ = s.Publish(ctx, stream, []byte("m")) // held: times out after StoreTimeout
+	}()
+	// Scrape every 20ms for 1.5s: a scrape that read Redis would wait its
+	// one-second timeout.
+	var took []time.Duration
+	known := 0
+	for end := time.Now().Add(1500 * time.Millisecond); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		if len(s.obs.known()) > 0 {
+			known++
+		}
+		began := time.Now()
+		if present(t, reg, stream) {
+			t.Fatalf("stream_length{stream=%q} exported with Redis frozen before any reading of it", stream)
+		}
+		took = append(took, time.Since(began))
+	}
+	if known < 5 {
+		t.Fatalf("only %d scrapes after the publish made the stream known", known)
+	}
+	sort.Slice(took, func(i, j int) bool { return took[i] < took[j] })
+	median, slowest := took[len(took)/2], took[len(took)-1]
+	t.Logf("with Redis frozen: %d scrapes (%d with the stream known), median %v, slowest %v", len(took), known, median, slowest)
+	if median > 50*time.Millisecond || slowest > 200*time.Millisecond {
+		t.Errorf("with Redis frozen, scrapes took %v (median, bound 50ms), slowest %v (bound 200ms)", median, slowest)
+	}
+
+	proxy.SetMode(faultproxy.Forward)
+	frozen = false
+	<-published
+	// A stream first published with Redis answering is read at once: its
+	// series (and the earlier stream's) appear without waiting the interval.
+	other := redistest.Prefix(t) + "invoices"
+	if _, err := s.Publish(ctx, other, []byte("m")); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.After(5 * time.Second)
+	for !present(t, reg, other) {
+		select {
+		case <-read:
+		case <-deadline:
+			t.Fatalf("stream_length{stream=%q} not exported 5s after its first publish", other)
+		}
+	}
+	if n := obstest.Value(t, reg, "stream_length", "stream", other); n != 1 {
+		t.Errorf("stream_length{stream=%q} = %v, want 1", other, n)
+	}
+	if n := obstest.Value(t, reg, "stream_length", "stream", other+DLQSuffix); n != 0 {
+		t.Errorf("stream_length{stream=%q} = %v, want 0", other+DLQSuffix, n)
+	}
+	obstest.Value(t, reg, "stream_length", "stream", stream) // read too (1 or 0: the held publish may or may not have landed)
+}
+
+// Before Start nothing is read: a scrape shows no backlog series (and
+// never calls Redis), even for streams already known.
+func TestMetrics_NoBacklogSeriesBeforeStart(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	stream := redistest.Prefix(t) + "early"
+	reg := prometheus.NewRegistry()
+	s := newStreams(t, srv, Config{}, WithRegisterer(reg))
+	if _, err := s.Publish(context.Background(), stream, []byte("m")); err != nil {
+		t.Fatal(err)
+	}
+	if present(t, reg, stream) {
+		t.Errorf("stream_length{stream=%q} exported before Start", stream)
 	}
 }

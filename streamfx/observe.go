@@ -76,7 +76,7 @@ func newObserver(reg prometheus.Registerer, tp trace.TracerProvider, s *Streams)
 	if reg == nil {
 		return o, nil
 	}
-	o.backlog = &backlogCollector{s: s, o: o, every: backlogInterval}
+	o.backlog = &backlogCollector{s: s, o: o, every: backlogInterval, kick: make(chan struct{}, 1)}
 	o.messages = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "stream_messages_total", Help: "Message deliveries handled by this process, by outcome: processed, failed, dead_lettered."}, []string{"stream", "outcome"})
 	for _, c := range []prometheus.Collector{o.messages, o.backlog} {
 		if err := reg.Register(c); err != nil {
@@ -86,10 +86,22 @@ func newObserver(reg prometheus.Registerer, tp trace.TracerProvider, s *Streams)
 	return o, nil
 }
 
-func (o *observer) track(stream string) {
+// track adds stream to the known streams and reports whether it is new to
+// this process.
+func (o *observer) track(stream string) bool {
 	o.mu.Lock()
+	defer o.mu.Unlock()
+	added := !o.streams[stream]
 	o.streams[stream] = true
-	o.mu.Unlock()
+	return added
+}
+
+// readSoon asks the background reader of the backlog, if running, for a
+// reading now rather than at its next interval, without waiting for it.
+func (o *observer) readSoon() {
+	if o.backlog != nil {
+		o.backlog.nudge()
+	}
 }
 
 func (o *observer) known() []string {
@@ -117,7 +129,6 @@ func (o *observer) start(ctx context.Context, kind trace.SpanKind, name, op stri
 }
 
 func (o *observer) startPublish(ctx context.Context, stream string, size int) (context.Context, *plugintrace.Span) {
-	o.track(stream)
 	return o.start(ctx, trace.SpanKindProducer, "stream.publish", "XADD", attribute.String(AttrStream, stream), attribute.Int(AttrMessageSize, size))
 }
 
@@ -197,18 +208,26 @@ func (o *observer) endDLQ(span *plugintrace.Span, stream string, err error) {
 // backlogCollector serves the streams' backlog: stream_length for each
 // known stream and its dead-letter stream, and stream_consumer_lag for this
 // application's group. While Streams runs, refresh reads them from Redis in
-// the background (one pipelined round trip every backlogInterval) and a
-// scrape serves the last values read, so /metrics never waits for Redis; a
+// the background (one pipelined round trip at Start, every backlogInterval,
+// and at once after the first publish to a new stream) and a scrape serves
+// the last values read: a scrape never calls Redis, so /metrics never waits for it. A
 // value Redis could not give keeps its last reading, so an outage does not
-// make the lag and dead-letter series (and their alerts) vanish. Before
-// Start, and until the first reading, a scrape reads Redis itself.
+// make the lag and dead-letter series (and their alerts) vanish. A series
+// not read yet (before Start, or a stream known since the last reading,
+// or while Redis has not answered since) is absent, not zero: a scrape
+// that read Redis itself waited up to a second for a frozen Redis (an
+// adversary's publish-only app, scraped while its first Publish was held).
 type backlogCollector struct {
 	s     *Streams
 	o     *observer
 	every time.Duration // backlogInterval; shorter in tests
+	// kick asks refresh for a reading now (buffered 1: asks coalesce, and
+	// a publish never blocks on it).
+	kick chan struct{}
+	// afterRead, if set (tests), is called after each background reading.
+	afterRead func()
 
 	mu      sync.Mutex
-	running bool
 	lengths map[string]float64    // stream → XLEN
 	lags    map[[2]string]float64 // {stream, group} → lag + pending
 }
@@ -224,16 +243,9 @@ var (
 // Describe implements prometheus.Collector.
 func (b *backlogCollector) Describe(ch chan<- *prometheus.Desc) { ch <- lengthDesc; ch <- lagDesc }
 
-// Collect implements prometheus.Collector.
+// Collect implements prometheus.Collector. It serves the last reading and
+// never calls Redis.
 func (b *backlogCollector) Collect(ch chan<- prometheus.Metric) {
-	b.mu.Lock()
-	fresh := !b.running || b.lengths == nil // not started, or nothing read yet
-	b.mu.Unlock()
-	if fresh {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		b.read(ctx)
-		cancel()
-	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for st, n := range b.lengths {
@@ -244,27 +256,36 @@ func (b *backlogCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// refresh reads the backlog every backlogInterval until ctx ends.
+// nudge asks a running refresh for a reading now, without waiting for it.
+func (b *backlogCollector) nudge() {
+	select {
+	case b.kick <- struct{}{}:
+	default: // one is already asked for
+	}
+}
+
+// refresh reads the backlog at once, then every backlogInterval and when
+// nudged, until ctx ends.
 func (b *backlogCollector) refresh(ctx context.Context) {
-	b.mu.Lock()
-	b.running = true
-	b.mu.Unlock()
-	defer func() {
-		b.mu.Lock()
-		b.running = false
-		b.mu.Unlock()
-	}()
 	tick := time.NewTicker(b.every)
 	defer tick.Stop()
 	ctx = plugintrace.WithoutCommandSpans(ctx) // background polling is not a trace
+	select {
+	case <-b.kick: // streams known before Start: the first reading reads them
+	default:
+	}
 	for {
 		rctx, cancel := context.WithTimeout(ctx, b.s.cfg.StoreTimeout)
 		b.read(rctx)
 		cancel()
+		if b.afterRead != nil {
+			b.afterRead()
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
+		case <-b.kick:
 		}
 	}
 }

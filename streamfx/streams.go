@@ -119,13 +119,14 @@ func (s *Streams) Handle(stream string, h Handler) error {
 		}
 	}
 	s.consumers = append(s.consumers, &consumer{s: s, stream: stream, handler: h})
-	s.obs.track(stream)
+	_ = s.obs.track(stream) // read from Start on
 	return nil
 }
 
 // Publish appends data to stream and returns the entry's id. The trace
 // context of ctx (the stream.publish span) is stored with it.
 func (s *Streams) Publish(ctx context.Context, stream string, data []byte) (string, error) {
+	first := s.obs.track(stream)
 	ctx, span := s.obs.startPublish(ctx, stream, len(data))
 	values := []any{FieldData, data}
 	carrier := propagation.MapCarrier{}
@@ -140,6 +141,9 @@ func (s *Streams) Publish(ctx context.Context, stream string, data []byte) (stri
 		err = fmt.Errorf("streamfx: publish to %q: %w", stream, err)
 	}
 	s.obs.endPublish(span, id, err)
+	if first { // its backlog series appear with the reading this asks for
+		s.obs.readSoon()
+	}
 	return id, err
 }
 

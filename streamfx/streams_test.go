@@ -393,6 +393,14 @@ func TestMetrics_LengthLagAndDLQ(t *testing.T) {
 	srv.Client().XAdd(ctx, &redis.XAddArgs{Stream: stream + DLQSuffix, Values: []any{FieldData, "dead"}})
 	// Two delivered but not acknowledged: still lag.
 	srv.Client().XReadGroup(ctx, &redis.XReadGroupArgs{Group: "redisfx", Consumer: "x", Streams: []string{stream, ">"}, Count: 2})
+	// A scrape serves the background reading, which Start begins with.
+	read := readings(s)
+	start(t, s)
+	select {
+	case <-read:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no background reading 5s after Start")
+	}
 	for _, tc := range []struct {
 		name   string
 		labels []string
