@@ -17,10 +17,11 @@ import (
 // ConsoleSpan is one line of the console exporter. timestamp is the start
 // in microseconds since the Unix epoch and duration is in microseconds, as
 // OpenTelemetry JS prints them. An attribute value is a JSON string,
-// number, boolean or array of them; a float that JSON cannot hold (NaN,
-// +Inf, -Inf), alone or in a float array, is written as the string "NaN",
-// "+Inf" or "-Inf", so that such a span is written too (OTLP carries the
-// float itself).
+// number, boolean, array or object of them (an attribute.Slice is an
+// array, an attribute.Map an object, an attribute.ByteSlice a base64
+// string); a float that JSON cannot hold (NaN, +Inf, -Inf), wherever it is,
+// is written as the string "NaN", "+Inf" or "-Inf", so that such a span is
+// written too (OTLP carries the float itself).
 type ConsoleSpan struct {
 	TraceID      string         `json:"traceId"`
 	SpanID       string         `json:"spanId"`
@@ -113,6 +114,22 @@ func consoleValue(v attribute.Value) any {
 		if f := v.AsFloat64(); !isFinite(f) {
 			return floatName(f)
 		}
+	case attribute.SLICE: // nested values: each written as a value of its own
+		vs := v.AsSlice()
+		out := make([]any, len(vs))
+		for i, e := range vs {
+			out[i] = consoleValue(e)
+		}
+		return out
+	case attribute.MAP:
+		kvs := v.AsMap()
+		out := make(map[string]any, len(kvs))
+		for _, kv := range kvs {
+			out[string(kv.Key)] = consoleValue(kv.Value)
+		}
+		return out
+	case attribute.EMPTY:
+		return nil
 	case attribute.FLOAT64SLICE:
 		fs := v.AsFloat64Slice()
 		for _, f := range fs {

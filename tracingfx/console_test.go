@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 )
 
 func consoleProvider(t *testing.T, cfg Config) (*Provider, *syncBuffer) {
@@ -94,6 +95,45 @@ func TestConsole_NonFiniteFloatsWritten(t *testing.T) {
 		if !reflect.DeepEqual(window.Attributes[k], v) {
 			t.Errorf("window attribute %s = %#v, want %#v", k, window.Attributes[k], v)
 		}
+	}
+}
+
+// Found by an adversary attacking the fix above: attribute.Slice and
+// attribute.Map values were written as {"Type":…,"Value":…} objects, and a
+// non-finite float inside one lost the span and every other span of its
+// batch. Nested values are JSON arrays and objects, each element written as
+// a value of its own.
+func TestConsole_NestedValuesWritten(t *testing.T) {
+	t.Parallel()
+	p, buf := consoleProvider(t, Config{})
+	tracer := p.Tracer.Tracer("t")
+	_, sp := tracer.Start(context.Background(), "nested")
+	sp.SetAttributes(
+		attribute.Slice("mixed", attribute.Float64Value(math.NaN()), attribute.StringValue("x"), attribute.Int64Value(3)),
+		attribute.Map("limits", attribute.Float64("max", math.Inf(1)), attribute.Bool("on", true)),
+		attribute.ByteSlice("raw", []byte("hi")))
+	sp.AddEvent("checked", trace.WithAttributes(attribute.Slice("e", attribute.Float64Value(math.Inf(-1)))))
+	sp.End()
+	_, ok := tracer.Start(context.Background(), "ok")
+	ok.End()
+
+	spans := buf.lines(t)
+	nested := consoleNamed(spans, "nested")
+	if len(spans) != 2 || nested == nil || consoleNamed(spans, "ok") == nil {
+		t.Fatalf("%d spans written, want nested and ok: %+v", len(spans), spans)
+	}
+	want := map[string]any{
+		"mixed":  []any{"NaN", "x", 3.0},
+		"limits": map[string]any{"max": "+Inf", "on": true},
+		"raw":    "aGk=", // base64, as JSON writes bytes
+	}
+	for k, v := range want {
+		if !reflect.DeepEqual(nested.Attributes[k], v) {
+			t.Errorf("attribute %s = %#v, want %#v", k, nested.Attributes[k], v)
+		}
+	}
+	if len(nested.Events) != 1 || !reflect.DeepEqual(nested.Events[0].Attributes["e"], []any{"-Inf"}) {
+		t.Errorf("events %+v", nested.Events)
 	}
 }
 
