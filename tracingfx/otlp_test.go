@@ -210,6 +210,9 @@ func TestOTLP_IntegerAttributesKeepTheirType(t *testing.T) {
 	sp.SetAttributes(map[string]any{
 		"amount_cents": uint64(1250), "installments": uint8(3), "retries": int16(2), "shard": uint32(7),
 		"small": int8(-4), "port": uint16(443), "count": uint(9), "fees": []int64{10, 20}, "huge": uint64(math.MaxUint64),
+		// found attacking the fix: a nil pointer whose String has a value
+		// receiver panicked; []byte and named integers became strings
+		"deadline": (*time.Time)(nil), "raw": []byte("hi"), "cents": cents(1250), "took": 1500 * time.Millisecond,
 	})
 	sp.End()
 	if err := p.Shutdown(context.Background()); err != nil {
@@ -234,4 +237,16 @@ func TestOTLP_IntegerAttributesKeepTheirType(t *testing.T) {
 	if h := got["huge"].GetStringValue(); h != "18446744073709551615" {
 		t.Errorf("huge = %v, want its decimal string", got["huge"])
 	}
+	if v, ok := got["cents"].GetValue().(*commonpb.AnyValue_IntValue); !ok || v.IntValue != 1250 {
+		t.Errorf("cents = %v, want the integer 1250", got["cents"])
+	}
+	if string(got["raw"].GetBytesValue()) != "hi" {
+		t.Errorf("raw = %v, want the bytes", got["raw"])
+	}
+	if got["deadline"].GetStringValue() != "<nil>" || got["took"].GetStringValue() != "1.5s" {
+		t.Errorf("deadline = %v, took = %v, want <nil> and 1.5s", got["deadline"], got["took"])
+	}
 }
+
+// cents is a named integer without a String method.
+type cents int64

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"reflect"
 	"strconv"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -235,10 +236,13 @@ func attrs(m map[string]any) []attribute.KeyValue {
 }
 
 // attr converts a value: strings, booleans, integers of every size and
-// sign, floats, and slices of string, bool, int, int64 and float64 keep
-// their type (OpenTelemetry's integers are int64: an unsigned value above
-// math.MaxInt64 is written as its decimal string rather than wrapped);
-// anything else is formatted as a string (fmt.Stringer first).
+// sign, floats, []byte, and slices of string, bool, int, int64 and float64
+// keep their type (OpenTelemetry's integers are int64: an unsigned value
+// above math.MaxInt64 is written as its decimal string rather than
+// wrapped); a value with a String method is written with it (time.Duration
+// as "1.5s"; a nil pointer as "<nil>"); a named type of one of those kinds
+// without one (type Cents int64) keeps its kind; anything else is
+// formatted with fmt.Sprint.
 func attr(k string, v any) attribute.KeyValue {
 	switch x := v.(type) {
 	case string:
@@ -275,12 +279,35 @@ func attr(k string, v any) attribute.KeyValue {
 		return attribute.IntSlice(k, x)
 	case []int64:
 		return attribute.Int64Slice(k, x)
+	case []byte:
+		return attribute.ByteSlice(k, x)
 	case []bool:
 		return attribute.BoolSlice(k, x)
 	case []float64:
 		return attribute.Float64Slice(k, x)
 	case fmt.Stringer:
-		return attribute.String(k, x.String())
+		// fmt calls String with a recover: a nil pointer whose String has
+		// a value receiver would panic here.
+		return attribute.String(k, fmt.Sprint(x))
+	}
+	return byKind(k, v)
+}
+
+// byKind converts a value of a named type by its kind (type Cents int64
+// is an integer); anything else is written with fmt.Sprint.
+func byKind(k string, v any) attribute.KeyValue {
+	rv := reflect.ValueOf(v)
+	switch rv.Kind() {
+	case reflect.String:
+		return attribute.String(k, rv.String())
+	case reflect.Bool:
+		return attribute.Bool(k, rv.Bool())
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return attribute.Int64(k, rv.Int())
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		return unsigned(k, rv.Uint())
+	case reflect.Float32, reflect.Float64:
+		return attribute.Float64(k, rv.Float())
 	}
 	return attribute.String(k, fmt.Sprint(v))
 }
