@@ -347,21 +347,39 @@ func parseHTTPURL(raw string) (*url.URL, error) {
 // parse (a % in the password, a typo in the port, no scheme).
 func redactedURL(raw string) string {
 	prefix, rest := "", raw
-	if i := strings.Index(rest, "://"); i >= 0 {
+	if i := strings.Index(rest, "://"); i > 0 && isScheme(rest[:i]) { // not a :// in a password or a query
 		prefix, rest = rest[:i+3], rest[i+3:]
 	}
 	// The last @ ends the user info, and the password runs from the first
 	// colon to it: a password may hold /, ?, # or @ unescaped. (An @ in a
 	// query hides more than the password: safe, and the query goes anyway.)
+	// User info without a colon is often a token (https://<key>@host): it
+	// is hidden whole.
 	if at := strings.LastIndexByte(rest, '@'); at >= 0 {
 		if colon := strings.IndexByte(rest[:at], ':'); colon >= 0 {
 			rest = rest[:colon+1] + "xxxxx" + rest[at:]
+		} else {
+			rest = "xxxxx" + rest[at:]
 		}
 	}
 	if i := strings.IndexAny(rest, "?#"); i >= 0 {
 		rest = rest[:i+1] + "xxxxx"
 	}
 	return prefix + rest
+}
+
+// isScheme reports whether s is a URL scheme (RFC 3986: a letter, then
+// letters, digits, +, - or .).
+func isScheme(s string) bool {
+	for i, c := range s {
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z':
+		case i > 0 && ('0' <= c && c <= '9' || c == '+' || c == '-' || c == '.'):
+		default:
+			return false
+		}
+	}
+	return s != ""
 }
 
 // joinPath appends p to the URL's path, as OpenTelemetry does with

@@ -454,6 +454,15 @@ func TestEndpoint_SecretsNeverPrinted_QueryRefused(t *testing.T) {
 		"fragment":               "http://collector:4318/v1/traces#" + apiKey,
 		"empty query":            "http://collector:4318/v1/traces?",
 		"query of a bad address": "collector:4318?key=" + apiKey,
+		// found attacking the fix: a :// after the scheme's place was taken
+		// for the scheme's end, and a token as the user name was shown
+		"scheme in the password":    "user:pa://" + password + "@collector:4318",
+		"scheme in the query":       "user:" + password + "@collector:4318/v1/traces?next=http://x",
+		"scheme typo":               "http//user:" + password + "@collector:4318/?r=https://x",
+		"token as user":             "http://" + password + "@collector:4318",
+		"token as user, no scheme":  password + "@collector:4318",
+		"token with a bad port":     "http://" + password + "@collector:43x18",
+		"percent-encoded @ in user": "http://us%40er:" + password + "@collector:4318",
 	}
 	for name, endpoint := range endpoints {
 		for _, source := range []string{envEndpoint, envTracesEndpoint, "Config.Exporter.Endpoint"} {
