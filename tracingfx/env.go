@@ -8,7 +8,6 @@ import (
 	"net/url"
 	"path"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -40,6 +39,7 @@ const (
 	envLogsEndpoint      = "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT"
 	envHeaders           = "OTEL_EXPORTER_OTLP_HEADERS"
 	envTracesHeaders     = "OTEL_EXPORTER_OTLP_TRACES_HEADERS"
+	envLogsHeaders       = "OTEL_EXPORTER_OTLP_LOGS_HEADERS"
 	envSampler           = "OTEL_TRACES_SAMPLER"
 	envSamplerArg        = "OTEL_TRACES_SAMPLER_ARG"
 	envPropagators       = "OTEL_PROPAGATORS"
@@ -86,8 +86,13 @@ type settings struct {
 	// protocolFrom is where Exporter.Protocol came from: the Config field,
 	// a variable, or "default".
 	protocolFrom string
-	// headers are sent with every export: the environment's, then Config's.
-	headers    map[string]string
+	// headers are sent with every export of spans: the environment's
+	// (OTEL_EXPORTER_OTLP_HEADERS, then _TRACES_HEADERS), then Config's.
+	headers map[string]string
+	// logHeaders are the log bridge's: OTEL_EXPORTER_OTLP_HEADERS, then
+	// _LOGS_HEADERS, then Config's. Both are always handed to the
+	// exporters, so that they never read (and print) a variable themselves.
+	logHeaders map[string]string
 	propagator propagation.TextMapPropagator
 	// propagators names the propagators, for the log.
 	propagators string
@@ -439,33 +444,46 @@ func (s *settings) readHeaders(getenv func(string) string) error {
 			}
 		}
 	}
-	s.headers = map[string]string{}
-	from := map[string]string{} // header → the variable that set it last
-	for _, name := range []string{envHeaders, envTracesHeaders} {
-		vars := map[string]string{}
-		if err := parseHeaders(name, getenv(name), grpcFrom, vars); err != nil {
-			return err
-		}
-		for k, v := range vars {
-			s.headers[k], from[k] = v, name
-		}
+	var err error
+	overridden := map[string][]string{} // variable → headers Config overrides
+	if s.headers, err = s.mergeHeaders(getenv, grpcFrom, overridden, envHeaders, envTracesHeaders); err != nil {
+		return err
 	}
-	overridden := map[string][]string{}    // variable → headers Config overrides
-	for k, v := range s.Exporter.Headers { // checked by Config.Validate
-		k = http.CanonicalHeaderKey(k)
-		if name, ok := from[k]; ok {
-			overridden[name] = append(overridden[name], k)
-		}
-		s.headers[k] = v
+	if s.logHeaders, err = s.mergeHeaders(getenv, grpcFrom, overridden, envHeaders, envLogsHeaders); err != nil {
+		return err
 	}
-	for _, name := range []string{envHeaders, envTracesHeaders} {
-		if keys := overridden[name]; len(keys) > 0 {
-			sort.Strings(keys)
+	for _, name := range []string{envHeaders, envTracesHeaders, envLogsHeaders} {
+		if keys := slices.Compact(slices.Sorted(slices.Values(overridden[name]))); len(keys) > 0 {
 			s.warnings = append(s.warnings, fmt.Sprintf("%s sets %s but Config.Exporter.Headers wins (an explicit Config field overrides its variable)",
 				name, strings.Join(keys, ", ")))
 		}
 	}
 	return nil
+}
+
+// mergeHeaders reads the variables named, a later one winning per header,
+// then Config's headers over them, noting in overridden the headers of a
+// variable that Config overrides.
+func (s *settings) mergeHeaders(getenv func(string) string, grpcFrom string, overridden map[string][]string, names ...string) (map[string]string, error) {
+	headers := map[string]string{}
+	from := map[string]string{} // header → the variable that set it last
+	for _, name := range names {
+		vars := map[string]string{}
+		if err := parseHeaders(name, getenv(name), grpcFrom, vars); err != nil {
+			return nil, err
+		}
+		for k, v := range vars {
+			headers[k], from[k] = v, name
+		}
+	}
+	for k, v := range s.Exporter.Headers { // checked by Config.Validate
+		k = http.CanonicalHeaderKey(k)
+		if name, ok := from[k]; ok {
+			overridden[name] = append(overridden[name], k)
+		}
+		headers[k] = v
+	}
+	return headers, nil
 }
 
 // parseHeaders reads "key1=value1,key2=value2" (values URL-encoded) into

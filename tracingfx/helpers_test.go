@@ -36,6 +36,8 @@ type receiver struct {
 	resource map[string]string
 	paths    []string
 	headers  []http.Header
+	// logHeaders are the headers of each log export.
+	logHeaders []http.Header
 	status   int // answer status; 0 = 200
 }
 
@@ -64,6 +66,7 @@ func (rc *receiver) serve(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		rc.mu.Lock()
+		rc.logHeaders = append(rc.logHeaders, r.Header.Clone())
 		for _, rl := range lreq.ResourceLogs {
 			for _, sl := range rl.ScopeLogs {
 				rc.logs = append(rc.logs, sl.LogRecords...)

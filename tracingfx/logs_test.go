@@ -2,7 +2,9 @@ package tracingfx
 
 import (
 	"context"
+	"net/http"
 	"runtime"
+	"strings"
 	"testing"
 
 	"go.uber.org/fx"
@@ -119,5 +121,57 @@ func TestLogPipeline_BuiltOnlyWhenBridged(t *testing.T) {
 	}
 	if bridged < 1<<20 {
 		t.Fatalf("building the log pipeline retained only %d B: the measurement cannot tell it apart", bridged)
+	}
+}
+
+// Found by an adversary: OTEL_EXPORTER_OTLP_LOGS_HEADERS was not read by
+// tracingfx but by the log exporter itself, which printed a bad value,
+// credential and all, to stderr and started anyway; over gRPC a header
+// gRPC refuses passed start-up and every log export failed. It is read and
+// checked like the other header variables now, and each signal gets its
+// own headers: the generic ones, then its own variable's, then Config's.
+func TestLogBridge_LogsHeadersCheckedAndSentToLogsOnly(t *testing.T) {
+	const secret = "S3CRET-TOKEN"
+	for name, env := range map[string]map[string]string{
+		"not key=value": {envLogsHeaders: "authorization=Bearer%20" + secret + ",oops"},
+		"grpc refuses":  {envProtocol: "grpc", envLogsHeaders: "x-tenant=caf%C3%A9" + secret},
+	} {
+		_, err := newProvider(context.Background(), Config{Exporter: ExporterConfig{Endpoint: "http://127.0.0.1:1"}}, mapEnv(env))
+		if err == nil || !strings.Contains(err.Error(), "invalid "+envLogsHeaders+":") || strings.Contains(err.Error(), secret) {
+			t.Errorf("%s: %v, want start-up refused naming %s without the value", name, err, envLogsHeaders)
+		}
+	}
+
+	rc := newReceiver(t)
+	t.Setenv(envHeaders, "x-all=generic")
+	t.Setenv(envTracesHeaders, "x-traces=t")
+	t.Setenv(envLogsHeaders, "x-logs=l,x-all=for-logs")
+	var log *zap.Logger
+	var svc ITracingService
+	app := fxtest.New(t, fx.NopLogger, fx.Provide(zap.NewNop),
+		fx.Supply(&Config{Exporter: ExporterConfig{Type: ExporterOTLP, Endpoint: rc.URL, Headers: map[string]string{"x-config": "c"}}}),
+		Module, WithLogBridge,
+		fx.Populate(&log, fx.Annotate(&svc, fx.ParamTags(`name:"TRACING_SERVICE"`))))
+	app.RequireStart()
+	_ = svc.WithSpan(context.Background(), "op", func(ctx context.Context) error {
+		log.Info("charged", zap.Any("ctx", ctx))
+		return nil
+	})
+	app.RequireStop()
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if len(rc.headers) == 0 || len(rc.logHeaders) == 0 {
+		t.Fatalf("%d trace and %d log exports, want both", len(rc.headers), len(rc.logHeaders))
+	}
+	want := map[string]map[string]string{
+		"traces": {"X-All": "generic", "X-Traces": "t", "X-Logs": "", "X-Config": "c"},
+		"logs":   {"X-All": "for-logs", "X-Traces": "", "X-Logs": "l", "X-Config": "c"},
+	}
+	for signal, h := range map[string]http.Header{"traces": rc.headers[0], "logs": rc.logHeaders[0]} {
+		for k, v := range want[signal] {
+			if got := h.Get(k); got != v {
+				t.Errorf("%s export: %s = %q, want %q", signal, k, got, v)
+			}
+		}
 	}
 }

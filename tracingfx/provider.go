@@ -202,32 +202,16 @@ func (p *Provider) Shutdown(ctx context.Context) error {
 
 func newSpanExporter(ctx context.Context, s settings) (sdktrace.SpanExporter, error) {
 	if s.Exporter.Protocol == ProtocolGRPC {
-		o := []otlptracegrpc.Option{otlptracegrpc.WithEndpointURL(s.traces.url)}
-		if len(s.headers) > 0 {
-			o = append(o, otlptracegrpc.WithHeaders(s.headers))
-		}
-		return otlptracegrpc.New(ctx, o...)
+		return otlptracegrpc.New(ctx, otlptracegrpc.WithEndpointURL(s.traces.url), otlptracegrpc.WithHeaders(s.headers))
 	}
-	o := []otlptracehttp.Option{otlptracehttp.WithEndpointURL(s.traces.url)}
-	if len(s.headers) > 0 {
-		o = append(o, otlptracehttp.WithHeaders(s.headers))
-	}
-	return otlptracehttp.New(ctx, o...)
+	return otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(s.traces.url), otlptracehttp.WithHeaders(s.headers))
 }
 
 func newLogExporter(ctx context.Context, s settings) (sdklog.Exporter, error) {
 	if s.Exporter.Protocol == ProtocolGRPC {
-		o := []otlploggrpc.Option{otlploggrpc.WithEndpointURL(s.logs.url)}
-		if len(s.headers) > 0 {
-			o = append(o, otlploggrpc.WithHeaders(s.headers))
-		}
-		return otlploggrpc.New(ctx, o...)
+		return otlploggrpc.New(ctx, otlploggrpc.WithEndpointURL(s.logs.url), otlploggrpc.WithHeaders(s.logHeaders))
 	}
-	o := []otlploghttp.Option{otlploghttp.WithEndpointURL(s.logs.url)}
-	if len(s.headers) > 0 {
-		o = append(o, otlploghttp.WithHeaders(s.headers))
-	}
-	return otlploghttp.New(ctx, o...)
+	return otlploghttp.New(ctx, otlploghttp.WithEndpointURL(s.logs.url), otlploghttp.WithHeaders(s.logHeaders))
 }
 
 // batchOptions passes what is set; the SDK's defaults (2048, 512, 5s, 30s)
