@@ -38,7 +38,7 @@ type receiver struct {
 	headers  []http.Header
 	// logHeaders are the headers of each log export.
 	logHeaders []http.Header
-	status   int // answer status; 0 = 200
+	status     int // answer status; 0 = 200
 }
 
 func newReceiver(t *testing.T) *receiver {
