@@ -249,3 +249,26 @@ func TestLateCompletion_RedisRestarted_PoolRedials_RunsOnce(t *testing.T) {
 		t.Fatalf("late_completion = %v, want 30", n)
 	}
 }
+
+// Found by an adversary: when the Service closed while the handler ran,
+// its outcome was counted lost_completion but never pending_completion,
+// though every pending outcome ends as late or lost (pending = late + lost
+// is how on-call reads them).
+func TestLateCompletion_ClosedDuringTheHandler_PendingThenLost(t *testing.T) {
+	t.Parallel()
+	e, proxy, reg := stallAfterHandler(t, Config{StoreTimeout: 300 * time.Millisecond, LockTimeout: 10 * time.Second})
+	e.setHandler(func(w http.ResponseWriter, _ *http.Request) {
+		e.calls.Add(1)
+		_ = e.svc.Close()
+		proxy.SetMode(faultproxy.Blackhole)
+		w.WriteHeader(http.StatusCreated)
+	})
+	if r := e.post("/payments", "k", `{}`); r.status != 201 {
+		t.Fatalf("first request got %+v", r)
+	}
+	for oc, want := range map[Outcome]float64{OutcomeNew: 1, OutcomePendingCompletion: 1, OutcomeLostCompletion: 1, OutcomeStoreError: 0} {
+		if n := counterValue(t, reg, "idempotency_requests_total", "outcome", string(oc)); n != want {
+			t.Errorf("%s = %v, want %v", oc, n, want)
+		}
+	}
+}

@@ -40,10 +40,11 @@ const (
 	// the request's outcome, and not put on its span).
 	OutcomeUnreplicatedCompletion Outcome = "unreplicated_completion"
 	// OutcomePendingCompletion counts outcomes that their request could
-	// not record within its own two tries and handed to the background
-	// (counted besides the request's outcome, new: the handler ran and the
-	// client got its answer). Each ends as a late_completion or a
-	// lost_completion.
+	// not record within its own two tries (counted besides the request's
+	// outcome, new: the handler ran and the client got its answer). Each
+	// ends as a late_completion or a lost_completion (at once when the
+	// Service is closing), so pending = late + lost once the background
+	// tries are over.
 	OutcomePendingCompletion Outcome = "pending_completion"
 	// OutcomeLateCompletion counts outcomes recorded in the background
 	// after their request's own two tries failed (see

@@ -421,9 +421,10 @@ func (s *Service) finish(ctx context.Context, l *lease, state State, resp []byte
 	done, err := l.complete(ctx, state, resp, ttl)
 	if err != nil {
 		// Not store_error: that counts requests refused (or run unprotected)
-		// because Redis failed, and this one ran and is answered.
+		// because Redis failed, and this one ran and is answered. Each
+		// pending outcome ends as late or lost: pending = late + lost.
+		s.obs.count(OutcomePendingCompletion)
 		if s.late.start(func(stop context.Context) { s.completeLate(ctx, stop, l, state, resp, ttl) }) {
-			s.obs.count(OutcomePendingCompletion)
 			s.log.Warn("idempotency: the outcome could not be recorded yet; trying again in the background while the record lives",
 				zap.String("record", l.key), zap.Error(err))
 			return
