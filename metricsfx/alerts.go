@@ -30,15 +30,30 @@ type Alert struct {
 	EvalAt string
 	// Labels are the extra labels the firing alert carries.
 	Labels map[string]string
-	// Hold, when set, is a promtool input where the condition held and then
-	// the series vanished (as they do while Redis is down): the alert must
-	// still fire at HoldAt.
-	Hold   []Series
-	HoldAt string
+	// Cases are further promtool scenarios: restarts, failed scrapes,
+	// traffic that is not the customers'.
+	Cases []Case
 }
 
 // Series is a promtool input series; P_ stands for the prefix.
 type Series struct{ Name, Values string }
+
+// Case is a promtool scenario besides Fire and Calm: input series, and at
+// each evaluation time whether the alert fires.
+type Case struct {
+	Why   string // a comment above the test
+	In    []Series
+	Evals []Eval
+	// Labels are the firing alert's labels (besides severity); nil: the
+	// alert's Labels.
+	Labels map[string]string
+}
+
+// Eval is one evaluation of a Case: at At, the alert fires or not.
+type Eval struct {
+	At   string
+	Fire bool
+}
 
 // Routing timings of the pager route (critical alerts), in production.
 // Every critical alert's KeepFiringFor must exceed PagerGroupInterval by at
@@ -69,13 +84,30 @@ const (
 	redisErrorRatio  = "sum(rate(P_errors_total[5m])) / sum(rate(P_commands_total[5m]))"
 	serverErrorRatio = `sum(rate(P_http_requests_total{code=~"5.."}[5m])) / sum(rate(P_http_requests_total[5m]))`
 	storeErrorRatio  = `sum(rate(P_idempotency_requests_total{outcome="store_error"}[5m])) / sum(rate(P_idempotency_requests_total[5m]))`
-	// The stream gauges keep their last value through an outage (streamfx),
-	// and the rules read them through last_over_time as well, so a series
-	// that vanishes (a restart, a scrape that failed) does not resolve a
-	// lag or dead-letter alert whose cause is still there.
-	lag = "last_over_time(P_stream_consumer_lag[1h])"
-	dlq = `last_over_time(P_stream_length{stream=~".+:dlq"}[1h])`
 )
+
+// The stream gauges keep their last value through an outage (streamfx),
+// and the rules read them through held: a series that vanishes (a failed
+// scrape, every instance restarting) does not resolve a lag or
+// dead-letter alert whose cause is still there, and a restart or a
+// scale-down does not keep one firing either.
+var (
+	lag = held("P_stream_consumer_lag", "namespace, job, stream, group")
+	dlq = held(`P_stream_length{stream=~".+:dlq"}`, "namespace, job, stream")
+)
+
+// held reads a backlog gauge per stream (by: the labels that name one
+// backlog; never instance or pod): the largest reading of the instances
+// that report it now (they all read the same Redis), and only when none
+// does, the last such reading of the past hour. Not last_over_time per
+// series: in a rolling restart or a scale-down the instance that went away
+// would keep its last reading for an hour, and a dead-letter stream the
+// operator emptied (a live reading of 0 from the new instance) would stay
+// in alert.
+func held(selector, by string) string {
+	live := "max by (" + by + ") (" + selector + ")"
+	return "(" + live + " or last_over_time((" + live + ")[1h:1m]))"
+}
 
 func counters(pairs ...string) []Series {
 	var s []Series
@@ -104,6 +136,60 @@ func lockWait(edge string, below int) []Series {
 	return s
 }
 
+// The backlog rules' scenarios: a stream's series, of one scrape target
+// (its labels before the stream's), and the firing alert's labels.
+const (
+	lagSeries = `P_stream_consumer_lag{%s,stream="orders",group="receipts"}`
+	dlqSeries = `P_stream_length{%s,stream="orders:dlq"}`
+)
+
+var (
+	lagLabels = map[string]string{"job": "$job", "stream": "orders", "group": "receipts"}
+	dlqLabels = map[string]string{"job": "$job", "stream": "orders:dlq"}
+)
+
+// backlogCases are the ways a backlog gauge's series come and go, for a
+// rule that reads it through held: series is a format taking the target's
+// labels, bad a reading past the threshold. Every firing alert is one per
+// stream (and group), never one per instance.
+func backlogCases(series string, labels map[string]string, bad string) []Case {
+	pod := func(n int) string {
+		return fmt.Sprintf(`job="$job",instance="app-%d:8080"`, n)
+	}
+	with := func(extra map[string]string) map[string]string {
+		out := map[string]string{}
+		for k, v := range labels {
+			out[k] = v
+		}
+		for k, v := range extra {
+			out[k] = v
+		}
+		return out
+	}
+	return []Case{
+		{Why: "Rolling restart: app-1 is replaced by app-2 at 20m; the operator clears the backlog at 25m, and app-2 reads 0 from then on: the live 0 resolves the alert, app-1's last reading does not hold it (namespace is kept, pod is not).",
+			In: []Series{
+				{fmt.Sprintf(series, `namespace="prod",pod="app-1",`+pod(1)), bad + "x20"},
+				{fmt.Sprintf(series, `namespace="prod",pod="app-2",`+pod(2)), "_x20 " + bad + "x4 0x60"},
+			},
+			Evals:  []Eval{{"22m", true}, {"35m", false}, {"75m", false}},
+			Labels: with(map[string]string{"namespace": "prod"})},
+		{Why: "Failed scrape: no instance reports the backlog any more (Prometheus cannot reach them): the last reading holds the alert for an hour.",
+			In:    []Series{{fmt.Sprintf(series, pod(1)), bad + "x20"}, {fmt.Sprintf(series, pod(2)), bad + "x20"}},
+			Evals: []Eval{{"15m", true}, {"50m", true}}, Labels: labels},
+		{Why: "Failed scrape after the backlog was cleared: the freshest reading (app-2's 0) holds, not the last reading of app-1, replaced before.",
+			In:    []Series{{fmt.Sprintf(series, pod(1)), bad + "x20"}, {fmt.Sprintf(series, pod(2)), "_x20 " + bad + "x4 0x5"}},
+			Evals: []Eval{{"50m", false}}},
+		{Why: "Scale-down: app-2 and app-3 go away at 20m, app-1 still reads the backlog until it is cleared at 41m.",
+			In: []Series{
+				{fmt.Sprintf(series, pod(1)), bad + "x40 0x20"},
+				{fmt.Sprintf(series, pod(2)), bad + "x20"},
+				{fmt.Sprintf(series, pod(3)), bad + "x20"},
+			},
+			Evals: []Eval{{"30m", true}, {"50m", false}}, Labels: labels},
+	}
+}
+
 // target is one scrape target of the job, as promtool inputs label it.
 const target = `{job="$job",instance="app:8080"}`
 
@@ -126,7 +212,7 @@ var Alerts = []Alert{
 	{Name: "StreamConsumerLagCritical", Severity: "critical", Expr: lag + " > 10000", For: "5m", KeepFiringFor: keepFiring,
 		Summary: "Stream consumers are more than 10000 messages behind", Metrics: []string{"stream_consumer_lag"},
 		Fire: []Series{{"P_stream_consumer_lag", "10001x20"}}, Calm: []Series{{"P_stream_consumer_lag", "10000x20"}}, EvalAt: "10m",
-		Hold: []Series{{"P_stream_consumer_lag", "10001x10 _x30"}}, HoldAt: "35m"},
+		Cases: backlogCases(lagSeries, lagLabels, "10001")},
 	{Name: "CacheHitRateLow", Severity: "warning", Expr: hitRatio + " < 0.85", For: "10m",
 		Summary: "Cache hit rate below 85%", Metrics: []string{"cache_hits_total", "cache_misses_total"},
 		Fire: counters("P_cache_hits_total", "84", "P_cache_misses_total", "16"), Calm: counters("P_cache_hits_total", "86", "P_cache_misses_total", "14"), EvalAt: "25m"},
@@ -137,7 +223,7 @@ var Alerts = []Alert{
 		Summary: "A dead-letter stream has messages", Metrics: []string{"stream_length"},
 		Fire: []Series{{`P_stream_length{stream="orders:dlq"}`, "1x20"}}, Calm: []Series{{`P_stream_length{stream="orders:dlq"}`, "0x20"}, {`P_stream_length{stream="orders"}`, "500x20"}},
 		EvalAt: "10m", Labels: map[string]string{"stream": "orders:dlq"},
-		Hold: []Series{{`P_stream_length{stream="orders:dlq"}`, "1x10 _x30"}}, HoldAt: "35m"},
+		Cases: backlogCases(dlqSeries, dlqLabels, "1")},
 	{Name: "RateLimitRejectionHigh", Severity: "warning", Expr: rejectRatio + " > 0.1", For: "10m",
 		Summary: "More than 10% of requests are rate limited", Metrics: []string{"ratelimit_rejected_total", "ratelimit_allowed_total"},
 		Fire: counters("P_ratelimit_rejected_total", "11", "P_ratelimit_allowed_total", "89"), Calm: counters("P_ratelimit_rejected_total", "9", "P_ratelimit_allowed_total", "91"), EvalAt: "25m"},
@@ -150,11 +236,13 @@ var Alerts = []Alert{
 		Fire: lockWait("2", 985), Calm: lockWait("2", 995), EvalAt: "20m"},
 	{Name: "StreamConsumerLagHigh", Severity: "warning", Expr: lag + " > 1000", For: "10m",
 		Summary: "Stream consumers are more than 1000 messages behind", Metrics: []string{"stream_consumer_lag"},
-		Fire: []Series{{"P_stream_consumer_lag", "1001x30"}}, Calm: []Series{{"P_stream_consumer_lag", "1000x30"}}, EvalAt: "15m"},
+		Fire: []Series{{"P_stream_consumer_lag", "1001x30"}}, Calm: []Series{{"P_stream_consumer_lag", "1000x30"}}, EvalAt: "15m",
+		Cases: backlogCases(lagSeries, lagLabels, "1001")},
 	{Name: "DLQSizeCritical", Severity: "critical", Expr: dlq + " > 100", For: "5m", KeepFiringFor: keepFiring,
 		Summary: "A dead-letter stream holds more than 100 messages", Metrics: []string{"stream_length"},
 		Fire: []Series{{`P_stream_length{stream="orders:dlq"}`, "101x20"}}, Calm: []Series{{`P_stream_length{stream="orders:dlq"}`, "100x20"}},
-		EvalAt: "10m", Labels: map[string]string{"stream": "orders:dlq"}},
+		EvalAt: "10m", Labels: map[string]string{"stream": "orders:dlq"},
+		Cases: backlogCases(dlqSeries, dlqLabels, "101")},
 	{Name: "RateLimitRejectionCritical", Severity: "critical", Expr: rejectRatio + " > 0.3", For: "5m", KeepFiringFor: keepFiring,
 		Summary: "More than 30% of requests are rate limited", Metrics: []string{"ratelimit_rejected_total", "ratelimit_allowed_total"},
 		Fire: counters("P_ratelimit_rejected_total", "31", "P_ratelimit_allowed_total", "69"), Calm: counters("P_ratelimit_rejected_total", "29", "P_ratelimit_allowed_total", "71"), EvalAt: "20m"},
@@ -264,7 +352,13 @@ func (p Profile) expr(e string) string {
 			break
 		}
 		end := strings.Index(e[open:], "]")
-		out.WriteString(e[:open+1] + p.scale(e[open+1:open+end]) + "]")
+		window := e[open+1 : open+end]
+		if rng, step, sub := strings.Cut(window, ":"); sub { // a subquery, [range:step]
+			window = p.scale(rng) + ":" + p.scale(step)
+		} else {
+			window = p.scale(window)
+		}
+		out.WriteString(e[:open+1] + window + "]")
 		e = e[open+end+1:]
 	}
 	return strings.ReplaceAll(out.String(), "$job", promString.Replace(p.job()))
@@ -306,51 +400,59 @@ func AlertRules(p Profile) []byte {
 // AlertRuleTests renders a promtool test file for the production rules of
 // the same prefix and job: for every alert, it fires after its For when the
 // condition holds just past the threshold, stays silent just short of it,
-// and (where the rule reads a gauge through last_over_time) still fires
-// after the series vanished.
+// and reads its Cases right (for the backlog rules, restarts, failed
+// scrapes and scale-downs).
 func AlertRuleTests(p Profile, rulesFile string) []byte {
 	p.Speedup = 1
 	var b strings.Builder
 	b.WriteString(p.header(" -tests"))
 	fmt.Fprintf(&b, "rule_files:\n  - %s\nevaluation_interval: 1m\ntests:\n", rulesFile)
 	for _, a := range Alerts {
-		cases := []struct {
-			in   []Series
-			at   string
-			fire bool
-		}{{a.Fire, a.EvalAt, true}, {a.Calm, a.EvalAt, false}}
-		if a.Hold != nil {
-			cases = append(cases, struct {
-				in   []Series
-				at   string
-				fire bool
-			}{a.Hold, a.HoldAt, true})
-		}
+		cases := append([]Case{
+			{In: a.Fire, Evals: []Eval{{a.EvalAt, true}}},
+			{In: a.Calm, Evals: []Eval{{a.EvalAt, false}}},
+		}, a.Cases...)
 		for _, c := range cases {
+			if c.Why != "" {
+				fmt.Fprintf(&b, "  # %s: %s\n", a.Name, c.Why)
+			}
 			b.WriteString("  - interval: 1m\n    input_series:\n")
-			for _, s := range c.in {
+			for _, s := range c.In {
 				fmt.Fprintf(&b, "      - series: %s\n        values: %s\n", quoteYAML(p.expr(s.Name)), quoteYAML(s.Values))
 			}
-			fmt.Fprintf(&b, "    alert_rule_test:\n      - eval_time: %s\n        alertname: %s\n", c.at, a.Name)
-			if !c.fire {
-				b.WriteString("        exp_alerts: []\n")
-				continue
+			b.WriteString("    alert_rule_test:\n")
+			labels := a.Labels
+			if c.Labels != nil {
+				labels = c.Labels
 			}
-			b.WriteString("        exp_alerts:\n          - exp_labels:\n")
-			fmt.Fprintf(&b, "              severity: %s\n", a.Severity)
-			keys := make([]string, 0, len(a.Labels))
-			for k := range a.Labels {
-				keys = append(keys, k)
+			for _, e := range c.Evals {
+				p.writeEval(&b, a, e, labels)
 			}
-			sort.Strings(keys)
-			for _, k := range keys {
-				fmt.Fprintf(&b, "              %s: %s\n", k, quoteYAML(p.expr(a.Labels[k])))
-			}
-			fmt.Fprintf(&b, "            exp_annotations:\n              summary: %s\n              runbook: %s\n",
-				quoteYAML(a.Summary), quoteYAML("docs/monitoring.md#"+strings.ToLower(a.Name)))
 		}
 	}
 	return []byte(b.String())
+}
+
+// writeEval writes one alert_rule_test entry: a fires at e.At with labels,
+// or does not fire.
+func (p Profile) writeEval(b *strings.Builder, a Alert, e Eval, labels map[string]string) {
+	fmt.Fprintf(b, "      - eval_time: %s\n        alertname: %s\n", e.At, a.Name)
+	if !e.Fire {
+		b.WriteString("        exp_alerts: []\n")
+		return
+	}
+	b.WriteString("        exp_alerts:\n          - exp_labels:\n")
+	fmt.Fprintf(b, "              severity: %s\n", a.Severity)
+	keys := make([]string, 0, len(labels))
+	for k := range labels {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Fprintf(b, "              %s: %s\n", k, quoteYAML(p.expr(labels[k])))
+	}
+	fmt.Fprintf(b, "            exp_annotations:\n              summary: %s\n              runbook: %s\n",
+		quoteYAML(a.Summary), quoteYAML("docs/monitoring.md#"+strings.ToLower(a.Name)))
 }
 
 // Receivers are the webhook URLs of the three receivers; an empty URL
