@@ -82,7 +82,15 @@ const (
 	// all timed out after thousands of retries would read 0.001.
 	lockTimeoutRatio = "sum(rate(P_lock_timeouts_total[5m])) / (sum(rate(P_lock_acquisitions_total[5m])) + sum(rate(P_lock_timeouts_total[5m])))"
 	redisErrorRatio  = "sum(rate(P_errors_total[5m])) / sum(rate(P_commands_total[5m]))"
-	serverErrorRatio = `sum(rate(P_http_requests_total{code=~"5.."}[5m])) / sum(rate(P_http_requests_total[5m]))`
+	// probeRoutes are the route labels of the requests that machines send,
+	// not customers: httpfx's /metrics, /healthz and /readyz (its
+	// MetricsPath, HealthPath and ReadyPath). The server-error ratio leaves
+	// them out of both sides: a quiet service's scrapes and probes
+	// outnumber its payments (5 failing payments among 80 probes read
+	// 5.9 %), and /readyz answers 503 while Redis is down, an error no
+	// customer saw.
+	probeRoutes      = "/metrics|/healthz|/readyz"
+	serverErrorRatio = `sum(rate(P_http_requests_total{code=~"5..",route!~"` + probeRoutes + `"}[5m])) / sum(rate(P_http_requests_total{route!~"` + probeRoutes + `"}[5m]))`
 	storeErrorRatio  = `sum(rate(P_idempotency_requests_total{outcome="store_error"}[5m])) / sum(rate(P_idempotency_requests_total[5m]))`
 )
 
@@ -190,6 +198,29 @@ func backlogCases(series string, labels map[string]string, bad string) []Case {
 	}
 }
 
+// probeCases are the server-error rules' scenarios with the requests
+// machines send (scrapes of /metrics, kubelet's /healthz and /readyz),
+// evaluated at at.
+func probeCases(at string) []Case {
+	req := func(route, code string) string {
+		return fmt.Sprintf(`P_http_requests_total{method="GET",route="%s",code="%s"}`, route, code)
+	}
+	probes := func(readyz string) []Series {
+		return []Series{{req("/metrics", "200"), "0+4x40"}, {req("/healthz", "200"), "0+6x40"}, {req("/readyz", readyz), "0+6x40"}}
+	}
+	payments := func(code, perMinute string) Series {
+		return Series{fmt.Sprintf(`P_http_requests_total{method="POST",route="/payments",code="%s"}`, code), "0+" + perMinute + "x40"}
+	}
+	return []Case{
+		{Why: "A quiet service in an outage: every payment fails (1 a minute) among 4 scrapes and 12 probes a minute, 5 failing payments among 80 other requests in 5 minutes: the customers' ratio is 100 %.",
+			In: append(probes("200"), payments("502", "1")), Evals: []Eval{{at, true}}},
+		{Why: "Redis is down: /readyz answers 503 (6 a minute), which no customer sees; the payments succeed.",
+			In: append(probes("503"), payments("201", "10")), Evals: []Eval{{at, false}}},
+		{Why: "No customer traffic at all, /readyz failing: no customer saw an error.",
+			In: probes("503"), Evals: []Eval{{at, false}}},
+	}
+}
+
 // target is one scrape target of the job, as promtool inputs label it.
 const target = `{job="$job",instance="app:8080"}`
 
@@ -279,13 +310,15 @@ var Alerts = []Alert{
 		Fire: counters(`P_idempotency_requests_total{outcome="lost_completion"}`, "1", `P_idempotency_requests_total{outcome="new"}`, "1000"),
 		Calm: counters(`P_idempotency_requests_total{outcome="lost_completion"}`, "0", `P_idempotency_requests_total{outcome="new"}`, "1000"), EvalAt: "20m"},
 	{Name: "HTTPServerErrorRateHigh", Severity: "warning", Expr: serverErrorRatio + " > 0.05", For: "5m",
-		Summary: "More than 5% of requests answer 5xx", Metrics: []string{"http_requests_total"},
+		Summary: "More than 5% of customer requests answer 5xx (probes and scrapes not counted)", Metrics: []string{"http_requests_total"},
 		Fire: counters(`P_http_requests_total{code="500"}`, "6", `P_http_requests_total{code="201"}`, "94"),
-		Calm: counters(`P_http_requests_total{code="500"}`, "4", `P_http_requests_total{code="201"}`, "96"), EvalAt: "20m"},
+		Calm: counters(`P_http_requests_total{code="500"}`, "4", `P_http_requests_total{code="201"}`, "96"), EvalAt: "20m",
+		Cases: probeCases("20m")},
 	{Name: "HTTPServerErrorRateCritical", Severity: "critical", Expr: serverErrorRatio + " > 0.2", For: "2m", KeepFiringFor: keepFiring,
-		Summary: "More than 20% of requests answer 5xx", Metrics: []string{"http_requests_total"},
+		Summary: "More than 20% of customer requests answer 5xx (probes and scrapes not counted)", Metrics: []string{"http_requests_total"},
 		Fire: counters(`P_http_requests_total{code="503"}`, "21", `P_http_requests_total{code="201"}`, "79"),
-		Calm: counters(`P_http_requests_total{code="503"}`, "19", `P_http_requests_total{code="201"}`, "81"), EvalAt: "20m"},
+		Calm: counters(`P_http_requests_total{code="503"}`, "19", `P_http_requests_total{code="201"}`, "81"), EvalAt: "20m",
+		Cases: probeCases("20m")},
 	{Name: "TraceExportFailing", Severity: "warning", Expr: "sum(rate(P_tracing_export_errors_total[5m])) > 0", For: "15m",
 		Summary: "Spans have failed to reach the trace backend for 15 minutes (traces are being lost)", Metrics: []string{"tracing_export_errors_total"},
 		Fire: []Series{{"P_tracing_export_errors_total", "0+1x40"}}, Calm: []Series{{"P_tracing_export_errors_total", "0x10 1x30"}}, EvalAt: "30m"},
@@ -401,7 +434,7 @@ func AlertRules(p Profile) []byte {
 // the same prefix and job: for every alert, it fires after its For when the
 // condition holds just past the threshold, stays silent just short of it,
 // and reads its Cases right (for the backlog rules, restarts, failed
-// scrapes and scale-downs).
+// scrapes and scale-downs; for the server-error rules, scrapes and probes).
 func AlertRuleTests(p Profile, rulesFile string) []byte {
 	p.Speedup = 1
 	var b strings.Builder

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,10 +14,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"go.uber.org/fx"
+	"go.uber.org/zap"
 
 	"github.com/redisfx/redisfx/cachefx"
+	"github.com/redisfx/redisfx/httpfx"
 	"github.com/redisfx/redisfx/internal/faultproxy"
 	"github.com/redisfx/redisfx/internal/redistest"
 	"github.com/redisfx/redisfx/lockfx"
@@ -284,4 +290,62 @@ func TestRealSeries_RedisFailing_FireStoreAndErrorAlerts(t *testing.T) {
 	}
 	expectAlerts(t, run(false), nil, []string{"StoreConnectionLost", "RedisErrorRateHigh"})
 	expectAlerts(t, run(true), []string{"StoreConnectionLost", "RedisErrorRateHigh"}, nil)
+}
+
+// httpSeries serves requests through httpfx's router (its probes,
+// /metrics, and a /payments route answering payment) and returns its
+// series: per 5 minutes of a quiet service, 5 payments among 20 scrapes
+// and 60 probes (Prometheus every 15s, kubelet every 10s), /readyz
+// answering 503 when ready fails.
+func httpSeries(t *testing.T, payment int, ready error) map[string]string {
+	t.Helper()
+	var mux *chi.Mux
+	var m *metricsfx.Metrics
+	app := fx.New(fx.NopLogger,
+		fx.Supply(zap.NewNop(), &httpfx.Config{Addr: "127.0.0.1:0"}, metricsfx.Config{Prefix: prefix, Registry: prometheus.NewRegistry()}),
+		metricsfx.Module, httpfx.Module,
+		fx.Provide(httpfx.AsReadinessCheck(func() httpfx.ReadinessCheck {
+			return httpfx.ReadinessCheck{Name: "redis", Check: func(context.Context) error { return ready }}
+		})),
+		fx.Provide(httpfx.AsRoutes(func() httpfx.Routes {
+			return func(r chi.Router) {
+				r.Post("/payments", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(payment) })
+			}
+		})),
+		fx.Populate(&mux, &m),
+	)
+	if err := app.Err(); err != nil {
+		t.Fatal(err)
+	}
+	do := func(method, path string) {
+		mux.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(method, path, strings.NewReader("{}")))
+	}
+	for range 5 {
+		do(http.MethodPost, "/payments")
+	}
+	for range 20 {
+		do(http.MethodGet, httpfx.MetricsPath)
+	}
+	for range 30 {
+		do(http.MethodGet, httpfx.ReadyPath)
+		do(http.MethodGet, httpfx.HealthPath)
+	}
+	return inputSeries(t, m.Registry)
+}
+
+// A quiet payments service whose processor is down: every payment fails,
+// and its scrapes and probes, 80 of 85 requests, read 5.9 % of server
+// errors when the rules counted them. The rules count the customers'
+// requests only: both server-error alerts fire.
+func TestRealSeries_EveryPaymentFailsAmongProbes_FireBothServerErrorAlerts(t *testing.T) {
+	t.Parallel()
+	expectAlerts(t, httpSeries(t, http.StatusBadGateway, nil), []string{"HTTPServerErrorRateCritical", "HTTPServerErrorRateHigh"}, nil)
+}
+
+// Redis is down for the readiness check: /readyz answers 503, which no
+// customer sees, and the payments succeed. Neither server-error alert
+// fires (with the probes counted, 30 of 85 requests read 35 %).
+func TestRealSeries_ReadyzFailing_NoServerErrorAlert(t *testing.T) {
+	t.Parallel()
+	expectAlerts(t, httpSeries(t, http.StatusCreated, errors.New("redis down")), nil, []string{"HTTPServerErrorRateCritical", "HTTPServerErrorRateHigh"})
 }
