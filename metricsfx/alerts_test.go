@@ -218,28 +218,37 @@ func TestRunbookAnchorsExist(t *testing.T) {
 	}
 }
 
-// Every dashboard query parses: promtool checks them as recording rules.
-func TestDashboardQueriesParse(t *testing.T) {
-	promtool := tool(t, "promtool")
+// dashboardPanel is a panel of docs/monitoring/dashboard.json, as far as
+// the tests read it.
+type dashboardPanel struct {
+	Title   string `json:"title"`
+	Targets []struct {
+		Expr string `json:"expr"`
+	} `json:"targets"`
+}
+
+func dashboardPanels(t *testing.T) []dashboardPanel {
+	t.Helper()
 	raw, err := os.ReadFile(filepath.Join("..", "docs", "monitoring", "dashboard.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var dash struct {
-		Panels []struct {
-			Title   string `json:"title"`
-			Targets []struct {
-				Expr string `json:"expr"`
-			} `json:"targets"`
-		} `json:"panels"`
+		Panels []dashboardPanel `json:"panels"`
 	}
 	if err := json.Unmarshal(raw, &dash); err != nil {
 		t.Fatal(err)
 	}
+	return dash.Panels
+}
+
+// Every dashboard query parses: promtool checks them as recording rules.
+func TestDashboardQueriesParse(t *testing.T) {
+	promtool := tool(t, "promtool")
 	var b strings.Builder
 	b.WriteString("groups:\n  - name: dashboard\n    rules:\n")
 	n := 0
-	for _, p := range dash.Panels {
+	for _, p := range dashboardPanels(t) {
 		for _, tg := range p.Targets {
 			n++
 			expr := strings.ReplaceAll(tg.Expr, "${prefix}", "payments")
@@ -255,5 +264,50 @@ func TestDashboardQueriesParse(t *testing.T) {
 	}
 	if n < 14 {
 		t.Fatalf("only %d queries in the dashboard", n)
+	}
+}
+
+// The dashboard shows what the rules read: its ratios and backlogs are the
+// rules' expressions, not look-alikes. Its lock timeout ratio still divided
+// by lock_attempts_total after the rules had stopped doing so: three
+// acquisitions that all timed out read 0.002 there while
+// LockTimeoutRateCritical fired.
+func TestDashboardReadsTheRulesExpressions(t *testing.T) {
+	dash := func(e string) string { return withPrefix(e, "${prefix}") }
+	ruleExprs := map[string]bool{}
+	for _, e := range []string{hitRatio, rejectRatio, lockP99, lockTimeoutRatio, redisErrorRatio, serverErrorRatio, storeErrorRatio, lag, dlq} {
+		ruleExprs[dash(e)] = true
+	}
+	// The hit ratio split by layer: the layers' shares add up to the
+	// rules' hit ratio.
+	_, hitDenominator, _ := strings.Cut(hitRatio, " / ")
+	byLayer := dash("sum by (layer) (rate(P_cache_hits_total[5m])) / scalar(" + strings.TrimSuffix(strings.TrimPrefix(hitDenominator, "("), ")") + ")")
+	want := map[string][]string{
+		"Lock wait p99 and timeout ratio":                                   {lockP99, lockTimeoutRatio},
+		"Rate limit: rejected ratio":                                        {rejectRatio},
+		"Streams: consumer lag and dead letters":                            {lag, dlq},
+		"HTTP 5xx ratio of customer requests (probes and scrapes excluded)": {serverErrorRatio},
+		"Cache hit ratio by layer":                                          {},
+	}
+	for _, p := range dashboardPanels(t) {
+		exprs := map[string]bool{}
+		for _, tg := range p.Targets {
+			exprs[tg.Expr] = true
+			ratio := strings.Contains(tg.Expr, " / ")
+			backlog := strings.Contains(tg.Expr, "_stream_length") || strings.Contains(tg.Expr, "_stream_consumer_lag")
+			if (ratio || backlog) && !ruleExprs[tg.Expr] && tg.Expr != byLayer {
+				t.Errorf("panel %q reads %s, which is no rule's expression: a ratio or backlog on the dashboard must be the one the alerts read", p.Title, tg.Expr)
+			}
+		}
+		wanted := want[p.Title]
+		for _, e := range wanted {
+			if !exprs[dash(e)] {
+				t.Errorf("panel %q lacks the rules' %s", p.Title, dash(e))
+			}
+		}
+		delete(want, p.Title)
+	}
+	for title := range want {
+		t.Errorf("the dashboard has no panel %q", title)
 	}
 }
