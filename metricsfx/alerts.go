@@ -91,7 +91,13 @@ const (
 	// customer saw.
 	probeRoutes      = "/metrics|/healthz|/readyz"
 	serverErrorRatio = `sum(rate(P_http_requests_total{code=~"5..",route!~"` + probeRoutes + `"}[5m])) / sum(rate(P_http_requests_total{route!~"` + probeRoutes + `"}[5m]))`
-	storeErrorRatio  = `sum(rate(P_idempotency_requests_total{outcome="store_error"}[5m])) / sum(rate(P_idempotency_requests_total[5m]))`
+	// besideOutcomes are the idempotency outcomes counted beside a
+	// request's own (idempotencyfx: replication misses and the fate of
+	// outcomes recorded in the background): the store-error ratio's
+	// denominator leaves them out, or a cluster whose every claim misses
+	// ReplicaAcks would halve the share of refused requests.
+	besideOutcomes  = "unreplicated_claim|unreplicated_completion|pending_completion|late_completion|lost_completion"
+	storeErrorRatio = `sum(rate(P_idempotency_requests_total{outcome="store_error"}[5m])) / sum(rate(P_idempotency_requests_total{outcome!~"` + besideOutcomes + `"}[5m]))`
 )
 
 // The stream gauges keep their last value through an outage (streamfx),
@@ -300,7 +306,11 @@ var Alerts = []Alert{
 	{Name: "IdempotencyStoreErrorsCritical", Severity: "critical", Expr: storeErrorRatio + " > 0.01", For: "2m", KeepFiringFor: keepFiring,
 		Summary: "More than 1% of idempotent requests fail because Redis fails", Metrics: []string{"idempotency_requests_total"},
 		Fire: counters(`P_idempotency_requests_total{outcome="store_error"}`, "2", `P_idempotency_requests_total{outcome="new"}`, "98"),
-		Calm: counters(`P_idempotency_requests_total{outcome="store_error"}`, "1", `P_idempotency_requests_total{outcome="new"}`, "199"), EvalAt: "20m"},
+		Calm: counters(`P_idempotency_requests_total{outcome="store_error"}`, "1", `P_idempotency_requests_total{outcome="new"}`, "199"), EvalAt: "20m",
+		Cases: []Case{{Why: "3 of 200 requests refused while every claim misses ReplicaAcks (counted unreplicated_claim beside new): 1.5 % of the requests, not 3 of 397",
+			In: counters(`P_idempotency_requests_total{outcome="store_error"}`, "3", `P_idempotency_requests_total{outcome="new"}`, "197",
+				`P_idempotency_requests_total{outcome="unreplicated_claim"}`, "197", `P_idempotency_requests_total{outcome="pending_completion"}`, "5"),
+			Evals: []Eval{{At: "20m", Fire: true}}}}},
 	{Name: "IdempotencyFailOpen", Severity: "critical", Expr: `sum(increase(P_idempotency_requests_total{outcome="fail_open"}[5m])) > 0`, For: "0s", KeepFiringFor: keepFiring,
 		Summary: "Handlers ran without duplicate protection (fail-open with Redis failing): a retried payment may be charged twice", Metrics: []string{"idempotency_requests_total"},
 		Fire: counters(`P_idempotency_requests_total{outcome="fail_open"}`, "1", `P_idempotency_requests_total{outcome="new"}`, "1000"),
