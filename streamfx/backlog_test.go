@@ -223,3 +223,92 @@ func TestMetrics_NoBacklogSeriesBeforeStart(t *testing.T) {
 		t.Errorf("stream_length{stream=%q} exported before Start", stream)
 	}
 }
+
+// lagSeries reports whether reg has stream_consumer_lag for stream and group.
+func lagSeries(t *testing.T, reg prometheus.Gatherer, stream, group string) bool {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "stream_consumer_lag" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["stream"] == stream && labels["group"] == group {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// Found by an adversary: when Redis answered that the stream (or the
+// group) no longer exists, the lag kept its last value for good, so the
+// lag alerts fired until a restart while stream_length read 0. The last
+// value holds only while Redis does not answer; a stream deleted, expired
+// under Retention or a group destroyed makes the series absent.
+func TestMetrics_LagAbsentOnceTheStreamOrGroupIsGone(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c, err := storefx.New("default", storefx.Config{URL: srv.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	reg := prometheus.NewRegistry()
+	s, err := New(c, Config{StoreTimeout: time.Second}, WithRegisterer(reg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Stop(context.Background()) })
+	s.obs.backlog.every = 20 * time.Millisecond
+	ctx := context.Background()
+	group := s.Config().Group
+	deleted, destroyed := redistest.Prefix(t)+"deleted", redistest.Prefix(t)+"destroyed"
+	for _, st := range []string{deleted, destroyed} {
+		srv.Client().XGroupCreateMkStream(ctx, st, group, "0")
+		for range 5 {
+			if _, err := s.Publish(ctx, st, []byte("m")); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	read := readings(s)
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	nextReading := func() {
+		t.Helper()
+		select {
+		case <-read:
+		case <-time.After(5 * time.Second):
+			t.Fatal("no background reading within 5s")
+		}
+	}
+	nextReading()
+	for _, st := range []string{deleted, destroyed} {
+		if n := obstest.Value(t, reg, "stream_consumer_lag", "stream", st, "group", group); n != 5 {
+			t.Fatalf("%s: lag %v, want 5", st, n)
+		}
+	}
+	srv.Client().Del(ctx, deleted)
+	srv.Client().XGroupDestroy(ctx, destroyed, group)
+	// A reading may have begun before the changes: the series must be gone
+	// after a few readings (a reading every 20ms), not at the next one.
+	for i := 0; lagSeries(t, reg, deleted, group) || lagSeries(t, reg, destroyed, group); i++ {
+		if i == 50 {
+			t.Fatalf("stream_consumer_lag still exported (deleted stream: %v, destroyed group: %v) 50 readings after Redis said they are gone",
+				lagSeries(t, reg, deleted, group), lagSeries(t, reg, destroyed, group))
+		}
+		nextReading()
+	}
+	if n := obstest.Value(t, reg, "stream_length", "stream", deleted); n != 0 {
+		t.Errorf("stream_length of the deleted stream = %v, want 0", n)
+	}
+}

@@ -2,6 +2,7 @@ package streamfx
 
 import (
 	"context"
+	"errors"
 	"sort"
 	"sync"
 	"time"
@@ -318,14 +319,29 @@ func (b *backlogCollector) read(ctx context.Context) {
 		}
 	}
 	for st, cmd := range groups {
+		key := [2]string{st, b.s.cfg.Group}
 		infos, err := cmd.Result()
-		if err != nil {
+		var answer redis.Error
+		switch {
+		case err != nil && errors.As(err, &answer):
+			// Redis answered that the stream does not exist (deleted,
+			// expired under Retention): no group, no lag.
+			delete(b.lags, key)
+			continue
+		case err != nil: // no answer: the last reading holds
 			continue
 		}
+		found := false
 		for _, g := range infos {
-			if g.Name == b.s.cfg.Group && g.Lag >= 0 {
-				b.lags[[2]string{st, g.Name}] = float64(g.Lag + g.Pending)
+			if g.Name == b.s.cfg.Group {
+				found = true
+				if g.Lag >= 0 {
+					b.lags[key] = float64(g.Lag + g.Pending)
+				}
 			}
+		}
+		if !found { // the group was destroyed (XGROUP DESTROY)
+			delete(b.lags, key)
 		}
 	}
 }
