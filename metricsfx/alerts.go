@@ -47,6 +47,8 @@ type Case struct {
 	// Labels are the firing alert's labels (besides severity); nil: the
 	// alert's Labels.
 	Labels map[string]string
+	// Interval is the input series' sample interval; "" is 1m.
+	Interval string
 }
 
 // Eval is one evaluation of a Case: at At, the alert fires or not.
@@ -117,11 +119,18 @@ var (
 // series: in a rolling restart or a scale-down the instance that went away
 // would keep its last reading for an hour, and a dead-letter stream the
 // operator emptied (a live reading of 0 from the new instance) would stay
-// in alert.
+// in alert. The subquery's step (heldStep) must not exceed the scrape
+// interval: it samples the live reading at each step, so a reading taken
+// after the last step before a failed scrape would be missed, and an older
+// one held (an adversary's 1m step held 150 over a 0 read 45 s before).
 func held(selector, by string) string {
 	live := "max by (" + by + ") (" + selector + ")"
-	return "(" + live + " or last_over_time((" + live + ")[1h:1m]))"
+	return "(" + live + " or last_over_time((" + live + ")[1h:" + heldStep + "]))"
 }
+
+// heldStep is held's subquery step: the shortest scrape interval whose
+// freshest reading the rules hold (720 samples an hour per backlog).
+const heldStep = "5s"
 
 func counters(pairs ...string) []Series {
 	var s []Series
@@ -191,6 +200,9 @@ func backlogCases(series string, labels map[string]string, bad string) []Case {
 		{Why: "Failed scrape: no instance reports the backlog any more (Prometheus cannot reach them): the last reading holds the alert for an hour.",
 			In:    []Series{{fmt.Sprintf(series, pod(1)), bad + "x20"}, {fmt.Sprintf(series, pod(2)), bad + "x20"}},
 			Evals: []Eval{{"15m", true}, {"50m", true}}, Labels: labels},
+		{Why: "Failed scrape 45 s after the backlog was cleared, scraped every 15 s: the 0 read between two minute marks holds, not the reading of the minute mark before it.",
+			Interval: "15s", In: []Series{{fmt.Sprintf(series, pod(1)), bad + "x40 0 0 0 stale"}},
+			Evals: []Eval{{"15m", false}, {"30m", false}}},
 		{Why: "Failed scrape after the backlog was cleared: the freshest reading (app-2's 0) holds, not the last reading of app-1, replaced before.",
 			In:    []Series{{fmt.Sprintf(series, pod(1)), bad + "x20"}, {fmt.Sprintf(series, pod(2)), "_x20 " + bad + "x4 0x5"}},
 			Evals: []Eval{{"50m", false}}},
@@ -459,7 +471,11 @@ func AlertRuleTests(p Profile, rulesFile string) []byte {
 			if c.Why != "" {
 				fmt.Fprintf(&b, "  # %s: %s\n", a.Name, c.Why)
 			}
-			b.WriteString("  - interval: 1m\n    input_series:\n")
+			interval := c.Interval
+			if interval == "" {
+				interval = "1m"
+			}
+			fmt.Fprintf(&b, "  - interval: %s\n    input_series:\n", interval)
 			for _, s := range c.In {
 				fmt.Fprintf(&b, "      - series: %s\n        values: %s\n", quoteYAML(p.expr(s.Name)), quoteYAML(s.Values))
 			}

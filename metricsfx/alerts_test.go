@@ -69,7 +69,7 @@ func TestPromtool_RulesCheckAndUnitTests(t *testing.T) {
 // The sped-up profile divides every duration, and nothing else.
 func TestSpeedupDividesEveryDuration(t *testing.T) {
 	rules := string(AlertRules(Profile{Prefix: "payments", Speedup: 60}))
-	for _, want := range []string{"rate(payments_lock_timeouts_total[5s])", "last_over_time((max by (namespace, job, stream, group) (payments_stream_consumer_lag))[1m:1s])",
+	for _, want := range []string{"rate(payments_lock_timeouts_total[5s])", "last_over_time((max by (namespace, job, stream, group) (payments_stream_consumer_lag))[1m:83ms])",
 		"for: 1s", "for: 10s", "keep_firing_for: 2s", `up{job="payments"} == 0`} {
 		if !strings.Contains(rules, want) {
 			t.Errorf("sped-up rules lack %q", want)
