@@ -94,11 +94,13 @@ const (
 	probeRoutes      = "/metrics|/healthz|/readyz"
 	serverErrorRatio = `sum(rate(P_http_requests_total{code=~"5..",route!~"` + probeRoutes + `"}[5m])) / sum(rate(P_http_requests_total{route!~"` + probeRoutes + `"}[5m]))`
 	// besideOutcomes are the idempotency outcomes counted beside a
-	// request's own (idempotencyfx: replication misses and the fate of
-	// outcomes recorded in the background): the store-error ratio's
-	// denominator leaves them out, or a cluster whose every claim misses
-	// ReplicaAcks would halve the share of refused requests.
-	besideOutcomes  = "unreplicated_claim|unreplicated_completion|pending_completion|late_completion|lost_completion"
+	// request's own (idempotencyfx: replication misses, the fate of
+	// outcomes recorded in the background, and stale_owner, counted when
+	// the completion of a request already counted new is refused): the
+	// store-error ratio's denominator leaves them out, or a cluster whose
+	// every claim misses ReplicaAcks would halve the share of refused
+	// requests.
+	besideOutcomes  = "unreplicated_claim|unreplicated_completion|pending_completion|late_completion|lost_completion|stale_owner"
 	storeErrorRatio = `sum(rate(P_idempotency_requests_total{outcome="store_error"}[5m])) / sum(rate(P_idempotency_requests_total{outcome!~"` + besideOutcomes + `"}[5m]))`
 )
 
