@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -553,5 +554,124 @@ func TestIdempotent_SameKeyForwardedToAnotherService_ProtectedThere(t *testing.T
 	}
 	if code, replayed := post("/b/charge"); code != http.StatusCreated || replayed != "true" || chargesB.Load() != 1 {
 		t.Fatalf("direct retry to B: %d replayed %q, B charged %d times; want the replay, once", code, replayed, chargesB.Load())
+	}
+}
+
+// Found by an adversary: the same request (r.WithContext: the same header
+// map) forwarded from A's idempotent work to a router of Service B was
+// taken for A's own and passed through, so B never recorded the key and a
+// direct retry to B ran again. Only this Service's work, holding this very
+// record, serves a request by its lease.
+func TestIdempotent_SameRequestForwardedToAnotherService_ProtectedThere(t *testing.T) {
+	srv := redistest.StartPrivate(t)
+	cfg := idempotencyfx.Config{KeyPrefix: redistest.Prefix(t)}
+	svcA, svcB := privateService(t, srv.URL()+"/0", cfg), privateService(t, srv.URL()+"/1", cfg)
+	var chargesB atomic.Int64
+	rb := chi.NewRouter()
+	rb.Use(svcB.Install)
+	rb.With(idempotencyfx.Idempotent()).Post("/pay", func(w http.ResponseWriter, _ *http.Request) {
+		chargesB.Add(1)
+		_, _ = io.WriteString(w, "ledger written")
+	})
+	ra := chi.NewRouter()
+	ra.Use(svcA.Install)
+	ra.With(idempotencyfx.Idempotent()).Post("/pay", func(w http.ResponseWriter, req *http.Request) {
+		rec := httptest.NewRecorder()
+		rb.ServeHTTP(rec, req.WithContext(req.Context()))
+		_, _ = io.WriteString(w, "paid; ledger said "+rec.Body.String())
+	})
+	a, b := httptest.NewServer(ra), httptest.NewServer(rb)
+	defer a.Close()
+	defer b.Close()
+	post := func(url string) (int, string) {
+		req, _ := http.NewRequest(http.MethodPost, url+"/pay", strings.NewReader("x"))
+		req.Header.Set("Idempotency-Key", "k-1")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		return resp.StatusCode, resp.Header.Get(idempotencyfx.ReplayedHeader)
+	}
+	if code, _ := post(a.URL); code != http.StatusOK {
+		t.Fatalf("A: %d", code)
+	}
+	if rec, err := svcB.Get(context.Background(), "", "k-1"); err != nil || rec == nil || rec.State != idempotencyfx.StateCompleted {
+		t.Fatalf("B's record of the forwarded request's key: %+v, %v; want completed", rec, err)
+	}
+	if code, replayed := post(b.URL); code != http.StatusOK || replayed != "true" || chargesB.Load() != 1 {
+		t.Fatalf("direct retry to B: %d replayed %q, B ran %d times; want the replay, once", code, replayed, chargesB.Load())
+	}
+}
+
+// Found by an adversary: a sub-request with a key of its own, served
+// through the router with the outer work's own ResponseWriter, was passed
+// through unclaimed (the writer wrapped the outer recorder), so a direct
+// request with the sub-request's key ran its handler again.
+func TestIdempotent_SubRequestOnTheOuterWriter_ProtectedByItsOwnKey(t *testing.T) {
+	srv := redistest.StartPrivate(t)
+	svc := privateService(t, srv.URL(), idempotencyfx.Config{KeyPrefix: redistest.Prefix(t)})
+	var inner atomic.Int64
+	r := chi.NewRouter()
+	r.Use(svc.Install)
+	r.With(idempotencyfx.Idempotent()).Post("/v2/charge", func(w http.ResponseWriter, _ *http.Request) {
+		n := inner.Add(1)
+		w.WriteHeader(http.StatusCreated)
+		_, _ = io.WriteString(w, "v2 charged #"+strconv.FormatInt(n, 10))
+	})
+	r.With(idempotencyfx.Idempotent()).Post("/v1/charge", func(w http.ResponseWriter, req *http.Request) {
+		sub, _ := http.NewRequestWithContext(req.Context(), http.MethodPost, "/v2/charge", strings.NewReader("x"))
+		sub.Header.Set("Idempotency-Key", "sub-"+req.Header.Get("Idempotency-Key"))
+		r.ServeHTTP(w, sub) // the outer work's own writer
+	})
+	hs := httptest.NewServer(r)
+	defer hs.Close()
+	post := func(path, key string) (int, string, string) {
+		req, _ := http.NewRequest(http.MethodPost, hs.URL+path, strings.NewReader("x"))
+		req.Header.Set("Idempotency-Key", key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, resp.Header.Get(idempotencyfx.ReplayedHeader), string(body)
+	}
+	if code, _, body := post("/v1/charge", "K"); code != http.StatusCreated || body != "v2 charged #1" {
+		t.Fatalf("v1: %d %q", code, body)
+	}
+	code, replayed, body := post("/v2/charge", "sub-K")
+	if code != http.StatusCreated || replayed != "true" || body != "v2 charged #1" || inner.Load() != 1 {
+		t.Fatalf("direct sub-K: %d replayed %q %q, v2 ran %d times; want the replay of #1, once", code, replayed, body, inner.Load())
+	}
+	if code, replayed, _ := post("/v1/charge", "K"); code != http.StatusCreated || replayed != "true" || inner.Load() != 1 {
+		t.Fatalf("retry of K: %d replayed %q, v2 ran %d times", code, replayed, inner.Load())
+	}
+}
+
+// Found by an adversary: a Do within a Do with the same key waited
+// WaitTimeout for itself and failed the outer work (409 in progress),
+// where a request in the same position is served by the work's lease.
+func TestDo_WithinDoSameKey_RunsAsPartOfTheWork(t *testing.T) {
+	srv := redistest.StartPrivate(t)
+	svc := privateService(t, srv.URL(), idempotencyfx.Config{KeyPrefix: redistest.Prefix(t), WaitTimeout: 2 * time.Second})
+	var inner atomic.Int64
+	began := time.Now()
+	out, replayed, err := svc.Do(context.Background(), "job-1", "fp", func(ctx context.Context) ([]byte, error) {
+		o, _, err := svc.Do(ctx, "job-1", "fp", func(context.Context) ([]byte, error) {
+			inner.Add(1)
+			return []byte("inner"), nil
+		})
+		return append([]byte("outer+"), o...), err
+	})
+	if err != nil || replayed || string(out) != "outer+inner" || inner.Load() != 1 {
+		t.Fatalf("Do: %q %v %v, inner ran %d times; want outer+inner, once", out, replayed, err, inner.Load())
+	}
+	if took := time.Since(began); took > time.Second {
+		t.Fatalf("the nested Do took %v: it waited for itself", took)
+	}
+	again, replayed, err := svc.Do(context.Background(), "job-1", "fp", func(context.Context) ([]byte, error) { return []byte("again"), nil })
+	if err != nil || !replayed || string(again) != "outer+inner" {
+		t.Fatalf("retry: %q %v %v; want the outer result replayed", again, replayed, err)
 	}
 }

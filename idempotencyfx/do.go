@@ -18,6 +18,9 @@ import (
 // (or a panic, which is re-raised) records a failure that lasts LockTimeout,
 // during which calls get IdempotencyFailedError. Store errors are returned
 // as IdempotencyStoreError whatever the ErrorPolicy: the caller decides.
+// Called inside the work that holds the same record (a Do within a Do, or
+// within the request, with the same key and scope), fn runs at once as part
+// of that work, unrecorded of its own.
 func (s *Service) Do(ctx context.Context, key, fingerprint string, fn func(context.Context) ([]byte, error)) (result []byte, replayed bool, err error) {
 	return s.DoInScope(ctx, "", key, fingerprint, fn)
 }
@@ -31,7 +34,15 @@ func (s *Service) DoInScope(ctx context.Context, scope, key, fingerprint string,
 	if err != nil {
 		return nil, false, err
 	}
-	g, err := s.acquire(ctx, s.StoreKey(scope, key), key, fingerprint)
+	record := s.StoreKey(scope, key)
+	if s.holdsRecord(ctx, record) {
+		// Inside the work that holds this record (a Do within a Do, or
+		// within the request, with the same key): served by its lease, as a
+		// request is; claiming the record again could only wait for itself.
+		out, err := fn(ctx)
+		return out, false, err
+	}
+	g, err := s.acquire(ctx, record, key, fingerprint)
 	if err != nil {
 		if g.outcome == "" && errors.As(err, new(*IdempotencyStoreError)) {
 			g.outcome = OutcomeStoreError
@@ -63,7 +74,7 @@ func (s *Service) DoInScope(ctx context.Context, scope, key, fingerprint string,
 			panic(panicked)
 		}
 	}()
-	out, err := fn(context.WithValue(ctx, fenceKey{}, newLeaseMark(l, 0)))
+	out, err := fn(context.WithValue(ctx, fenceKey{}, newLeaseMark(l)))
 	returned = true
 	if err != nil {
 		s.finish(ctx, l, StateFailed, nil)
@@ -82,6 +93,8 @@ func (s *Service) DoInScope(ctx context.Context, scope, key, fingerprint string,
 // Get reads the record of an idempotency key (in a scope, "" for none); nil
 // when there is none. key is the key as a client sends it in the header (a
 // quoted sf-string is unquoted, as the middleware does) or the unquoted key.
+// A key that itself begins and ends with a double quote must be passed as
+// its header carries it (`"\"a\""`): `"a"` is read as the header form of a.
 func (s *Service) Get(ctx context.Context, scope, key string) (*Record, error) {
 	rec, err := s.store.get(ctx, s.StoreKey(scope, recordKey(key)))
 	if err != nil {

@@ -46,10 +46,6 @@ func IdempotentRequired() func(http.Handler) http.Handler {
 func idempotent(required bool) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if engaged(w) || underLease(r) {
-				next.ServeHTTP(w, r)
-				return
-			}
 			s, _ := r.Context().Value(serviceKey{}).(*Service)
 			if s == nil {
 				httpfx.NewProblem(http.StatusInternalServerError, "idempotency_not_installed",
@@ -157,7 +153,7 @@ func (s *Service) refuse(w http.ResponseWriter, r *http.Request, next http.Handl
 func (s *Service) runOwned(w http.ResponseWriter, r *http.Request, next http.Handler, l *lease) {
 	rec := newRecorder(w, s.cfg.MaxResponseBytes)
 	outer := outerHeaders(rec.header)
-	ctx := context.WithValue(r.Context(), fenceKey{}, newLeaseMark(l, headerID(r.Header)))
+	ctx := context.WithValue(r.Context(), fenceKey{}, newLeaseMark(l))
 	returned := false
 	defer func() {
 		if returned {

@@ -168,19 +168,3 @@ func sendWithTrailers(w http.ResponseWriter, status int, body []byte, bodyText s
 		h[k] = vs
 	}
 }
-
-// engaged reports whether w is (or wraps) a recorder: the route's
-// idempotency is already engaged further out, so a second Idempotent()
-// on the same route must not engage again.
-func engaged(w http.ResponseWriter) bool {
-	for {
-		switch v := w.(type) {
-		case *recorder:
-			return true
-		case interface{ Unwrap() http.ResponseWriter }:
-			w = v.Unwrap()
-		default:
-			return false
-		}
-	}
-}

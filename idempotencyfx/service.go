@@ -3,8 +3,6 @@ package idempotencyfx
 import (
 	"context"
 	"fmt"
-	"net/http"
-	"reflect"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -466,41 +464,23 @@ func (s *Service) warnFailOpen(err error) {
 type fenceKey struct{}
 
 // leaseMark is what idempotent work carries in its context: the fencing
-// token, the record its lease holds, and for HTTP the request the lease
-// belongs to, known by its header map. A copy of the request made by a
-// middleware (WithContext, http.StripPrefix) shares the map, so a second
-// Idempotent() bound on the same route finds its request already engaged.
-// A request with a map of its own (NewRequest, Clone) is engaged too when
-// it carries the key of the record the work holds: claiming that record
-// again could only wait for the work it runs in (a cloning middleware
-// between two bindings of one route). With any other key it is a
-// sub-request, protected in its own right. Once the work has ended (a
-// goroutine of the handler outliving it, say) the mark engages nothing.
+// token and the lease, which names the Service and the record it holds.
+// Inside the work, a request (or a Do call) with the key, in the same
+// scope, of the record that work holds is served by the work's lease: a
+// second Idempotent() bound on the same route, with a copy or a Clone of
+// the request between, or the same key sent again from the handler. Claiming
+// that record again could only wait for the work it runs in. With any other
+// key, or for another Service, it is a sub-request, protected in its own
+// right, whatever writer or request it is served with. Once the work has
+// ended (a goroutine of the handler outliving it, say) the mark serves
+// nothing.
 type leaseMark struct {
-	token  int64
-	lease  *lease
-	header uintptr // 0 outside HTTP (Do)
+	token int64
+	lease *lease
 }
 
-func newLeaseMark(l *lease, header uintptr) *leaseMark {
-	return &leaseMark{token: l.token, lease: l, header: header}
-}
-
-// headerID is the identity of a request's header map (0 for none). Heap
-// objects do not move, and the request that owns the map keeps it alive
-// while anything compares with it.
-func headerID(h http.Header) uintptr {
-	if h == nil {
-		return 0
-	}
-	return reflect.ValueOf(h).Pointer()
-}
-
-// underLease reports whether r is the very request an idempotent binding
-// further out already serves.
-func underLease(r *http.Request) bool {
-	m, _ := r.Context().Value(fenceKey{}).(*leaseMark)
-	return m != nil && m.header != 0 && m.header == headerID(r.Header) && m.lease.working()
+func newLeaseMark(l *lease) *leaseMark {
+	return &leaseMark{token: l.token, lease: l}
 }
 
 // holdsRecord reports whether ctx is idempotent work of this Service, still
