@@ -94,7 +94,10 @@ func LoadEnv(getenv func(string) string) (Env, error) {
 		MetricsPrefix:   get("METRICS_PREFIX", "payments"),
 		ServiceName:     getenv("OTEL_SERVICE_NAME"),
 	}
-	if e.ServiceName == "" {
+	if e.ServiceName == "" && !namesService(getenv("OTEL_RESOURCE_ATTRIBUTES")) {
+		// The app's own name, which the OpenTelemetry variables override:
+		// OTEL_SERVICE_NAME, or service.name in OTEL_RESOURCE_ATTRIBUTES
+		// (tracingfx reads and validates both).
 		e.ServiceName = "payments"
 	}
 	e.KeyHashSecret = []byte(getenv("PAYMENTS_KEY_HASH_SECRET"))
@@ -240,4 +243,15 @@ func badListenAddr(addr string) string {
 		return "the port is not a number from 0 to 65535"
 	}
 	return ""
+}
+
+// namesService reports whether OTEL_RESOURCE_ATTRIBUTES (key=value,…) sets
+// service.name.
+func namesService(attrs string) bool {
+	for _, entry := range strings.Split(attrs, ",") {
+		if k, _, ok := strings.Cut(entry, "="); ok && strings.TrimSpace(k) == "service.name" {
+			return true
+		}
+	}
+	return false
 }

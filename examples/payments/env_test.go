@@ -52,3 +52,28 @@ func TestDrainTimeout_CoversTheLongestPayment(t *testing.T) {
 		}
 	}
 }
+
+// Found by an adversary: the example named itself "payments" whenever
+// OTEL_SERVICE_NAME was unset, so service.name in OTEL_RESOURCE_ATTRIBUTES
+// (an OpenTelemetry variable the contract says is honoured) lost to it.
+// The app's own name is only the default of both variables.
+func TestLoadEnv_ServiceNameAsOpenTelemetryReadsIt(t *testing.T) {
+	for _, c := range []struct {
+		env  map[string]string
+		want string // Config.ServiceName: "" lets tracingfx read the variables
+	}{
+		{map[string]string{}, "payments"},
+		{map[string]string{"OTEL_SERVICE_NAME": "checkout"}, "checkout"},
+		{map[string]string{"OTEL_RESOURCE_ATTRIBUTES": "deployment.environment=prod, service.name=checkout"}, ""},
+		{map[string]string{"OTEL_RESOURCE_ATTRIBUTES": "deployment.environment=prod"}, "payments"},
+		{map[string]string{"OTEL_SERVICE_NAME": "api", "OTEL_RESOURCE_ATTRIBUTES": "service.name=checkout"}, "api"},
+	} {
+		env, err := LoadEnv(func(name string) string { return c.env[name] })
+		if err != nil {
+			t.Fatalf("%v: %v", c.env, err)
+		}
+		if env.ServiceName != c.want {
+			t.Errorf("%v: ServiceName %q, want %q", c.env, env.ServiceName, c.want)
+		}
+	}
+}
