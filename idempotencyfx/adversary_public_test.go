@@ -675,3 +675,30 @@ func TestDo_WithinDoSameKey_RunsAsPartOfTheWork(t *testing.T) {
 		t.Fatalf("retry: %q %v %v; want the outer result replayed", again, replayed, err)
 	}
 }
+
+// Found by an adversary attacking the pass-through: only the innermost
+// work was looked at, so A's key sent from B's work inside A's waited
+// WaitTimeout for A and failed. Every work the call runs in counts.
+func TestDo_KeyOfAnOuterWorkTwoLevelsUp_RunsAsPartOfIt(t *testing.T) {
+	srv := redistest.StartPrivate(t)
+	svc := privateService(t, srv.URL(), idempotencyfx.Config{KeyPrefix: redistest.Prefix(t), WaitTimeout: 2 * time.Second})
+	began := time.Now()
+	var innerA atomic.Int64
+	out, _, err := svc.Do(context.Background(), "A", "fp", func(ctx context.Context) ([]byte, error) {
+		return nil2(svc.Do(ctx, "B", "fp", func(ctx context.Context) ([]byte, error) {
+			return nil2(svc.Do(ctx, "A", "fp", func(context.Context) ([]byte, error) {
+				innerA.Add(1)
+				return []byte("a-inner"), nil
+			}))
+		}))
+	})
+	if err != nil || string(out) != "a-inner" || innerA.Load() != 1 {
+		t.Fatalf("A->B->A: %q %v, inner A ran %d times", out, err, innerA.Load())
+	}
+	if took := time.Since(began); took > time.Second {
+		t.Fatalf("A->B->A took %v: it waited for itself", took)
+	}
+}
+
+// nil2 drops Do's replayed result.
+func nil2(out []byte, _ bool, err error) ([]byte, error) { return out, err }

@@ -74,7 +74,8 @@ func (s *Service) DoInScope(ctx context.Context, scope, key, fingerprint string,
 			panic(panicked)
 		}
 	}()
-	out, err := fn(context.WithValue(ctx, fenceKey{}, newLeaseMark(l)))
+	out, err := fn(context.WithValue(ctx, fenceKey{}, newLeaseMark(l, ctx)))
+	l.endWork()
 	returned = true
 	if err != nil {
 		s.finish(ctx, l, StateFailed, nil)

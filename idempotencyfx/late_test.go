@@ -2,13 +2,16 @@ package idempotencyfx
 
 import (
 	"context"
+	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/redisfx/redisfx/internal/faultproxy"
 	"github.com/redisfx/redisfx/internal/redistest"
@@ -270,5 +273,51 @@ func TestLateCompletion_ClosedDuringTheHandler_PendingThenLost(t *testing.T) {
 		if n := counterValue(t, reg, "idempotency_requests_total", "outcome", string(oc)); n != want {
 			t.Errorf("%s = %v, want %v", oc, n, want)
 		}
+	}
+}
+
+// Found by an adversary: the work served requests by its lease until its
+// outcome began to be recorded, not until the handler returned, so a
+// goroutine of the handler sending the same key while a large response was
+// encoded ran the handler a second time. Here the moment after the handler
+// returned is held open by the log line of a response too large to record
+// (written before the outcome is): the work no longer holds the record.
+func TestLease_WorkEndsWhenTheHandlerReturns_NotWhenRecorded(t *testing.T) {
+	t.Parallel()
+	logged, release, checked := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	var releaseOnce sync.Once
+	open := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(open) // a failing test never leaves the server stuck in the hook
+	hold := zap.Hooks(func(entry zapcore.Entry) error {
+		if strings.Contains(entry.Message, "response not recorded") {
+			close(logged)
+			<-release
+		}
+		return nil
+	})
+	e := newEnvAt(t, Config{MaxResponseBytes: 8}, nil, "", WithLogger(zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.AddSync(io.Discard), zap.DebugLevel), hold)))
+	inside := make(chan context.Context, 1)
+	e.setHandler(func(w http.ResponseWriter, r *http.Request) {
+		inside <- r.Context()
+		<-checked
+		w.WriteHeader(http.StatusCreated)
+		_, _ = io.WriteString(w, "more than eight bytes: passed through, not recorded")
+	})
+	answered := make(chan reply, 1)
+	go func() { answered <- e.post("/payments", "k", `{}`) }()
+	ctx := <-inside
+	running := e.svc.holdsRecord(ctx, e.svc.StoreKey("", "k"))
+	close(checked)
+	if !running {
+		t.Fatal("the running work does not hold its record")
+	}
+	<-logged // the handler returned; the outcome is not recorded yet
+	held := e.svc.holdsRecord(ctx, e.svc.StoreKey("", "k"))
+	open()
+	if held {
+		t.Fatal("the work still served requests by its lease after its handler returned")
+	}
+	if r := <-answered; r.status != http.StatusCreated {
+		t.Fatalf("first: %d %s", r.status, r.body)
 	}
 }

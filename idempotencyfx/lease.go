@@ -3,6 +3,7 @@ package idempotencyfx
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -29,6 +30,10 @@ type lease struct {
 	key   string
 	owner string
 	token int64
+
+	// ended: the handler (or Do's function) returned, so the work no longer
+	// serves requests by this lease, though the outcome is not recorded yet.
+	ended atomic.Bool
 
 	mu      sync.Mutex
 	timer   *time.Timer
@@ -92,13 +97,21 @@ func (l *lease) renew() {
 	l.mu.Unlock()
 }
 
-// working reports whether the work under the lease has not ended: its
-// outcome is not being recorded yet.
+// working reports whether the work under the lease still runs: its
+// handler (or function) has not returned. Encoding and recording the
+// outcome come after, and a request arriving then (a goroutine of the
+// handler) is a duplicate like any other.
 func (l *lease) working() bool {
+	if l.ended.Load() {
+		return false
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return !l.stopped
 }
+
+// endWork says the handler (or function) under the lease returned.
+func (l *lease) endWork() { l.ended.Store(true) }
 
 // stop ends renewals and waits for one in flight.
 func (l *lease) stop() {

@@ -477,10 +477,13 @@ type fenceKey struct{}
 type leaseMark struct {
 	token int64
 	lease *lease
+	outer *leaseMark // the work this work runs in, if any (A calls B, which sends A's key)
 }
 
-func newLeaseMark(l *lease) *leaseMark {
-	return &leaseMark{token: l.token, lease: l}
+// newLeaseMark is the mark of l's work, started with ctx.
+func newLeaseMark(l *lease, ctx context.Context) *leaseMark {
+	outer, _ := ctx.Value(fenceKey{}).(*leaseMark)
+	return &leaseMark{token: l.token, lease: l, outer: outer}
 }
 
 // holdsRecord reports whether ctx is idempotent work of this Service, still
@@ -489,7 +492,12 @@ func newLeaseMark(l *lease) *leaseMark {
 // same KeyPrefix on another Redis (or database) its record is another.
 func (s *Service) holdsRecord(ctx context.Context, record string) bool {
 	m, _ := ctx.Value(fenceKey{}).(*leaseMark)
-	return m != nil && m.lease.s == s && m.lease.key == record && m.lease.working()
+	for ; m != nil; m = m.outer { // any work this one runs in: A's key sent from B inside A waits for A too
+		if m.lease.s == s && m.lease.key == record && m.lease.working() {
+			return true
+		}
+	}
+	return false
 }
 
 // FencingToken returns the fencing token of the idempotent work running in
