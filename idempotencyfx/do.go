@@ -74,7 +74,7 @@ func (s *Service) DoInScope(ctx context.Context, scope, key, fingerprint string,
 			panic(panicked)
 		}
 	}()
-	out, err := fn(context.WithValue(ctx, fenceKey{}, newLeaseMark(l, ctx)))
+	out, err := fn(context.WithValue(ctx, fenceKey{}, newLeaseMark(ctx, l)))
 	l.endWork()
 	returned = true
 	if err != nil {

@@ -153,7 +153,7 @@ func (s *Service) refuse(w http.ResponseWriter, r *http.Request, next http.Handl
 func (s *Service) runOwned(w http.ResponseWriter, r *http.Request, next http.Handler, l *lease) {
 	rec := newRecorder(w, s.cfg.MaxResponseBytes)
 	outer := outerHeaders(rec.header)
-	ctx := context.WithValue(r.Context(), fenceKey{}, newLeaseMark(l, r.Context()))
+	ctx := context.WithValue(r.Context(), fenceKey{}, newLeaseMark(r.Context(), l))
 	returned := false
 	defer func() {
 		if returned {

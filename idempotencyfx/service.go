@@ -481,7 +481,7 @@ type leaseMark struct {
 }
 
 // newLeaseMark is the mark of l's work, started with ctx.
-func newLeaseMark(l *lease, ctx context.Context) *leaseMark {
+func newLeaseMark(ctx context.Context, l *lease) *leaseMark {
 	outer, _ := ctx.Value(fenceKey{}).(*leaseMark)
 	return &leaseMark{token: l.token, lease: l, outer: outer}
 }
