@@ -7,12 +7,10 @@ import (
 	"time"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/redisfx/redisfx/internal/obstest"
 	"github.com/redisfx/redisfx/internal/redistest"
-	"github.com/redisfx/redisfx/storefx"
-	"github.com/redisfx/redisfx/tracingfx"
 )
 
 // On a miss, the load's Redis commands (the lease, its store) sat directly
@@ -21,15 +19,8 @@ import (
 // and so do the loader's own spans. Real command hook, real redis-server.
 func TestSpans_LoadCommandsNestInCacheLoad(t *testing.T) {
 	t.Parallel()
-	rec := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 	srv := redistest.Start(t)
-	rdb, err := storefx.New("default", storefx.Config{URL: srv.URL()}, tracingfx.Instrumentation(tp, tracingfx.SpanConfig{}, nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = rdb.Close() })
+	rdb, tp, rec := obstest.TracedStore(t, srv.URL())
 	prefix := redistest.Prefix(t)
 	c := newCache(t, rdb, Config{KeyPrefix: prefix, LoadWait: 100 * time.Millisecond}, WithTracerProvider(tp))
 	other := newCache(t, client(t, srv), Config{KeyPrefix: prefix})

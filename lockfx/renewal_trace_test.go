@@ -5,12 +5,8 @@ import (
 	"testing"
 	"time"
 
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
-
+	"github.com/redisfx/redisfx/internal/obstest"
 	"github.com/redisfx/redisfx/internal/redistest"
-	"github.com/redisfx/redisfx/storefx"
-	"github.com/redisfx/redisfx/tracingfx"
 )
 
 // Each renewal of an auto-renewed lock made a root trace of its own (its
@@ -21,15 +17,7 @@ import (
 // trace.
 func TestSpans_RenewalsMakeNoTraceOfTheirOwn(t *testing.T) {
 	t.Parallel()
-	rec := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	srv := redistest.Start(t)
-	rdb, err := storefx.New("default", storefx.Config{URL: srv.URL()}, tracingfx.Instrumentation(tp, tracingfx.SpanConfig{}, nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = rdb.Close() })
+	rdb, tp, rec := obstest.TracedStore(t, redistest.Start(t).URL())
 	const ttl = 300 * time.Millisecond
 	l, err := New(rdb, Config{KeyPrefix: redistest.Prefix(t), TTL: ttl, AutoRenew: true, Attempts: 1}, WithTracerProvider(tp))
 	if err != nil {

@@ -7,11 +7,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/redisfx/redisfx/internal/obstest"
 	"github.com/redisfx/redisfx/internal/redistest"
-	"github.com/redisfx/redisfx/storefx"
-	"github.com/redisfx/redisfx/tracingfx"
 )
 
 // Issue 19: an idle consumer made a root trace per poll (XREADGROUP,
@@ -21,15 +19,7 @@ import (
 // the publisher's trace.
 func TestSpans_IdleConsumerMakesNoSpans(t *testing.T) {
 	t.Parallel()
-	rec := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	srv := redistest.Start(t)
-	rdb, err := storefx.New("default", storefx.Config{URL: srv.URL()}, tracingfx.Instrumentation(tp, tracingfx.SpanConfig{}, nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = rdb.Close() })
+	rdb, tp, rec := obstest.TracedStore(t, redistest.Start(t).URL())
 	stream := redistest.Prefix(t) + "idle"
 	s, err := New(rdb, Config{ClaimIdle: 100 * time.Millisecond}, WithTracerProvider(tp), WithRegisterer(prometheus.NewRegistry()))
 	if err != nil {

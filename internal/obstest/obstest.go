@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/redisfx/redisfx/storefx"
 	"github.com/redisfx/redisfx/tracingfx"
 )
 
@@ -123,4 +124,20 @@ func matches(m *dto.Metric, labels []string) bool {
 		}
 	}
 	return true
+}
+
+// TracedStore is a storefx client on url whose Redis commands make spans
+// through tracingfx's real command hook, in a provider that records every
+// span it ends (sampled by its parent, as in an app). Both end with t.
+func TracedStore(t testing.TB, url string) (*storefx.Client, *sdktrace.TracerProvider, *tracetest.SpanRecorder) {
+	t.Helper()
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	rdb, err := storefx.New("default", storefx.Config{URL: url}, tracingfx.Instrumentation(tp, tracingfx.SpanConfig{}, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rdb.Close() })
+	return rdb, tp, rec
 }
