@@ -22,18 +22,7 @@ func TestMetrics_BacklogScrapeNeverWaitsForRedis_AndKeepsTheLastValue(t *testing
 	t.Parallel()
 	srv := redistest.StartPrivate(t)
 	proxy := faultproxy.Start(t, srv.Addr())
-	c, err := storefx.New("default", storefx.Config{URL: "redis://" + proxy.Addr()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	reg := prometheus.NewRegistry()
-	s, err := New(c, Config{StoreTimeout: time.Second}, WithRegisterer(reg))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Stop(context.Background()) })
-	s.obs.backlog.every = 50 * time.Millisecond
+	s, reg := backlogStreams(t, "redis://"+proxy.Addr(), 50*time.Millisecond)
 	stream := redistest.Prefix(t) + "backlog"
 	ctx := context.Background()
 	srv.Client().XGroupCreateMkStream(ctx, stream, s.Config().Group, "0")
@@ -122,18 +111,7 @@ func TestMetrics_PublisherOnly_ScrapeBeforeFirstReadingNeverWaitsForRedis(t *tes
 	t.Parallel()
 	srv := redistest.StartPrivate(t)
 	proxy := faultproxy.Start(t, srv.Addr())
-	c, err := storefx.New("default", storefx.Config{URL: "redis://" + proxy.Addr()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	reg := prometheus.NewRegistry()
-	s, err := New(c, Config{StoreTimeout: time.Second}, WithRegisterer(reg))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Stop(context.Background()) })
-	s.obs.backlog.every = time.Hour // only Start and new streams trigger a reading
+	s, reg := backlogStreams(t, "redis://"+proxy.Addr(), time.Hour) // only Start and new streams trigger a reading
 	read := readings(s)
 	ctx := context.Background()
 	if err := s.Start(ctx); err != nil {
@@ -256,18 +234,7 @@ func lagSeries(t *testing.T, reg prometheus.Gatherer, stream, group string) bool
 func TestMetrics_LagAbsentOnceTheStreamOrGroupIsGone(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	c, err := storefx.New("default", storefx.Config{URL: srv.URL()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	reg := prometheus.NewRegistry()
-	s, err := New(c, Config{StoreTimeout: time.Second}, WithRegisterer(reg))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Stop(context.Background()) })
-	s.obs.backlog.every = 20 * time.Millisecond
+	s, reg := backlogStreams(t, srv.URL(), 20*time.Millisecond)
 	ctx := context.Background()
 	group := s.Config().Group
 	deleted, destroyed := redistest.Prefix(t)+"deleted", redistest.Prefix(t)+"destroyed"
@@ -311,4 +278,23 @@ func TestMetrics_LagAbsentOnceTheStreamOrGroupIsGone(t *testing.T) {
 	if n := obstest.Value(t, reg, "stream_length", "stream", deleted); n != 0 {
 		t.Errorf("stream_length of the deleted stream = %v, want 0", n)
 	}
+}
+
+// backlogStreams is a Streams on url (StoreTimeout 1s) with its metrics in
+// reg, reading the backlog every interval once started; stopped when t ends.
+func backlogStreams(t *testing.T, url string, every time.Duration) (*Streams, *prometheus.Registry) {
+	t.Helper()
+	c, err := storefx.New("default", storefx.Config{URL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	reg := prometheus.NewRegistry()
+	s, err := New(c, Config{StoreTimeout: time.Second}, WithRegisterer(reg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Stop(context.Background()) })
+	s.obs.backlog.every = every
+	return s, reg
 }
