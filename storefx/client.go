@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
 	"sort"
 	"sync"
 	"time"
@@ -79,6 +80,11 @@ func New(name string, cfg Config, inst ...Instrumentation) (*Client, error) {
 		co.ClusterStateReloadInterval = cfg.ClusterStateReloadInterval
 		if co.ClusterStateReloadInterval == 0 {
 			co.ClusterStateReloadInterval = 2 * time.Second
+		}
+		if co.PoolSize == 0 {
+			// go-redis gives a Cluster node 5 per CPU, half its standalone
+			// default; Config.PoolSize promises 10 per CPU per node.
+			co.PoolSize = 10 * runtime.GOMAXPROCS(0)
 		}
 		c := redis.NewClusterClient(co)
 		info.DB, info.Cluster = 0, true

@@ -3,9 +3,12 @@ package storefx
 import (
 	"errors"
 	"net/url"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/redisfx/redisfx"
 )
@@ -285,5 +288,36 @@ func TestUserNameWithoutPassword_Refused(t *testing.T) {
 		if err := ok.Validate(); err != nil {
 			t.Errorf("%+v: %v", ok, err)
 		}
+	}
+}
+
+// The documented default PoolSize is 10 per CPU per node; go-redis gives a
+// Cluster node 5 per CPU when it is left zero. An explicit size is kept.
+func TestNew_DefaultPoolSizeIsTenPerCPUOnEveryKindOfClient(t *testing.T) {
+	want := 10 * runtime.GOMAXPROCS(0)
+	for _, cfg := range []Config{{Addrs: []string{"127.0.0.1:1"}}, {Addrs: []string{"127.0.0.1:1", "127.0.0.1:2"}}} {
+		c, err := New("default", cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got int
+		switch u := c.Unwrap().(type) {
+		case *redis.Client:
+			got = u.Options().PoolSize
+		case *redis.ClusterClient:
+			got = u.Options().PoolSize
+		}
+		_ = c.Close()
+		if got != want {
+			t.Errorf("%v: a %T with PoolSize %d, want %d", cfg.Addrs, c.Unwrap(), got, want)
+		}
+	}
+	c, err := New("default", Config{Addrs: []string{"127.0.0.1:1", "127.0.0.1:2"}, PoolSize: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if got := c.Unwrap().(*redis.ClusterClient).Options().PoolSize; got != 3 {
+		t.Errorf("an explicit PoolSize of 3 became %d", got)
 	}
 }
