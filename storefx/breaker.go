@@ -156,6 +156,7 @@ type breaker struct {
 
 	mu       sync.Mutex
 	timer    *time.Timer // the next probe, while open
+	probing  bool        // a probe is in flight: the only one
 	shutdown bool
 	inflight sync.WaitGroup
 }
@@ -219,6 +220,13 @@ func (b *breaker) open() {
 		return
 	}
 	b.opened.Add(1)
+	if b.probing {
+		// A probe sent before the breaker last closed is still out: it
+		// decides, and its failure schedules the next; probes go one at a
+		// time.
+		b.state.Store(int32(BreakerHalfOpen))
+		return
+	}
 	// The first probe goes out at once: a breaker opened by a burst of
 	// timeouts of a busy process, not by a dead Redis, closes within one
 	// round trip.
@@ -232,6 +240,10 @@ func (b *breaker) close() {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.closeLocked()
+}
+
+func (b *breaker) closeLocked() {
 	b.failures.Store(0)
 	b.state.Store(int32(BreakerClosed))
 	if b.timer != nil {
@@ -247,10 +259,11 @@ func (b *breaker) scheduleLocked(after time.Duration) {
 // probe sends one PING while the breaker is open.
 func (b *breaker) probe() {
 	b.mu.Lock()
-	if b.shutdown || !b.state.CompareAndSwap(int32(BreakerOpen), int32(BreakerHalfOpen)) {
+	if b.shutdown || b.probing || !b.state.CompareAndSwap(int32(BreakerOpen), int32(BreakerHalfOpen)) {
 		b.mu.Unlock()
 		return
 	}
+	b.probing = true
 	b.inflight.Add(1)
 	b.mu.Unlock()
 	defer b.inflight.Done()
@@ -259,13 +272,16 @@ func (b *breaker) probe() {
 	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.ProbeTimeout)
 	err := b.ping(ctx)
 	cancel()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.probing = false
 	if err == nil {
-		b.close()
+		// Closed under the same lock that ends the probe: a breaker opened
+		// in between would wait for this probe, which schedules no other.
+		b.closeLocked()
 		return
 	}
 	b.probeFailures.Add(1)
-	b.mu.Lock()
-	defer b.mu.Unlock()
 	if errors.Is(err, redis.ErrClosed) { // a Cluster node the client let go
 		b.shutdown = true
 		b.retired.Store(true)

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -346,5 +347,105 @@ func TestBreaker_OpenedWithRedisUp_ClosesAfterOneProbe(t *testing.T) {
 	waitState(t, c, storefx.BreakerClosed, 5*time.Second)
 	if st := c.Breaker(); st.Probes != 1 || st.ProbeFailures != 0 {
 		t.Fatalf("%+v, want one successful probe", st)
+	}
+}
+
+// probeGauge is an Instrumentation inside the breaker that tracks the most
+// breaker probes (PINGs the test did not send) in flight at once.
+type probeGauge struct {
+	inflight, most atomic.Int32
+}
+
+type sentByTest struct{}
+
+func (g *probeGauge) instrumentation(storefx.ClientInfo) redis.Hook { return g }
+func (g *probeGauge) DialHook(next redis.DialHook) redis.DialHook   { return next }
+func (g *probeGauge) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (g *probeGauge) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() != "ping" || ctx.Value(sentByTest{}) != nil {
+			return next(ctx, cmd)
+		}
+		n := g.inflight.Add(1)
+		defer g.inflight.Add(-1)
+		for m := g.most.Load(); n > m && !g.most.CompareAndSwap(m, n); m = g.most.Load() {
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// A breaker closed (by a command that passes it) while its probe hangs, and
+// opened again, sent a second probe beside the first: when the first
+// failed, two probe chains ran side by side. Probes go one at a time: the
+// one in flight decides, and the breaker reads half-open meanwhile.
+func TestBreaker_ReopenedWhileAProbeHangs_ProbesStayOneAtATime(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartPrivate(t)
+	proxy := faultproxy.Start(t, srv.Addr())
+	g := &probeGauge{}
+	c, err := storefx.New("default", storefx.Config{URL: "redis://" + proxy.Addr(), DialTimeout: 200 * time.Millisecond,
+		Breaker: storefx.BreakerConfig{Failures: 1, ProbeInterval: 50 * time.Millisecond, ProbeTimeout: 1500 * time.Millisecond}}, g.instrumentation)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		proxy.SetMode(faultproxy.Forward)
+		_ = c.Close()
+	}()
+	key := redistest.Prefix(t) + "list"
+	// idleConns leaves n fresh connections idle in the pool: n blocking
+	// commands at once, passing the breaker.
+	idleConns := func(n int) {
+		var wg sync.WaitGroup
+		for range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx := storefx.BypassBreaker(context.WithValue(context.Background(), sentByTest{}, true))
+				if err := c.Do(ctx, "BLPOP", key, "0.3").Err(); !errors.Is(err, redis.Nil) {
+					t.Errorf("BLPOP: %v", err)
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	freezeAll := func() {
+		for _, cn := range proxy.Conns() {
+			cn.SetMode(faultproxy.Freeze)
+		}
+	}
+	// Two idle connections, frozen (new ones still work). A GET times out
+	// on one: the breaker opens, and its probe hangs on the other.
+	idleConns(2)
+	freezeAll()
+	if err := get(c, "k", 100*time.Millisecond); err == nil {
+		t.Fatal("GET on a frozen connection succeeded")
+	}
+	waitState(t, c, storefx.BreakerHalfOpen, time.Second)
+	// Commands that pass the breaker work on fresh connections and close
+	// it, while the first probe still hangs.
+	idleConns(2)
+	waitState(t, c, storefx.BreakerClosed, time.Second)
+	// Those freeze too; a GET fails on one and the breaker opens again.
+	freezeAll()
+	if err := get(c, "k", 100*time.Millisecond); err == nil {
+		t.Fatal("GET on a frozen connection succeeded")
+	}
+	if st := c.Breaker(); st.State != storefx.BreakerHalfOpen || st.Opened != 2 {
+		t.Fatalf("reopened while a probe is in flight: %+v, want half-open, opened twice", st)
+	}
+	// The first probe times out: the next (one) goes out after it.
+	deadline := time.Now().Add(10 * time.Second)
+	for st := c.Breaker(); st.ProbeFailures < 1 || st.Probes < 2; st = c.Breaker() {
+		if time.Now().After(deadline) {
+			t.Fatalf("no second probe after the first failed: %+v", st)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if m := g.most.Load(); m != 1 {
+		t.Fatalf("%d probes were in flight at once, want one at a time (%+v)", m, c.Breaker())
 	}
 }
