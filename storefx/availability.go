@@ -89,6 +89,7 @@ func healthCheck(ctx context.Context, c *Client) error {
 	if !ok {
 		return c.Ping(ctx).Err()
 	}
+	forgetLeftNodes(ctx, cc, c.breakers)
 	if err := cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
 		if err := m.Ping(ctx).Err(); err != nil {
 			return fmt.Errorf("master %s: %w", m.Options().Addr, err)
@@ -105,6 +106,26 @@ func healthCheck(ctx context.Context, c *Client) error {
 		return errors.New("cluster_state is not ok: a slot range has no reachable master")
 	}
 	return nil
+}
+
+// forgetLeftNodes closes the breakers of the nodes that no longer appear in
+// the Cluster's slot map (see breakerSet.forgetNodesOutside). Listing the
+// nodes sends nothing unless the slot map must be loaded.
+func forgetLeftNodes(ctx context.Context, cc *redis.ClusterClient, breakers *breakerSet) {
+	if breakers == nil {
+		return
+	}
+	var mu sync.Mutex
+	serving := map[*redis.Client]bool{}
+	if err := cc.ForEachShard(ctx, func(_ context.Context, node *redis.Client) error {
+		mu.Lock()
+		serving[node] = true
+		mu.Unlock()
+		return nil
+	}); err != nil || len(serving) == 0 {
+		return // no slot map: nothing says which nodes left
+	}
+	breakers.forgetNodesOutside(serving)
 }
 
 func (p *probe) run(ctx context.Context) {

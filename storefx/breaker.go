@@ -145,8 +145,9 @@ func BypassBreaker(ctx context.Context) context.Context { return withProbe(ctx) 
 
 // breaker is the circuit breaker of one client, a go-redis hook.
 type breaker struct {
-	cfg  BreakerConfig
-	ping func(context.Context) error // a PING through the hooks (marked as a probe)
+	cfg    BreakerConfig
+	client redis.UniversalClient       // the client (a Cluster node's) it guards
+	ping   func(context.Context) error // a PING through the hooks (marked as a probe)
 
 	state    atomic.Int32 // BreakerState
 	failures atomic.Int32 // consecutive failures while closed
@@ -368,7 +369,7 @@ func (s *breakerSet) add(c redis.UniversalClient) {
 		return
 	}
 	b := newBreaker(s.cfg)
-	b.ping = probePing(c)
+	b.client, b.ping = c, probePing(c)
 	c.AddHook(b)
 	s.mu.Lock()
 	s.all = append(s.all, b)
@@ -396,6 +397,25 @@ func (s *breakerSet) stats() BreakerStats {
 	return out
 }
 
+// forgetNodesOutside closes the breakers of Cluster nodes that no longer
+// serve a slot (a failed master after its replica took over): no command
+// is routed to them, and go-redis lets them go only a minute later, until
+// when their open breaker would show the client open and probe a dead
+// address every ProbeInterval. Should such a node serve again and still
+// fail, its breaker opens again after Failures commands.
+func (s *breakerSet) forgetNodesOutside(serving map[*redis.Client]bool) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, b := range s.all {
+		if node, ok := b.client.(*redis.Client); ok && !serving[node] {
+			b.close()
+		}
+	}
+}
+
 func (s *breakerSet) stop() {
 	if s == nil {
 		return
@@ -410,7 +430,10 @@ func (s *breakerSet) stop() {
 
 // Breaker returns what the client's circuit breaker did so far: for a
 // Cluster client, the sum over its nodes' breakers, with the state of the
-// most open one. State is BreakerClosed when the breaker is disabled.
+// most open one; the health check (Registry.Watch, which Module runs)
+// closes the breaker of a node that no longer serves a slot, such as a
+// failed master whose replica took over. State is BreakerClosed when the
+// breaker is disabled.
 func (c *Client) Breaker() BreakerStats { return c.breakers.stats() }
 
 // Close ends the breaker's probing and closes the client.

@@ -3,6 +3,7 @@ package storefx_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -377,4 +378,86 @@ func TestConfigThatCannotWorkFailsFxNewNamingTheField(t *testing.T) {
 			t.Errorf("%+v: fx.New error %v, want a *redisfx.ConfigError naming %s", cfg, err, field)
 		}
 	}
+}
+
+// After a Cluster failover every key was served and store_up read 1, yet the
+// dead master's breaker stayed open, and with it the client's state and
+// store_breaker_state, until go-redis let the node go a minute later (and it
+// was probed every ProbeInterval meanwhile). The health check closes the
+// breakers of nodes that no longer serve a slot.
+func TestClusterFailover_BreakerOfTheNodeThatLeftStopsCounting(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 6-node cluster and kills a master")
+	}
+	t.Parallel()
+	cl := redistest.StartCluster(t, 3, 1)
+	reg := prometheus.NewRegistry()
+	var c *storefx.Client
+	app := fxtest.New(t, storefx.Module,
+		fx.Provide(func() prometheus.Registerer { return reg }),
+		fx.Supply(storefx.Config{Addrs: cl.Addrs(), DialTimeout: 200 * time.Millisecond}),
+		fx.Populate(&c))
+	app.RequireStart()
+	defer app.RequireStop()
+	cc := c.Unwrap().(*redis.ClusterClient)
+	ctx := context.Background()
+	victim := cl.Nodes[0].Addr()
+	var key string
+	for i := 0; key == "" && i < 10000; i++ {
+		k := redistest.Prefix(t) + strconv.Itoa(i)
+		if m, err := cc.MasterForKey(ctx, k); err == nil && m.Options().Addr == victim {
+			key = k
+		}
+	}
+	if key == "" {
+		t.Fatalf("no key of %s", victim)
+	}
+	cl.Nodes[0].Kill()
+	for i := 0; c.Breaker().Opened == 0; i++ {
+		if i > 100 {
+			t.Fatalf("breaker never opened: %+v", c.Breaker())
+		}
+		_ = get(c, key, 300*time.Millisecond)
+	}
+	// The replica takes over; the key is served again (empty or not).
+	deadline := time.Now().Add(30 * time.Second)
+	for err := get(c, key, 300*time.Millisecond); err != nil && !errors.Is(err, redis.Nil); err = get(c, key, 300*time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the key was never served again: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// Within a few health checks (1 s each) the client reads closed, well
+	// before go-redis lets the node go (a minute).
+	served := time.Now()
+	for st := c.Breaker(); st.State != storefx.BreakerClosed; st = c.Breaker() {
+		if time.Since(served) > 15*time.Second {
+			t.Fatalf("%v after the failover the client's breaker reads %+v, with every key served", time.Since(served).Round(time.Second), st)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	probes := c.Breaker().Probes
+	if v := gaugeValue(t, reg, "store_breaker_state"); v != 0 {
+		t.Fatalf("store_breaker_state %v with the client's breaker closed", v)
+	}
+	// The dead address is no longer probed.
+	time.Sleep(time.Second) // four ProbeIntervals: what is being shown is that nothing happens
+	if st := c.Breaker(); st.Probes != probes {
+		t.Fatalf("the node that left is still probed: %d probes, then %d", probes, st.Probes)
+	}
+}
+
+func gaugeValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no %s", name)
+	return 0
 }
