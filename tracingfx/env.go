@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"net/http"
 	"net/url"
 	"path"
@@ -47,6 +48,9 @@ const (
 	envBSPExportTimeout  = "OTEL_BSP_EXPORT_TIMEOUT"
 	envBSPMaxQueueSize   = "OTEL_BSP_MAX_QUEUE_SIZE"
 	envBSPMaxExportBatch = "OTEL_BSP_MAX_EXPORT_BATCH_SIZE"
+	envTimeout           = "OTEL_EXPORTER_OTLP_TIMEOUT"
+	envTracesTimeout     = "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT"
+	envLogsTimeout       = "OTEL_EXPORTER_OTLP_LOGS_TIMEOUT"
 )
 
 // OTLP protocols (Config.Exporter.Protocol, OTEL_EXPORTER_OTLP_PROTOCOL).
@@ -123,7 +127,7 @@ func resolve(cfg Config, getenv func(string) string) (settings, error) {
 	s := settings{Config: cfg}
 	steps := []func(getenv func(string) string) error{
 		s.readDisabled, s.readResource, s.readExporter, s.readProtocol, s.readEndpoints, s.readHeaders,
-		s.readSampler, s.readPropagators, s.readBatch, s.readLogsExporter,
+		s.readSampler, s.readPropagators, s.readBatch, checkExportTimeouts, s.readLogsExporter,
 	}
 	for _, step := range steps {
 		if err := step(getenv); err != nil {
@@ -717,13 +721,13 @@ func (s *settings) readBatch(getenv func(string) string) error {
 		{envBSPExportTimeout, "Batch.ExportTimeout", &s.Batch.ExportTimeout},
 	}
 	for _, v := range durations {
-		n, err := positiveInt(getenv, v.name)
+		d, err := positiveMillis(getenv, v.name)
 		if err != nil {
 			return err
 		}
 		s.override(getenv, v.name, v.field, *v.to != 0)
 		if *v.to == 0 {
-			*v.to = time.Duration(n) * time.Millisecond
+			*v.to = d
 		}
 	}
 	if s.Batch.MaxExportBatchSize > 0 && s.Batch.MaxQueueSize > 0 && s.Batch.MaxExportBatchSize > s.Batch.MaxQueueSize {
@@ -744,6 +748,41 @@ func positiveInt(getenv func(string) string, name string) (int, error) {
 		return 0, envError(name, "%q is not a whole number above 0", v)
 	}
 	return n, nil
+}
+
+// maxMillis is the most milliseconds a time.Duration holds (about 292
+// years). The SDK and the OTLP exporters multiply these variables by
+// time.Millisecond without a check: a larger value wraps to a negative
+// duration (a batch timer that fires at once, for ever: the idle process
+// spins a core; an export bound that is off).
+const maxMillis = math.MaxInt64 / int64(time.Millisecond)
+
+// positiveMillis reads a variable of milliseconds above 0 (0 when unset).
+func positiveMillis(getenv func(string) string, name string) (time.Duration, error) {
+	n, err := positiveInt(getenv, name)
+	if err != nil {
+		return 0, err
+	}
+	if int64(n) > maxMillis {
+		return 0, envError(name, "%d milliseconds is more than a duration holds (at most %d, about 292 years)", n, maxMillis)
+	}
+	return time.Duration(n) * time.Millisecond, nil
+}
+
+// checkExportTimeouts checks the exporters' own timeout variables, which
+// they read themselves: one that does not parse is ignored by them with a
+// log line, and 0, a negative or an overflowing one (which wraps to a
+// negative duration) turns their bound of an export off.
+func checkExportTimeouts(getenv func(string) string) error {
+	for _, name := range []string{envTimeout, envTracesTimeout, envLogsTimeout} {
+		if v := getenv(name); v != strings.TrimSpace(v) {
+			return envError(name, "%q has spaces around it, which the exporter does not read", v)
+		}
+		if _, err := positiveMillis(getenv, name); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // readLogsExporter: the log bridge exports over OTLP unless

@@ -60,6 +60,17 @@ func TestEnv_BadValuesFailNamingTheVariable(t *testing.T) {
 		{map[string]string{envBSPMaxExportBatch: "lots"}, `tracingfx: invalid OTEL_BSP_MAX_EXPORT_BATCH_SIZE: "lots" is not a whole number above 0`},
 		{map[string]string{envBSPScheduleDelay: "5s"}, `tracingfx: invalid OTEL_BSP_SCHEDULE_DELAY: "5s" is not a whole number above 0`},
 		{map[string]string{envBSPExportTimeout: "-1"}, `tracingfx: invalid OTEL_BSP_EXPORT_TIMEOUT: "-1" is not a whole number above 0`},
+		// More milliseconds than a Duration holds wrapped to a negative
+		// delay: the idle batch processor spun a core.
+		{map[string]string{envBSPScheduleDelay: "10000000000000"}, `tracingfx: invalid OTEL_BSP_SCHEDULE_DELAY: 10000000000000 milliseconds is more than a duration holds (at most 9223372036854, about 292 years)`},
+		{map[string]string{envBSPExportTimeout: "9223372036855"}, `tracingfx: invalid OTEL_BSP_EXPORT_TIMEOUT: 9223372036855 milliseconds is more than a duration holds (at most 9223372036854, about 292 years)`},
+		// The exporters read their own timeouts: 0, negative or wrapping
+		// turned their bound off; one that did not parse was ignored.
+		{map[string]string{envTimeout: "0"}, `tracingfx: invalid OTEL_EXPORTER_OTLP_TIMEOUT: "0" is not a whole number above 0`},
+		{map[string]string{envTracesTimeout: "-5"}, `tracingfx: invalid OTEL_EXPORTER_OTLP_TRACES_TIMEOUT: "-5" is not a whole number above 0`},
+		{map[string]string{envTracesTimeout: "10s"}, `tracingfx: invalid OTEL_EXPORTER_OTLP_TRACES_TIMEOUT: "10s" is not a whole number above 0`},
+		{map[string]string{envLogsTimeout: "99999999999999"}, `tracingfx: invalid OTEL_EXPORTER_OTLP_LOGS_TIMEOUT: 99999999999999 milliseconds is more than a duration holds (at most 9223372036854, about 292 years)`},
+		{map[string]string{envTimeout: " 5000"}, `tracingfx: invalid OTEL_EXPORTER_OTLP_TIMEOUT: " 5000" has spaces around it, which the exporter does not read`},
 		{map[string]string{envBSPMaxQueueSize: "100", envBSPMaxExportBatch: "512"}, `tracingfx: invalid Config.Batch.MaxExportBatchSize: 512 is larger than Batch.MaxQueueSize 100 (with OTEL_BSP_MAX_EXPORT_BATCH_SIZE and OTEL_BSP_MAX_QUEUE_SIZE applied)`},
 		{map[string]string{envLogsExporter: "console"}, `tracingfx: invalid OTEL_LOGS_EXPORTER: "console" is not otlp or none (the log bridge sends OTLP; the app's own logger already writes the console)`},
 	}
@@ -543,4 +554,15 @@ func TestEnv_SamplerArgWhereNothingReadsItWarns(t *testing.T) {
 	if err := app.Err(); err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("start-up error %v, want %s", err, want)
 	}
+}
+
+// The exporters' timeout variables in range start: they are checked, not
+// replaced (the exporters read them themselves).
+func TestEnv_ExportTimeoutsInRangeAccepted(t *testing.T) {
+	env := map[string]string{envTracesExporter: "none", envTimeout: "10000", envTracesTimeout: "1", envLogsTimeout: "9223372036854"}
+	p, err := newProvider(context.Background(), Config{}, mapEnv(env))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = p.Shutdown(context.Background())
 }
