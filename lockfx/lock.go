@@ -196,7 +196,9 @@ func (k *Lock) Release(ctx context.Context) error {
 }
 
 // Extend makes the lease last at least ttl from now (ttl 0: the
-// configured TTL); it never shortens it. The validity moves forward to
+// configured TTL); it never shortens it. Any ttl is accepted: should the
+// holder crash, the lock stays held until that lease runs out, however
+// much longer than the TTL it is. The validity moves forward to
 // ttl minus driftMargin after the call was sent. ErrLockLost (or
 // ErrNotOwner after Release) when the lock had already ended; ErrLockLost
 // also when Redis answers that this owner no longer holds it.
