@@ -200,6 +200,43 @@ func TestSpansAndMetrics(t *testing.T) {
 	}
 }
 
+// Every lock.acquire that ends without the lock has the status the
+// tracing spec gives a lock not acquired, ERROR "Failed to acquire lock",
+// whatever the reason: here Redis did not answer within WaitTimeout. The
+// error itself is the exception event. (Found by an adversary: the status
+// message was the Go error's text.)
+func TestSpans_AcquireEndingInAStoreError_StatusFailedToAcquireLock(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartPrivate(t)
+	spans := obstest.NewSpans(t)
+	l := lockerOn(t, srv.Addr(), Config{TTL: time.Second, Attempts: 1, WaitTimeout: 200 * time.Millisecond}, WithTracerProvider(spans.Tracer()))
+	t.Cleanup(func() { _ = l.Stop(context.Background()) })
+	ctx := context.Background()
+	srv.Pause(ctx, time.Second)
+	_, err := l.Acquire(ctx, "hung")
+	if err == nil || errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("Acquire from a paused Redis = %v, want a store error", err)
+	}
+	got := spans.Named(t, "lock.acquire")
+	if len(got) != 1 {
+		t.Fatalf("%d lock.acquire spans", len(got))
+	}
+	s := got[0]
+	if s.Attributes[AttrAcquired] != false || s.Status.Code != "ERROR" || s.Status.Message != "Failed to acquire lock" || s.Attributes["redisfx.error"] != true {
+		t.Fatalf("lock.acquire not acquired (Acquire = %v): acquired=%v status %s %q, redisfx.error %v; want ERROR \"Failed to acquire lock\"",
+			err, s.Attributes[AttrAcquired], s.Status.Code, s.Status.Message, s.Attributes["redisfx.error"])
+	}
+	var exception string
+	for _, e := range s.Events {
+		if e.Name == "exception" {
+			exception, _ = e.Attributes["exception.message"].(string)
+		}
+	}
+	if exception != err.Error() {
+		t.Fatalf("exception event message %q, want the error %q", exception, err)
+	}
+}
+
 // A lock name is written into the spans as Config.KeyAttribute says:
 // redacted by default, as a digest with HashKey, as given with RawKey; a
 // store error names the lock the same way.

@@ -116,8 +116,13 @@ func (o *observer) endAcquire(span *plugintrace.Span, acquired bool, retries int
 	span.SetAttributes(attribute.Bool(AttrAcquired, acquired), attribute.Int(AttrRetryCount, retries))
 	if acquired {
 		span.AddEvent("lock.acquired")
+	} else {
+		// Every outcome without the lock has the status the tracing spec
+		// gives a lock not acquired; why (held, a store error, the caller's
+		// context) is the exception event's.
+		span.Fail(err, ErrNotAcquired.Message)
 	}
-	span.Finish(err)
+	span.Finish(nil)
 }
 
 func (o *observer) startRelease(ctx context.Context, name string) (context.Context, *plugintrace.Span) {
