@@ -153,7 +153,8 @@ func unanswered(callCtx context.Context, err error) bool {
 // ended, or a store error: among them, one wrapping
 // context.DeadlineExceeded when an attempt got no answer in time (WaitTimeout,
 // or the client's ReadTimeout, ran out) and Redis had not said the lock is
-// held (nothing then says it is).
+// held (nothing then says it is), or Redis granted it with an answer that
+// came after the grant's validity had ended, and never said it is held.
 //
 // When a call may have taken the lock but its answer was not received (the
 // caller gave up, or the connection failed), the lock is given back in the
@@ -176,6 +177,7 @@ func (l *Locker) Acquire(ctx context.Context, name string) (*Lock, error) {
 	defer cancel()
 	backoff := l.cfg.Backoff
 	held := false // Redis answered at least once that another owner holds it
+	late := false // Redis granted it at least once, but answered after the validity
 	for attempt := 1; ; attempt++ {
 		l.obs.attempt()
 		sent := time.Now() // before the call: Redis starts the lease no earlier
@@ -211,8 +213,14 @@ func (l *Locker) Acquire(ctx context.Context, name string) (*Lock, error) {
 		case token > 0:
 			if !time.Now().Before(sent.Add(l.cfg.TTL - driftMargin(l.cfg.TTL))) {
 				// Granted, but the answer took the whole validity: of no
-				// use. Give it back; later attempts use a new owner.
-				l.abandon(keys, owner)
+				// use. Give it back, at once if Redis answers (so that
+				// the next attempt does not find it held by this very
+				// owner), else in the background; later attempts use a
+				// new owner. Not a sign that anyone else holds it.
+				late = true
+				if abandonScript.Run(callCtx, l.rdb, []string{keys.lock, keys.abandoned(owner)}, owner, (l.cfg.TTL+abandonedTTL).Milliseconds()).Err() != nil {
+					l.abandon(keys, owner)
+				}
 				owner = randid.Hex(16)
 				break
 			}
@@ -226,9 +234,15 @@ func (l *Locker) Acquire(ctx context.Context, name string) (*Lock, error) {
 		held = held || token <= 0
 		wait := backoff/2 + rand.N(backoff/2+1) // jitter: contenders spread out
 		if attempt >= l.cfg.Attempts || time.Now().Add(wait).After(deadline) {
+			var err error = ErrNotAcquired
+			if late && !held {
+				// Redis only ever granted it, too slowly to be of use:
+				// nothing says anyone else holds it.
+				err = fmt.Errorf("lockfx: acquire %s: Redis granted the lock but answered after its validity ended: %w", l.cfg.KeyAttribute.Quote(name), context.DeadlineExceeded)
+			}
 			l.obs.timeout(span)
-			l.obs.endAcquire(span, false, attempt-1, time.Since(began), ErrNotAcquired)
-			return nil, ErrNotAcquired
+			l.obs.endAcquire(span, false, attempt-1, time.Since(began), err)
+			return nil, err
 		}
 		l.obs.retry(span, attempt)
 		t := time.NewTimer(wait)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/redisfx/redisfx/internal/faultproxy"
 	"github.com/redisfx/redisfx/internal/obstest"
@@ -202,6 +203,44 @@ func TestExtend_LengthensNeverShortens(t *testing.T) {
 	}
 	if err := k.Extend(ctx, 0); !errors.Is(err, ErrNotOwner) {
 		t.Fatalf("Extend after Release = %v, want ErrNotOwner", err)
+	}
+}
+
+// Nobody holds the lock, and Redis grants it, but its answer arrives after
+// the validity it gave had ended (DEBUG SLEEP 300 ms, TTL 100 ms): the
+// grant is given back, and Acquire's error is a timeout, not ErrNotAcquired
+// (Redis never said anyone holds it). (Found by an adversary: it was
+// ErrNotAcquired, "someone else holds it".)
+func TestAcquire_GrantAnsweredAfterItsValidity_TimeoutNotErrNotAcquired(t *testing.T) {
+	t.Parallel()
+	const ttl = 100 * time.Millisecond
+	srv := redistest.StartPrivate(t)
+	l := lockerOn(t, srv.Addr(), Config{TTL: ttl, Attempts: 1, WaitTimeout: 3 * time.Second})
+	ctx := context.Background()
+	if err := l.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Stop(context.Background()) })
+	var err error
+	for try := 1; ; try++ {
+		woke := srv.Sleep(3 * ttl)
+		var k *Lock
+		k, err = l.Acquire(ctx, "slow-grant")
+		<-woke
+		if err != nil {
+			break
+		}
+		// Answered before the sleep began (a loaded machine): again.
+		_ = k.Release(ctx)
+		if try == 5 {
+			t.Fatal("Acquire succeeded through the sleep 5 times")
+		}
+	}
+	if errors.Is(err, ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Acquire = %v, want an error wrapping context.DeadlineExceeded, not ErrNotAcquired: nobody held the lock", err)
+	}
+	if owner, gerr := srv.Client().Get(ctx, mustKeys(t, l, "slow-grant").lock).Result(); !errors.Is(gerr, redis.Nil) {
+		t.Fatalf("the late grant was not given back: owner %q (%v)", owner, gerr)
 	}
 }
 
