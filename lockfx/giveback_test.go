@@ -3,6 +3,8 @@ package lockfx
 import (
 	"context"
 	"errors"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -192,4 +194,152 @@ func TestAcquire_GaveUpDuringAPartitionThatRefuses_GiveBackLandsSoonAfterTheHeal
 		t.Fatalf("the lock was held for an owner that gave up until %v after the partition healed", held)
 	}
 	t.Logf("held until %v after the heal", held)
+}
+
+// evalshaCalls is how many EVALSHA commands srv has run.
+func evalshaCalls(t *testing.T, srv *redistest.Server) int {
+	t.Helper()
+	info, err := srv.Client().Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if rest, ok := strings.CutPrefix(line, "cmdstat_evalsha:calls="); ok {
+			n, err := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	return 0
+}
+
+// thawAndAwaitDelivery lets the frozen connections forward what they hold
+// and waits until Redis has run one more EVALSHA than it had: the acquire
+// whose first send was stuck on them.
+func thawAndAwaitDelivery(t *testing.T, srv *redistest.Server, frozen []*faultproxy.Conn) {
+	t.Helper()
+	before := evalshaCalls(t, srv)
+	for _, conn := range frozen {
+		conn.SetMode(faultproxy.Forward)
+	}
+	for deadline := time.Now().Add(5 * time.Second); evalshaCalls(t, srv) <= before; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the stuck acquire was not delivered within 5s of the thaw: the test proves nothing")
+		}
+	}
+}
+
+// lockIsFree checks that nobody holds the lock called name: no key, and a
+// contender acquires it.
+func lockIsFree(t *testing.T, srv *redistest.Server, l *Locker, name string) {
+	t.Helper()
+	ctx := context.Background()
+	keys := mustKeys(t, l, name)
+	raw := srv.Client()
+	if owner, err := raw.Get(ctx, keys.lock).Result(); !errors.Is(err, redis.Nil) {
+		t.Fatalf("the lock is held (owner %q, PTTL %v, %v) by an acquire whose outcome its caller had already taken",
+			owner, raw.PTTL(ctx, keys.lock).Val(), err)
+	}
+	contender := lockerOn(t, srv.Addr(), Config{TTL: time.Second, Attempts: 1})
+	k, err := contender.Acquire(ctx, name)
+	if err != nil {
+		t.Fatalf("a contender cannot take the free lock: %v", err)
+	}
+	_ = k.Release(ctx)
+}
+
+// lockerBehindProxy is a Locker whose client goes through a fault proxy,
+// with storeCfg (its URL set here), its scripts loaded and one idle pooled
+// connection: the one a test freezes.
+func lockerBehindProxy(t *testing.T, srv *redistest.Server, storeCfg storefx.Config, cfg Config) (*Locker, *faultproxy.Proxy) {
+	t.Helper()
+	proxy := faultproxy.Start(t, srv.Addr())
+	storeCfg.URL = "redis://" + proxy.Addr()
+	c, err := storefx.New("default", storeCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	l, err := New(c, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Stop(context.Background()) })
+	return l, proxy
+}
+
+// The acquire's first send is stuck on a stalled pooled connection; the
+// client's ReadTimeout ends that try and go-redis sends the script again on
+// a new connection: Acquire succeeds. The holder releases. When the stalled
+// connection delivers the first send, Redis must not take the lock again
+// for the owner that released it (Release leaves the owner's marker).
+// (Found by an adversary: the lock was held again, by nobody, for a whole
+// TTL.)
+func TestAcquire_RetriedSendDeliveredAfterRelease_DoesNotRetakeTheLock(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartPrivate(t)
+	l, proxy := lockerBehindProxy(t, srv, storefx.Config{ReadTimeout: 200 * time.Millisecond},
+		Config{TTL: 5 * time.Second, Attempts: 1, WaitTimeout: 2 * time.Second})
+	ctx := context.Background()
+	frozen := proxy.Conns()
+	for _, conn := range frozen {
+		conn.SetMode(faultproxy.Freeze)
+	}
+	k, err := l.Acquire(ctx, "late")
+	if err != nil {
+		t.Fatalf("Acquire (go-redis's retry on a new connection should get it): %v", err)
+	}
+	if err := k.Release(ctx); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	thawAndAwaitDelivery(t, srv, frozen)
+	lockIsFree(t, srv, l, "late")
+}
+
+// B holds the lock. A's acquire is first sent on a stalled pooled
+// connection; the client's ReadTimeout ends that try and go-redis sends it
+// again on a new connection, where Redis answers "held": A's Acquire
+// returns ErrNotAcquired. B releases; the stalled connection delivers A's
+// first send. Redis must not take the lock for A, which left (the "held"
+// answer left the attempt's marker). With a short ReadTimeout, and with the
+// defaults (ReadTimeout 3s, WaitTimeout 5s). (Found by an adversary: the
+// lock was held for A, by nobody, for a whole TTL.)
+func TestAcquire_RetriedSendAnsweredHeldDeliveredLate_DoesNotTakeTheLock(t *testing.T) {
+	t.Parallel()
+	for name, c := range map[string]struct {
+		store storefx.Config
+		cfg   Config
+	}{
+		"ReadTimeout200ms": {storefx.Config{ReadTimeout: 200 * time.Millisecond}, Config{TTL: 5 * time.Second, Attempts: 1, WaitTimeout: 2 * time.Second}},
+		"defaults":         {storefx.Config{}, Config{TTL: 5 * time.Second}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.StartPrivate(t)
+			a, proxy := lockerBehindProxy(t, srv, c.store, c.cfg)
+			b := lockerOn(t, srv.Addr(), Config{TTL: 30 * time.Second, Attempts: 1}) // outlives A's Acquire
+			ctx := context.Background()
+			held, err := b.Acquire(ctx, "gave-up")
+			if err != nil {
+				t.Fatal(err)
+			}
+			frozen := proxy.Conns()
+			for _, conn := range frozen {
+				conn.SetMode(faultproxy.Freeze)
+			}
+			if _, err := a.Acquire(ctx, "gave-up"); !errors.Is(err, ErrNotAcquired) {
+				t.Fatalf("A's Acquire = %v, want ErrNotAcquired", err)
+			}
+			if err := held.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			thawAndAwaitDelivery(t, srv, frozen)
+			lockIsFree(t, srv, a, "gave-up")
+		})
+	}
 }

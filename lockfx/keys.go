@@ -18,8 +18,8 @@ type lockKeys struct {
 	fence string // the last fencing token handed out for the name
 }
 
-// abandoned is the key of the give-up marker of one acquire (see
-// abandonScript), in the lock's slot.
+// abandoned is the key of one owner's marker (see acquireScript): its
+// acquire must not take the lock any more. In the lock's slot.
 func (k lockKeys) abandoned(owner string) string { return k.fence + ":abandoned:" + owner }
 
 // keysOf lays out the keys of a lock name: KeyPrefix + "{" + name + "}"

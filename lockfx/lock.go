@@ -182,7 +182,7 @@ func (k *Lock) Release(ctx context.Context) error {
 	k.mu.Unlock()
 
 	ctx, span := k.l.obs.startRelease(ctx, k.name)
-	n, err := releaseScript.Run(ctx, k.l.rdb, []string{k.keys.lock}, k.owner).Int()
+	n, err := releaseScript.Run(ctx, k.l.rdb, []string{k.keys.lock, k.keys.abandoned(k.owner)}, k.owner, k.l.markerTTL().Milliseconds()).Int()
 	switch {
 	case err != nil:
 		err = fmt.Errorf("lockfx: release %s: %w", k.l.cfg.KeyAttribute.Quote(k.name), err)

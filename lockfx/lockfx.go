@@ -159,7 +159,10 @@ func unanswered(callCtx context.Context, err error) bool {
 // When a call may have taken the lock but its answer was not received (the
 // caller gave up, or the connection failed), the lock is given back in the
 // background, and the call is stopped from taking it should Redis run it
-// later: a lock is never left held by an owner that gave up. The give-back
+// later: a lock is never left held by an owner that gave up. Each attempt
+// is an owner of its own, and an attempt told "held", like a released
+// lock's acquire, is stopped the same way: a second send of it by go-redis
+// (a retry after its ReadTimeout) that reaches Redis late takes nothing. The give-back
 // is tried until Redis answers, through an open circuit breaker, for up to
 // TTL + 1 minute, or until Stop.
 func (l *Locker) Acquire(ctx context.Context, name string) (*Lock, error) {
@@ -167,7 +170,6 @@ func (l *Locker) Acquire(ctx context.Context, name string) (*Lock, error) {
 	if err != nil {
 		return nil, err
 	}
-	owner := randid.Hex(16)
 	ctx, span := l.obs.startAcquire(ctx, name, l.cfg.TTL)
 	began := time.Now()
 	deadline := began.Add(l.cfg.WaitTimeout)
@@ -180,9 +182,13 @@ func (l *Locker) Acquire(ctx context.Context, name string) (*Lock, error) {
 	late := false // Redis granted it at least once, but answered after the validity
 	for attempt := 1; ; attempt++ {
 		l.obs.attempt()
+		// Each attempt is an owner of its own: an attempt that heard
+		// "held", or gave up, leaves its owner's marker, which refuses
+		// any later delivery of it (see acquireScript).
+		owner := randid.Hex(16)
 		sent := time.Now() // before the call: Redis starts the lease no earlier
 		token, err := acquireScript.Run(callCtx, l.rdb, []string{keys.lock, keys.fence, keys.abandoned(owner)},
-			owner, l.cfg.TTL.Milliseconds(), fenceTTL.Milliseconds()).Int64()
+			owner, l.cfg.TTL.Milliseconds(), fenceTTL.Milliseconds(), l.markerTTL().Milliseconds()).Int64()
 		var redisErr redis.Error
 		if err != nil && !errors.As(err, &redisErr) && !errors.Is(err, storefx.ErrCircuitOpen) {
 			l.abandon(keys, owner) // the script may have run (a refused one was never sent)
@@ -215,13 +221,12 @@ func (l *Locker) Acquire(ctx context.Context, name string) (*Lock, error) {
 				// Granted, but the answer took the whole validity: of no
 				// use. Give it back, at once if Redis answers (so that
 				// the next attempt does not find it held by this very
-				// owner), else in the background; later attempts use a
-				// new owner. Not a sign that anyone else holds it.
+				// owner), else in the background. Not a sign that anyone
+				// else holds it.
 				late = true
-				if abandonScript.Run(callCtx, l.rdb, []string{keys.lock, keys.abandoned(owner)}, owner, (l.cfg.TTL+abandonedTTL).Milliseconds()).Err() != nil {
+				if abandonScript.Run(callCtx, l.rdb, []string{keys.lock, keys.abandoned(owner)}, owner, l.markerTTL().Milliseconds()).Err() != nil {
 					l.abandon(keys, owner)
 				}
-				owner = randid.Hex(16)
 				break
 			}
 			lock := newLock(l, name, keys, owner, token, sent)
@@ -256,6 +261,9 @@ func (l *Locker) Acquire(ctx context.Context, name string) (*Lock, error) {
 		backoff = min(backoff*2, l.cfg.MaxBackoff)
 	}
 }
+
+// markerTTL is how long an owner's marker lives (see acquireScript).
+func (l *Locker) markerTTL() time.Duration { return l.cfg.TTL + abandonedTTL }
 
 // giveBackPause is the longest pause between two tries of a give-back that
 // Redis refused at once (connections refused or reset: a restart, a
@@ -313,7 +321,7 @@ func (l *Locker) giveBack(keys lockKeys, owner string) {
 	for {
 		began := time.Now()
 		ctx, cancel := context.WithTimeout(storefx.BypassBreaker(l.stopped), perTry)
-		err := abandonScript.Run(ctx, l.rdb, []string{keys.lock, keys.abandoned(owner)}, owner, (l.cfg.TTL + abandonedTTL).Milliseconds()).Err()
+		err := abandonScript.Run(ctx, l.rdb, []string{keys.lock, keys.abandoned(owner)}, owner, l.markerTTL().Milliseconds()).Err()
 		cancel()
 		if err == nil || errors.Is(err, redis.ErrClosed) || l.stopped.Err() != nil || time.Now().After(deadline) {
 			return

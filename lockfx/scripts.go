@@ -11,17 +11,17 @@ import (
 // bounds the memory of names no longer used.
 const fenceTTL = 7 * 24 * time.Hour
 
-// abandonedTTL is how long a give-up marker outlives the lease: an acquire
-// script delivered later than that (a connection stalled for minutes)
-// could still take the lock for one TTL.
+// abandonedTTL is how long an owner's marker outlives the lease: an
+// acquire script delivered later than that (a connection stalled for
+// minutes) could still take the lock for one TTL.
 const abandonedTTL = time.Minute
 
 // acquireScript takes the lock for an owner and hands out its fencing
 // token, or returns 0 when someone else holds it.
 //
-// KEYS[1] lock, KEYS[2] fencing counter, KEYS[3] this owner's give-up
-// marker (all in one slot); ARGV[1] owner, ARGV[2] lease ms, ARGV[3]
-// counter lifetime ms.
+// KEYS[1] lock, KEYS[2] fencing counter, KEYS[3] this owner's marker (all
+// in one slot); ARGV[1] owner, ARGV[2] lease ms, ARGV[3] counter lifetime
+// ms, ARGV[4] marker lifetime ms.
 //
 // The token is max(last token + 1, Redis TIME in microseconds): it grows
 // with every acquisition while the counter lives, and keeps growing when
@@ -32,14 +32,21 @@ const abandonedTTL = time.Minute
 //
 // The same owner finding the lock already its own is a repeated delivery
 // of its own acquire (a retry after a lost reply): it gets the token it
-// was given. A give-up marker means the caller stopped waiting for this
-// very call: the lock is not taken.
+// was given. An owner's marker means its call has had its outcome (or the
+// caller stopped waiting for it): a repeated delivery of it, however late,
+// must not take the lock. The marker is left by the answer "held" (the
+// caller takes that answer and tries again, if at all, as a new owner),
+// by Release, and by a give-up (abandonScript). go-redis may send one
+// call twice (it retries a call whose answer did not come in its
+// ReadTimeout, on another connection), and the first send may reach Redis
+// after the second's answer was taken.
 var acquireScript = redis.NewScript(`
 if redis.call('EXISTS', KEYS[3]) == 1 then
   return 0
 end
 local granted = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
 if not granted and redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  redis.call('SET', KEYS[3], '1', 'PX', ARGV[4])
   return 0
 end
 local last = tonumber(redis.call('GET', KEYS[2]) or '0')
@@ -57,9 +64,14 @@ redis.call('SET', KEYS[2], string.format('%.0f', token), 'PX', ARGV[3])
 return token
 `)
 
-// releaseScript deletes the lock only if the owner still holds it.
-// KEYS[1] lock; ARGV[1] owner. Returns 1 or 0.
+// releaseScript deletes the lock only if the owner still holds it, and
+// leaves the owner's marker, so that a repeated delivery of its acquire
+// arriving later does not take the lock again (see acquireScript). The
+// marker is written with pcall: a Redis out of memory still releases.
+// KEYS[1] lock, KEYS[2] the owner's marker; ARGV[1] owner, ARGV[2] marker
+// ms. Returns 1 or 0.
 var releaseScript = redis.NewScript(`
+redis.pcall('SET', KEYS[2], '1', 'PX', ARGV[2])
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   return redis.call('DEL', KEYS[1])
 end
@@ -81,9 +93,9 @@ return 1
 `)
 
 // abandonScript gives up an acquire whose outcome the caller did not
-// learn: it frees the lock if that acquire took it, and leaves a marker
-// that stops it from taking it should it arrive later (commands on
-// different connections may run in any order).
+// learn: it frees the lock if that acquire took it, and leaves the owner's
+// marker, which stops it from taking it should it arrive later (commands
+// on different connections may run in any order).
 // KEYS[1] lock, KEYS[2] give-up marker; ARGV[1] owner, ARGV[2] marker ms.
 var abandonScript = redis.NewScript(`
 redis.call('SET', KEYS[2], '1', 'PX', ARGV[2])

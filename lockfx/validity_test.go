@@ -253,7 +253,7 @@ func TestAcquireScript_RepeatedDeliveryGetsTheSameToken(t *testing.T) {
 	keys := mustKeys(t, l, "again")
 	run := func(owner string) int64 {
 		n, err := acquireScript.Run(context.Background(), l.rdb, []string{keys.lock, keys.fence, keys.abandoned(owner)},
-			owner, 5000, fenceTTL.Milliseconds()).Int64()
+			owner, 5000, fenceTTL.Milliseconds(), 60000).Int64()
 		if err != nil {
 			t.Fatal(err)
 		}
