@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -94,6 +95,65 @@ func TestRenewal_StalledConnection_LockKept(t *testing.T) {
 				t.Fatalf("release after the stall: %v", err)
 			}
 		})
+	}
+}
+
+// The holder's client has 16 idle pooled connections (the app used it
+// concurrently a moment ago), and they all stall (frozen, as by a
+// middlebox that lost their flows) while new connections to the same Redis
+// work. go-redis hands every command an idle pooled connection first, so
+// the hedges, not only the renewal they hedge, must go on a freshly dialled
+// connection, or the lock is lost to a stall of some of the holder's
+// connections. (Found by an adversary: lost with 6 or more pooled
+// connections, a contender then acquiring it.)
+func TestRenewal_StallOfEveryPooledConnection_NewOnesWork_LockKept(t *testing.T) {
+	t.Parallel()
+	const ttl = 600 * time.Millisecond
+	srv := redistest.StartPrivate(t)
+	proxy := faultproxy.Start(t, srv.Addr())
+	rdb := clientOf(t, proxy.Addr())
+	holder, err := New(rdb, Config{TTL: ttl, AutoRenew: true, Attempts: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	contender := lockerOn(t, srv.Addr(), Config{TTL: ttl, Attempts: 1})
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for range 16 { // 16 connections in the pool, all idle again afterwards
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = rdb.Do(ctx, "BLPOP", "nothing", 0.2).Err()
+		}()
+	}
+	wg.Wait()
+	held, err := holder.Acquire(ctx, "pooled")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = held.Release(ctx) }()
+	frozen := proxy.Conns()
+	if len(frozen) < 6 {
+		t.Fatalf("%d pooled connections: the test proves nothing", len(frozen))
+	}
+	for _, c := range frozen {
+		c.SetMode(faultproxy.Freeze)
+	}
+	defer func() {
+		for _, c := range frozen {
+			c.SetMode(faultproxy.Forward)
+		}
+	}()
+	// The contender tries for three TTLs, while the pooled connections stall.
+	for end := time.Now().Add(3 * ttl); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		if other, err := contender.Acquire(ctx, "pooled"); err == nil {
+			_ = other.Release(ctx)
+			t.Fatalf("a contender took the lock while only the holder's %d pooled connections stalled; holder's Err: %v",
+				len(frozen), held.Err())
+		}
+	}
+	if err := held.Err(); err != nil {
+		t.Fatalf("the holder lost the lock: %v", err)
 	}
 }
 

@@ -223,6 +223,19 @@ func (k *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	return nil
 }
 
+// extendOnANewConnection runs extendScript as extend does, but on a
+// connection dialled for it (see hedgeClient), closed afterwards; through
+// the client itself when it cannot dial one.
+func (k *Lock) extendOnANewConnection(ctx context.Context, ttl time.Duration) (bool, error) {
+	c := hedgeClient(ctx, k.l.rdb, k.keys.lock)
+	if c == nil {
+		return k.extend(ctx, ttl)
+	}
+	defer c.Close()
+	n, err := extendScript.Run(ctx, c, []string{k.keys.lock}, k.owner, ttl.Milliseconds()).Int()
+	return n == 1, err
+}
+
 // extend runs extendScript: whether this owner still held the lock.
 func (k *Lock) extend(ctx context.Context, ttl time.Duration) (bool, error) {
 	n, err := extendScript.Run(ctx, k.l.rdb, []string{k.keys.lock}, k.owner, ttl.Milliseconds()).Int()

@@ -16,12 +16,12 @@ var renewalContext = plugintrace.WithoutCommandSpans(storefx.BypassBreaker(conte
 // The renewal schedule of an auto-renewed lock, as fractions of its TTL.
 // A renewal goes out renewEvery after the last confirmed one was sent.
 // One still unanswered after renewHedge gets company: another goes out (on
-// another connection, should the first be stuck), and so on, at most
+// a freshly dialled connection, see hedgeClient), and so on, at most
 // renewalsInFlight at a time, each waiting renewTimeout for its answer;
 // after a failure the next goes out renewRetry later. So a renewal goes
 // out at least every renewHedge: the lock survives any stall that ends
-// renewHedge and a round trip before its validity does, a stall of one
-// connection never costs it, and a slow but working Redis (answers within
+// renewHedge and a round trip before its validity does, a stall of some
+// connections (new ones working) never costs it, and a slow but working Redis (answers within
 // renewTimeout) keeps it too.
 const (
 	renewEvery   = 3  // TTL/3
@@ -56,13 +56,24 @@ func (k *Lock) renew() {
 			return
 		case <-next.C:
 			if inFlight < renewalsInFlight {
+				// A renewal sent while another is unanswered is a hedge: it
+				// goes on a freshly dialled connection, since the other
+				// may be stuck on a stalled pooled one, and so may every
+				// idle one the pool would hand out next.
+				hedge := inFlight > 0
 				inFlight++
 				go func() {
 					sent := time.Now()
 					// Sent even while the client's circuit breaker is open: a
 					// stall shorter than the margins must not cost the lock.
 					ctx, cancel := context.WithTimeout(renewalContext, ttl/renewTimeout)
-					owned, err := k.extend(ctx, ttl)
+					var owned bool
+					var err error
+					if hedge {
+						owned, err = k.extendOnANewConnection(ctx, ttl)
+					} else {
+						owned, err = k.extend(ctx, ttl)
+					}
 					cancel()
 					results <- renewal{sent, owned, err}
 				}()
