@@ -110,9 +110,12 @@ func (c *consumer) run(loopCtx, handlerCtx, haltCtx context.Context) {
 // last ClaimIdle/3 (else one more round trip checks); one it lost is not
 // run. Once the loop stops, waiting messages are not started but given
 // back at once, and so is each message whose run the stop cancelled, as
-// soon as its handler returns (see giveBack). The messages handled
-// successfully are acknowledged together, in one XACK: one round trip per
-// batch instead of one per message.
+// soon as its handler returns (see giveBack). Each message handled
+// successfully is acknowledged as soon as its handler returns, not after
+// the batch: a stop may abandon another handler of the batch, and a
+// success waiting for it would be claimed and run again elsewhere. The
+// acks of one batch go out one XACK at a time; the successes that come
+// while one is in flight share the next.
 func (c *consumer) handleBatch(loopCtx, handlerCtx, haltCtx context.Context, msgs []redis.XMessage, attempts map[string]int, fetched time.Time) {
 	if len(msgs) == 0 {
 		return
@@ -120,10 +123,9 @@ func (c *consumer) handleBatch(loopCtx, handlerCtx, haltCtx context.Context, msg
 	b := c.hold(msgs, fetched)
 	stopTouching := b.keepTouched(haltCtx)
 	sem := make(chan struct{}, c.s.cfg.Concurrency)
+	acks := &acker{c: c, b: b}
 	var (
 		wg         sync.WaitGroup
-		mu         sync.Mutex
-		succeeded  []handled
 		notStarted []redis.XMessage // the stop came first: given back
 	)
 	attemptOf := func(id string) int {
@@ -161,13 +163,12 @@ func (c *consumer) handleBatch(loopCtx, handlerCtx, haltCtx context.Context, msg
 		}
 		wg.Add(1)
 		go func() {
-			defer func() { <-sem; wg.Done() }()
+			defer wg.Done()
 			h, out := c.process(handlerCtx, m, attemptOf(m.ID))
+			<-sem // the next message need not wait for this one's bookkeeping
 			switch out {
-			case outcomeDone:
-				mu.Lock()
-				succeeded = append(succeeded, h)
-				mu.Unlock()
+			case outcomeDone: // acknowledged now, not after the batch: another handler of it may be abandoned
+				acks.add(h)
 			case outcomeStopped: // given back at once, not after the batch: another handler of it may be abandoned
 				b.drop(m.ID)
 				c.giveBack([]redis.XMessage{m}, attemptOf)
@@ -180,11 +181,46 @@ func (c *consumer) handleBatch(loopCtx, handlerCtx, haltCtx context.Context, msg
 	c.giveBack(notStarted, attemptOf)
 	wg.Wait()
 	stopTouching()
-	c.ack(succeeded)
+}
+
+// acker acknowledges a batch's successes as they come: one XACK at a time
+// per batch, each carrying every success that came while the previous one
+// was in flight. A message stays held (touched) until its XACK returns.
+type acker struct {
+	c       *consumer
+	b       *batch
+	mu      sync.Mutex
+	queue   []handled
+	sending bool // a goroutine is sending the batch's XACKs
+}
+
+// add queues h for the ack. Unless a goroutine of the batch is sending
+// XACKs already (it picks h up next), the caller sends them itself until
+// none is queued.
+func (a *acker) add(h handled) {
+	a.mu.Lock()
+	a.queue = append(a.queue, h)
+	if a.sending {
+		a.mu.Unlock()
+		return
+	}
+	a.sending = true
+	for len(a.queue) > 0 {
+		q := a.queue
+		a.queue = nil
+		a.mu.Unlock()
+		a.c.ack(q)
+		for _, h := range q {
+			a.b.drop(h.id)
+		}
+		a.mu.Lock()
+	}
+	a.sending = false
+	a.mu.Unlock()
 }
 
 // handled is a message whose handler succeeded, waiting for its ack: its
-// consume span is still open and it is still being touched.
+// consume span is still open and it is still held (touched).
 type handled struct {
 	id   string
 	ctx  context.Context
@@ -201,7 +237,7 @@ const (
 )
 
 // process runs the handler on one delivery. On success it returns the
-// message for the batch's ack; on failure it settles the message itself:
+// message for its ack; on failure it settles the message itself:
 // dead-letter after the last attempt, else leave it pending for a retry
 // after ClaimIdle. A run whose context the stop cancelled (StopTimeout ran
 // out) did not fail: whatever it returns, it is not counted, never
@@ -237,7 +273,8 @@ func (c *consumer) process(ctx context.Context, m redis.XMessage, attempt int) (
 }
 
 // ack acknowledges the handled messages in one XACK; each keeps its own
-// stream.ack span.
+// stream.ack span. A message whose XACK fails stays pending: it is claimed
+// and run again after ClaimIdle (a lost acknowledgement).
 func (c *consumer) ack(done []handled) {
 	if len(done) == 0 {
 		return

@@ -286,3 +286,117 @@ func TestStop_WaitingMessagesAreGivenBackAtOnce(t *testing.T) {
 		t.Errorf("the abandoned m0: delivered %d times, want 1 (counted, as after a crash)", p[0].RetryCount)
 	}
 }
+
+// abandonAfterASuccess runs, on a consumer A, a batch of two messages: m1's
+// handler returns nil at once, m2's ignores its context until the test
+// ends, so a stop of A abandons it. It returns when A's Stop has returned,
+// with m1's id; B is then started with handle on the same group.
+func abandonAfterASuccess(t *testing.T, cfg Config, handle Handler) (srv *redistest.Server, stream, m1 string) {
+	t.Helper()
+	srv = redistest.Start(t)
+	stream = redistest.Prefix(t) + "abandon"
+	ctx := context.Background()
+	raw := srv.Client()
+	if err := raw.XGroupCreateMkStream(ctx, stream, "redisfx", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	m1 = raw.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: []any{FieldData, "m1"}}).Val()
+	raw.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: []any{FieldData, "m2"}})
+	a := newStreams(t, srv, cfg)
+	m1done, m2started, release := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	t.Cleanup(func() { close(release); a.wg.Wait() }) // the abandoned handler returns before the leak check
+	if err := a.Handle(stream, func(_ context.Context, m Message) error {
+		if string(m.Data) == "m1" {
+			close(m1done)
+			return nil
+		}
+		close(m2started)
+		<-release // ignores its context
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	start(t, a)
+	wait(t, m1done, 10*time.Second, "m1 handled on A")
+	wait(t, m2started, 10*time.Second, "m2 started on A")
+	if err := a.Stop(ctx); err == nil || !strings.Contains(err.Error(), "abandoned") {
+		t.Fatalf("A's Stop = %v, want m2's handler abandoned", err)
+	}
+	b := newStreams(t, srv, cfg)
+	if err := b.Handle(stream, handle); err != nil {
+		t.Fatal(err)
+	}
+	start(t, b)
+	return srv, stream, m1
+}
+
+// Found by an adversary: the successes of a batch were acknowledged only
+// once the whole batch was done, so when a stop abandoned another handler
+// of the batch, a message whose handler had returned nil was never
+// acknowledged, was claimed by another consumer after ClaimIdle and, on
+// its last attempt (MaxAttempts 1), dead-lettered ("delivered 1 times
+// without being acknowledged"). Each success is now acknowledged as soon
+// as its handler returns.
+func TestStop_AbandonedHandler_DoesNotDeadLetterASucceededMessageOfItsBatch(t *testing.T) {
+	t.Parallel()
+	cfg := Config{MaxAttempts: 1, ClaimIdle: 300 * time.Millisecond, BatchSize: 2, Concurrency: 2,
+		StopTimeout: 100 * time.Millisecond, StoreTimeout: 200 * time.Millisecond}
+	var mu sync.Mutex
+	var onB []string
+	srv, stream, m1 := abandonAfterASuccess(t, cfg, func(_ context.Context, m Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		onB = append(onB, string(m.Data))
+		return nil
+	})
+	// m2, abandoned on its last attempt, is dead-lettered by B once idle
+	// for ClaimIdle; m1, had it not been acknowledged, would be idle as long
+	// (both were touched together until the stop), and go first.
+	ctx := context.Background()
+	deadline := time.Now().Add(10 * time.Second)
+	for srv.Client().XLen(ctx, stream+DLQSuffix).Val() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the abandoned m2 was not dead-lettered within 10s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, e := range srv.Client().XRange(ctx, stream+DLQSuffix, "-", "+").Val() {
+		if e.Values[FieldOriginalID] == m1 {
+			t.Errorf("m1 (%s), whose handler returned nil, was dead-lettered: %v", m1, e.Values)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(onB) != 0 {
+		t.Errorf("B ran %v; m1 had succeeded and m2 was on its last attempt", onB)
+	}
+}
+
+// The same with the defaults (BatchSize 10, Concurrency 1, MaxAttempts 3):
+// m1 succeeded, then m2's handler was abandoned by the stop. m1 used to run
+// again on B, as Attempt 2, although neither a failure, a crash, a stop of
+// its run nor a lost acknowledgement happened to it.
+func TestStop_AbandonedHandler_DoesNotRunAgainAnEarlierSuccessOfItsBatch(t *testing.T) {
+	t.Parallel()
+	cfg := Config{ClaimIdle: 300 * time.Millisecond, StopTimeout: 100 * time.Millisecond, StoreTimeout: 200 * time.Millisecond}
+	var mu sync.Mutex
+	var onB []string
+	m2onB := make(chan struct{})
+	abandonAfterASuccess(t, cfg, func(_ context.Context, m Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		onB = append(onB, fmt.Sprintf("%s attempt %d", m.Data, m.Attempt))
+		if string(m.Data) == "m2" {
+			close(m2onB)
+		}
+		return nil
+	})
+	// m2 is claimed by B after ClaimIdle; m1, had it not been acknowledged,
+	// would be claimed with it and run first (stream order, Concurrency 1).
+	wait(t, m2onB, 10*time.Second, "the abandoned m2 run on B")
+	mu.Lock()
+	defer mu.Unlock()
+	if len(onB) != 1 || onB[0] != "m2 attempt 2" {
+		t.Errorf("runs on B: %v, want only m2 attempt 2 (m1 had succeeded on A)", onB)
+	}
+}
