@@ -14,12 +14,19 @@ import (
 	"github.com/redisfx/redisfx/internal/fxconfig"
 )
 
-// Module provides *Streams. It needs a Redis client (storefx.Module); the
-// configuration is an optional Config or *Config, and the logger, metrics registerer
-// (metricsfx) and plugin tracer (tracingfx) are used when present.
-// Handlers are contributed with AsHandler; the consumers start with the app
-// and stop (within StopTimeout + 2×StoreTimeout) before Redis closes.
-var Module = fx.Module("redisfx.streams", clientcheck.Required("streamfx.Module"), fx.Provide(NewFromParams))
+// Module provides *Streams and builds it with the app, whether or not
+// anything else asks for it: the handlers contributed with AsHandler are
+// all an app needs to consume, and an invalid Config fails start-up. It
+// needs a Redis client (storefx.Module); the configuration is an optional
+// Config or *Config, and the logger, metrics registerer (metricsfx) and
+// plugin tracer (tracingfx) are used when present. The consumers start with
+// the app and stop (within StopTimeout + 2×StoreTimeout) before Redis
+// closes.
+var Module = fx.Module("redisfx.streams", clientcheck.Required("streamfx.Module"), fx.Provide(NewFromParams),
+	// Without it Fx builds Streams only for an app that asks for it: one
+	// with handlers and no Publish never consumed (an adversary's app of
+	// storefx.Module, Module and AsHandler alone).
+	fx.Invoke(func(*Streams) {}))
 
 // HandlerGroup is the Fx value group of stream handlers.
 const HandlerGroup = "redisfx.stream.handlers"

@@ -1,8 +1,10 @@
 package streamfx
 
 import (
+	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/fx"
@@ -41,5 +43,72 @@ func TestModule_ConfigByValueAndClientChecks(t *testing.T) {
 	app = fx.New(fx.NopLogger, Module, fx.Invoke(func(*Streams) {}))
 	if err := app.Err(); err == nil || !strings.Contains(err.Error(), "storefx.Module") {
 		t.Errorf("fx.New without a store = %v", err)
+	}
+}
+
+// handlerOnlyApp is the app of the package's "Getting started": storefx,
+// streamfx and a handler contributed with AsHandler, nothing that asks for
+// *Streams.
+func handlerOnlyApp(srv *redistest.Server, cfg Config, stream string, h Handler) *fx.App {
+	return fx.New(
+		fx.NopLogger,
+		fx.Supply(&storefx.Config{URL: srv.URL()}),
+		storefx.Module,
+		Module,
+		fx.Supply(cfg),
+		fx.Provide(AsHandler(func() StreamHandler { return StreamHandler{Stream: stream, Handler: h} })),
+	)
+}
+
+// Found by an adversary: with no part of the app asking for *Streams, Fx
+// never built it, so no consumer started and the handler never ran. The
+// module now builds Streams itself.
+func TestModule_HandlerAloneConsumes_WithoutAnythingAskingForStreams(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	stream := redistest.Prefix(t) + "orders"
+	got := make(chan string, 1)
+	app := handlerOnlyApp(srv, Config{Group: "billing"}, stream, func(_ context.Context, m Message) error {
+		select {
+		case got <- string(m.Data):
+		default:
+		}
+		return nil
+	})
+	if err := app.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := app.Stop(context.Background()); err != nil {
+			t.Error(err)
+		}
+	}()
+	// A producer in another process publishes.
+	if err := srv.Client().XAdd(context.Background(), &redis.XAddArgs{Stream: stream, Values: []any{FieldData, "hello"}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-got:
+		if m != "hello" {
+			t.Fatalf("got %q", m)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the handler never ran: the consumers did not start with the app")
+	}
+}
+
+// The same app with an invalid Config fails start-up naming the field
+// (before, Streams was never built, so nothing checked it).
+func TestModule_HandlerAlone_InvalidConfigFailsStartUp(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	app := handlerOnlyApp(srv, Config{MaxAttempts: -1}, redistest.Prefix(t)+"orders", func(context.Context, Message) error { return nil })
+	err := app.Err()
+	if err == nil {
+		err = app.Start(context.Background())
+		_ = app.Stop(context.Background())
+	}
+	if err == nil || !strings.Contains(err.Error(), "Config.MaxAttempts") {
+		t.Fatalf("start-up with MaxAttempts -1 = %v; want an error naming Config.MaxAttempts", err)
 	}
 }
