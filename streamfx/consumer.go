@@ -300,6 +300,10 @@ func (c *consumer) ack(done []handled) {
 	}
 }
 
+// call runs the handler. A panic is a failure like an error, and so is an
+// error whose Error method panics (a typed nil pointer returned as an
+// error): the error is then replaced by one that says so, so that no later
+// use of it (the span, the dead-letter entry) panics outside the recover.
 func (c *consumer) call(ctx context.Context, m Message) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
@@ -307,8 +311,33 @@ func (c *consumer) call(ctx context.Context, m Message) (err error) {
 			c.s.log.Error("stream handler panicked", zap.String("stream", c.stream), zap.String("message_id", m.ID), zap.Any("panic", p))
 		}
 	}()
-	return c.handler(ctx, m)
+	if err = c.handler(ctx, m); err != nil {
+		if text, ok := errorText(err); !ok {
+			err = brokenError{text: text, err: err}
+		}
+	}
+	return err
 }
+
+// errorText returns err.Error(), or, when that method panics, a text
+// naming err's type and the panic, and false.
+func errorText(err error) (text string, ok bool) {
+	defer func() {
+		if p := recover(); p != nil {
+			text, ok = fmt.Sprintf("<%T returned as the error; its Error method panicked: %v>", err, p), false
+		}
+	}()
+	return err.Error(), true
+}
+
+// brokenError stands for a handler's error whose Error method panics.
+type brokenError struct {
+	text string
+	err  error
+}
+
+func (e brokenError) Error() string { return e.text }
+func (e brokenError) Unwrap() error { return e.err }
 
 // deadLetter copies the message to "<stream>:dlq" with the reason and then
 // acknowledges it. The two are separate commands (the streams may live on

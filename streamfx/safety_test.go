@@ -3,6 +3,8 @@ package streamfx
 import (
 	"context"
 	"fmt"
+	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redisfx/redisfx/internal/obstest"
 	"github.com/redisfx/redisfx/internal/redistest"
 )
 
@@ -398,5 +401,66 @@ func TestStop_AbandonedHandler_DoesNotRunAgainAnEarlierSuccessOfItsBatch(t *test
 	defer mu.Unlock()
 	if len(onB) != 1 || onB[0] != "m2 attempt 2" {
 		t.Errorf("runs on B: %v, want only m2 attempt 2 (m1 had succeeded on A)", onB)
+	}
+}
+
+// nilError is an error type whose Error method dereferences its receiver.
+type nilError struct{ msg string }
+
+func (e *nilError) Error() string { return e.msg }
+
+// findNothing returns a typed nil *nilError as an error: the classic
+// non-nil interface holding a nil pointer.
+func findNothing() error {
+	var e *nilError
+	return e
+}
+
+// Found by an adversary: a handler's error whose Error method panics (a
+// typed nil pointer returned as an error) crashed the whole process: the
+// consumer called err.Error() for the span and the dead-letter entry
+// outside the handler's recover. It is now a failure like any other: on
+// the last attempt the message is dead-lettered, the error described. The
+// consumer runs in a child process, so that the crash, if it comes, fails
+// this test instead of the test binary.
+func TestHandlerErrorWhoseErrorMethodPanics_IsAFailure_NotACrash(t *testing.T) {
+	if os.Getenv("STREAMFX_BROKEN_ERROR_CHILD") != "" {
+		brokenErrorChild(t)
+		return
+	}
+	t.Parallel()
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestHandlerErrorWhoseErrorMethodPanics_IsAFailure_NotACrash$", "-test.v", "-test.count=1")
+	cmd.Env = append(os.Environ(), "STREAMFX_BROKEN_ERROR_CHILD=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "--- PASS") {
+		if len(out) > 3000 {
+			out = out[:3000]
+		}
+		t.Fatalf("the process running the handler failed or crashed (%v):\n%s", err, out)
+	}
+}
+
+func brokenErrorChild(t *testing.T) {
+	srv := redistest.Start(t)
+	stream := redistest.Prefix(t) + "brokenerr"
+	ctx := context.Background()
+	s := newStreams(t, srv, Config{MaxAttempts: 1, ClaimIdle: 200 * time.Millisecond}, WithTracerProvider(obstest.NewSpans(t).Tracer()))
+	if err := s.Handle(stream, func(context.Context, Message) error { return findNothing() }); err != nil {
+		t.Fatal(err)
+	}
+	start(t, s)
+	if _, err := s.Publish(ctx, stream, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for srv.Client().XLen(ctx, stream+DLQSuffix).Val() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("not dead-lettered within 10s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	dlq := srv.Client().XRange(ctx, stream+DLQSuffix, "-", "+").Val()
+	if got, _ := dlq[0].Values[FieldError].(string); !strings.Contains(got, "*streamfx.nilError") || !strings.Contains(got, "Error method panicked") {
+		t.Errorf("dlq_error = %q, want the error's type and that its Error method panicked", got)
 	}
 }
