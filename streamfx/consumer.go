@@ -243,17 +243,7 @@ const (
 // out) did not fail: whatever it returns, it is not counted, never
 // dead-lettered, and its message is given back.
 func (c *consumer) process(ctx context.Context, m redis.XMessage, attempt int) (handled, outcome) {
-	carrier := propagation.MapCarrier{}
-	var data []byte
-	for k, v := range m.Values {
-		s, _ := v.(string)
-		if k == FieldData {
-			data = []byte(s)
-		} else {
-			carrier[k] = s
-		}
-	}
-	ctx = c.s.propagator.Extract(ctx, carrier) // the producer's trace
+	ctx, data := c.received(ctx, m)
 	ctx, span := c.s.obs.startConsume(ctx, c.stream, c.s.cfg.Group, c.s.cfg.Consumer, m.ID, attempt)
 	err := c.call(ctx, Message{ID: m.ID, Stream: c.stream, Data: data, Attempt: attempt})
 	if err == nil {
@@ -270,6 +260,38 @@ func (c *consumer) process(ctx context.Context, m redis.XMessage, attempt int) (
 	}
 	c.s.obs.endConsume(span, err)
 	return handled{}, outcomeFailed
+}
+
+// received returns ctx in the producer's trace (the context carried in
+// m's fields) and m's payload.
+func (c *consumer) received(ctx context.Context, m redis.XMessage) (context.Context, []byte) {
+	carrier := propagation.MapCarrier{}
+	var data []byte
+	for k, v := range m.Values {
+		s, _ := v.(string)
+		if k == FieldData {
+			data = []byte(s)
+		} else {
+			carrier[k] = s
+		}
+	}
+	return c.s.propagator.Extract(ctx, carrier), data
+}
+
+// deadLetterUnsettled dead-letters a claimed message that had been
+// delivered (at least MaxAttempts) times already, its last delivery never settled (its
+// consumer crashed, or a stop abandoned its handler): it is not run. Like
+// a run, it has a stream.consume span in the producer's trace, the parent
+// of its stream.move_to_dlq span.
+func (c *consumer) deadLetterUnsettled(ctx context.Context, m redis.XMessage, delivered int) {
+	cfg := c.s.cfg
+	reason := "delivered " + strconv.Itoa(cfg.MaxAttempts) + " times without being acknowledged"
+	ctx, _ = c.received(ctx, m)
+	ctx, span := c.s.obs.startConsume(ctx, c.stream, cfg.Group, cfg.Consumer, m.ID, delivered)
+	err := errors.New(reason)
+	c.s.obs.unsettled(span, delivered, err)
+	c.deadLetter(ctx, m, delivered, reason)
+	c.s.obs.endConsume(span, err)
 }
 
 // ack acknowledges the handled messages in one XACK; each keeps its own
@@ -401,7 +423,7 @@ func (c *consumer) reclaim(loopCtx, handlerCtx, haltCtx context.Context) (claime
 	var retry []redis.XMessage
 	for _, m := range msgs {
 		if attempts[m.ID] > cfg.MaxAttempts { // its last attempt's consumer died before settling it
-			c.deadLetter(handlerCtx, m, attempts[m.ID]-1, "delivered "+strconv.Itoa(cfg.MaxAttempts)+" times without being acknowledged")
+			c.deadLetterUnsettled(handlerCtx, m, attempts[m.ID]-1)
 			continue
 		}
 		retry = append(retry, m)

@@ -167,6 +167,15 @@ func (o *observer) failed(span *plugintrace.Span, stream string, attempt int, er
 	}
 }
 
+// unsettled records on span that the last attempt ended without being
+// settled (its consumer crashed, or a stop abandoned it). No run of this
+// process failed: stream_messages_total does not count it.
+func (o *observer) unsettled(span *plugintrace.Span, attempt int, err error) {
+	if span != nil {
+		span.AddEvent("processing.failed", trace.WithAttributes(attribute.Int("attempt", attempt), attribute.String("error", err.Error())))
+	}
+}
+
 func (o *observer) endConsume(span *plugintrace.Span, err error) {
 	if span != nil {
 		span.Finish(err)

@@ -377,6 +377,65 @@ func TestSpans_TraceTravelsInTheMessage(t *testing.T) {
 	}
 }
 
+// Found by an adversary: a message whose consumer died on its last attempt
+// goes straight to the dead-letter stream when claimed, without a run; its
+// stream.move_to_dlq span was the root of a new trace. It now has a
+// stream.consume span in the producer's trace (message.received, then
+// processing.failed saying it was never acknowledged), parent of the
+// stream.move_to_dlq span, as for a run.
+func TestSpans_DeadLetterOfACrashedLastAttempt_JoinsTheProducersTrace(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	spans := obstest.NewSpans(t)
+	stream := redistest.Prefix(t) + "crashed"
+	ctx := context.Background()
+	raw := srv.Client()
+	if err := raw.XGroupCreateMkStream(ctx, stream, "redisfx", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	pub := newStreams(t, srv, Config{}, WithTracerProvider(spans.Tracer()))
+	pctx, parent := spans.Tracer().Tracer("test").Start(ctx, "POST /orders")
+	if _, err := pub.Publish(pctx, stream, []byte("m")); err != nil {
+		t.Fatal(err)
+	}
+	parent.End()
+	// A consumer reads it (its first and last attempt) and dies.
+	if err := raw.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "redisfx", Consumer: "dead", Streams: []string{stream, ">"}, Count: 1}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	s := newStreams(t, srv, Config{MaxAttempts: 1, ClaimIdle: 100 * time.Millisecond}, WithTracerProvider(spans.Tracer()))
+	_ = s.Handle(stream, func(context.Context, Message) error { t.Error("a message on its last attempt was run"); return nil })
+	start(t, s)
+	deadline := time.Now().Add(10 * time.Second)
+	for raw.XLen(ctx, stream+DLQSuffix).Val() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("not dead-lettered within 10s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := s.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	traceID := parent.SpanContext().TraceID().String()
+	pubs := spans.Named(t, "stream.publish")
+	consumes := spans.Named(t, "stream.consume")
+	dlqs := spans.Named(t, "stream.move_to_dlq")
+	if len(pubs) != 1 || len(consumes) != 1 || len(dlqs) != 1 {
+		t.Fatalf("%d publish, %d consume, %d move_to_dlq spans; want one each", len(pubs), len(consumes), len(dlqs))
+	}
+	c, d := consumes[0], dlqs[0]
+	if c.TraceID != traceID || c.ParentSpanID != pubs[0].SpanID || c.Status.Code != "ERROR" {
+		t.Errorf("stream.consume is not the publish span's child, failed, in the producer's trace: %+v", c)
+	}
+	if ev := c.Events; len(ev) < 2 || ev[0].Name != "message.received" || ev[1].Name != "processing.failed" ||
+		ev[1].Attributes["attempt"] != float64(1) || ev[1].Attributes["error"] != "delivered 1 times without being acknowledged" {
+		t.Errorf("stream.consume events %+v", ev)
+	}
+	if d.TraceID != traceID || d.ParentSpanID != c.SpanID {
+		t.Errorf("stream.move_to_dlq (trace %s, parent %q) is not a child of stream.consume %s in the producer's trace %s", d.TraceID, d.ParentSpanID, c.SpanID, traceID)
+	}
+}
+
 func TestMetrics_LengthLagAndDLQ(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
