@@ -14,6 +14,7 @@ import (
 
 	"github.com/redisfx/redisfx/internal/obstest"
 	"github.com/redisfx/redisfx/internal/redistest"
+	"github.com/redisfx/redisfx/storefx"
 )
 
 // runLog records each handler run of each message, by payload, and every
@@ -424,13 +425,14 @@ func findNothing() error {
 // consumer runs in a child process, so that the crash, if it comes, fails
 // this test instead of the test binary.
 func TestHandlerErrorWhoseErrorMethodPanics_IsAFailure_NotACrash(t *testing.T) {
-	if os.Getenv("STREAMFX_BROKEN_ERROR_CHILD") != "" {
-		brokenErrorChild(t)
+	if url := os.Getenv("STREAMFX_BROKEN_ERROR_CHILD"); url != "" {
+		brokenErrorChild(t, url)
 		return
 	}
 	t.Parallel()
+	srv := redistest.Start(t) // the parent's: a crashed child leaves no redis-server behind
 	cmd := exec.Command(os.Args[0], "-test.run", "^TestHandlerErrorWhoseErrorMethodPanics_IsAFailure_NotACrash$", "-test.v", "-test.count=1")
-	cmd.Env = append(os.Environ(), "STREAMFX_BROKEN_ERROR_CHILD=1")
+	cmd.Env = append(os.Environ(), "STREAMFX_BROKEN_ERROR_CHILD="+srv.URL())
 	out, err := cmd.CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "--- PASS") {
 		if len(out) > 3000 {
@@ -440,11 +442,19 @@ func TestHandlerErrorWhoseErrorMethodPanics_IsAFailure_NotACrash(t *testing.T) {
 	}
 }
 
-func brokenErrorChild(t *testing.T) {
-	srv := redistest.Start(t)
+func brokenErrorChild(t *testing.T, url string) {
+	c, err := storefx.New("default", storefx.Config{URL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
 	stream := redistest.Prefix(t) + "brokenerr"
 	ctx := context.Background()
-	s := newStreams(t, srv, Config{MaxAttempts: 1, ClaimIdle: 200 * time.Millisecond}, WithTracerProvider(obstest.NewSpans(t).Tracer()))
+	s, err := New(c, Config{MaxAttempts: 1, ClaimIdle: 200 * time.Millisecond}, WithTracerProvider(obstest.NewSpans(t).Tracer()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Stop(context.Background()) })
 	if err := s.Handle(stream, func(context.Context, Message) error { return findNothing() }); err != nil {
 		t.Fatal(err)
 	}
@@ -453,13 +463,13 @@ func brokenErrorChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	for srv.Client().XLen(ctx, stream+DLQSuffix).Val() == 0 {
+	for c.XLen(ctx, stream+DLQSuffix).Val() == 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("not dead-lettered within 10s")
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	dlq := srv.Client().XRange(ctx, stream+DLQSuffix, "-", "+").Val()
+	dlq := c.XRange(ctx, stream+DLQSuffix, "-", "+").Val()
 	if got, _ := dlq[0].Values[FieldError].(string); !strings.Contains(got, "*streamfx.nilError") || !strings.Contains(got, "Error method panicked") {
 		t.Errorf("dlq_error = %q, want the error's type and that its Error method panicked", got)
 	}
