@@ -3,10 +3,12 @@ package streamfx
 import (
 	"context"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/redisfx/redisfx/internal/faultproxy"
 	"github.com/redisfx/redisfx/internal/obstest"
@@ -297,4 +299,169 @@ func backlogStreams(t *testing.T, url string, every time.Duration) (*Streams, *p
 	t.Cleanup(func() { _ = s.Stop(context.Background()) })
 	s.obs.backlog.every = every
 	return s, reg
+}
+
+// nextReadingOf returns a function that waits for s's next background
+// reading (5s at most); call it before Start.
+func nextReadingOf(t *testing.T, s *Streams) func() {
+	read := readings(s)
+	return func() {
+		t.Helper()
+		select {
+		case <-read:
+		case <-time.After(5 * time.Second):
+			t.Fatal("no background reading within 5s")
+		}
+	}
+}
+
+// Found by an adversary: while Redis ran a long script (BUSY to every
+// other command), stream_length kept its last value but
+// stream_consumer_lag vanished: any error Redis answered to XINFO GROUPS
+// was taken for "the stream is gone". Only "no such key" (or a key that is
+// no longer a stream) now removes the series; BUSY, LOADING and the like
+// keep the last reading, as no answer does.
+func TestMetrics_LagKeptWhileRedisAnswersBusy(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartPrivate(t, redistest.WithArgs("--busy-reply-threshold", "50"))
+	s, reg := backlogStreams(t, srv.URL(), 20*time.Millisecond)
+	ctx := context.Background()
+	group := s.Config().Group
+	stream := redistest.Prefix(t) + "busy"
+	srv.Client().XGroupCreateMkStream(ctx, stream, group, "0")
+	for range 5 {
+		if _, err := s.Publish(ctx, stream, []byte("m")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nextReading := nextReadingOf(t, s)
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	nextReading()
+	if n := obstest.Value(t, reg, "stream_consumer_lag", "stream", stream, "group", group); n != 5 {
+		t.Fatalf("lag %v, want 5", n)
+	}
+	// A script that never ends: Redis answers BUSY to every other command
+	// until SCRIPT KILL.
+	busy := srv.Client()
+	scriptDone := make(chan error, 1)
+	go func() { scriptDone <- busy.Eval(ctx, "while true do end", nil).Err() }()
+	defer func() {
+		for srv.Client().Do(ctx, "SCRIPT", "KILL").Err() != nil && srv.Client().Ping(ctx).Err() != nil {
+			time.Sleep(10 * time.Millisecond)
+		}
+		<-scriptDone
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		err := srv.Client().XLen(ctx, stream).Err()
+		if err != nil && strings.HasPrefix(err.Error(), "BUSY") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Redis does not answer BUSY (last: %v)", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for range 5 { // readings Redis answered BUSY
+		nextReading()
+	}
+	if !present(t, reg, stream) {
+		t.Error("stream_length vanished while Redis answered BUSY")
+	}
+	if !lagSeries(t, reg, stream, group) {
+		t.Fatal("stream_consumer_lag vanished while Redis answered BUSY: the lag alerts would resolve during the outage")
+	}
+	if n := obstest.Value(t, reg, "stream_consumer_lag", "stream", stream, "group", group); n != 5 {
+		t.Errorf("lag %v while Redis answered BUSY, want the last reading 5", n)
+	}
+}
+
+// Found by an adversary: after an XDEL of an entry the group had not read,
+// Redis 7 answers the group's lag as NULL (until the group reads past it),
+// and stream_consumer_lag kept the reading before the XDEL (2 with 1001
+// entries undelivered); a stream first read in that state had no series.
+// The undelivered entries are now counted (up to 10001) when Redis cannot
+// give the lag.
+func TestMetrics_LagCountedWhenRedisCannotGiveIt_AfterAnXDEL(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartPrivate(t)
+	s, reg := backlogStreams(t, srv.URL(), 20*time.Millisecond)
+	ctx := context.Background()
+	group := s.Config().Group
+	stream := redistest.Prefix(t) + "xdel"
+	raw := srv.Client()
+	raw.XGroupCreateMkStream(ctx, stream, group, "0")
+	var first []string
+	for range 2 {
+		id, err := s.Publish(ctx, stream, []byte("m"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		first = append(first, id)
+	}
+	nextReading := nextReadingOf(t, s)
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	nextReading()
+	lag := func() float64 { return obstest.Value(t, reg, "stream_consumer_lag", "stream", stream, "group", group) }
+	if n := lag(); n != 2 {
+		t.Fatalf("lag %v, want 2", n)
+	}
+	// At once (MULTI): 1000 more entries, and the second entry deleted.
+	if _, err := raw.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		for range 1000 {
+			p.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: []any{FieldData, "m"}})
+		}
+		p.XDel(ctx, stream, first[1])
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// want is the lag once a reading has seen the state it is called in.
+	settles := func(want float64, what string) {
+		t.Helper()
+		groups, err := raw.XInfoGroups(ctx, stream).Result()
+		if err != nil || groups[0].Lag != -1 {
+			t.Fatalf("Redis gives the lag (%+v, %v): the test does not test the NULL lag", groups, err)
+		}
+		for i := 0; lag() != want; i++ {
+			if i == 10 {
+				t.Fatalf("%s: stream_consumer_lag %v, want %v", what, lag(), want)
+			}
+			nextReading()
+		}
+	}
+	settles(1001, "nothing read, 1001 entries after the XDEL")
+	// One entry delivered (pending, before the deleted one), then
+	// acknowledged: 1000 undelivered are counted after the last delivered id.
+	if err := raw.XReadGroup(ctx, &redis.XReadGroupArgs{Group: group, Consumer: "c", Streams: []string{stream, ">"}, Count: 1}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	settles(1001, "one delivered and pending, 1000 undelivered")
+	raw.XAck(ctx, stream, group, first[0])
+	settles(1000, "1000 undelivered")
+
+	// A stream first read in that state has a series at once.
+	fresh := redistest.Prefix(t) + "fresh"
+	raw.XGroupCreateMkStream(ctx, fresh, group, "0")
+	ids := make([]string, 3)
+	for i := range ids {
+		ids[i] = raw.XAdd(ctx, &redis.XAddArgs{Stream: fresh, Values: []any{FieldData, "m"}}).Val()
+	}
+	raw.XDel(ctx, fresh, ids[1])
+	if _, err := s.Publish(ctx, fresh, []byte("m")); err != nil { // makes the stream known
+		t.Fatal(err)
+	}
+	for i := 0; !lagSeries(t, reg, fresh, group); i++ {
+		if i == 10 {
+			t.Fatal("no stream_consumer_lag for a stream whose lag Redis answers NULL")
+		}
+		nextReading()
+	}
+	if n := obstest.Value(t, reg, "stream_consumer_lag", "stream", fresh, "group", group); n != 3 {
+		t.Errorf("lag of the fresh stream %v, want 3", n)
+	}
 }

@@ -3,7 +3,9 @@ package streamfx
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -300,8 +302,9 @@ func (b *backlogCollector) refresh(ctx context.Context) {
 	}
 }
 
-// read asks Redis for the backlog (one pipelined round trip) and records
-// every value it got; the others keep their last reading.
+// read asks Redis for the backlog (one pipelined round trip, and one more
+// per stream whose lag Redis cannot give) and records every value it got;
+// the others keep their last reading.
 func (b *backlogCollector) read(ctx context.Context) {
 	streams := b.o.known()
 	if len(streams) == 0 {
@@ -317,6 +320,39 @@ func (b *backlogCollector) read(ctx context.Context) {
 		}
 		return nil
 	})
+	lags := map[[2]string]float64{}
+	var gone [][2]string
+	for st, cmd := range groups {
+		key := [2]string{st, b.s.cfg.Group}
+		infos, err := cmd.Result()
+		switch {
+		case err != nil && streamGone(err):
+			// Redis answered that the stream does not exist (deleted,
+			// expired under Retention): no group, no lag.
+			gone = append(gone, key)
+			continue
+		case err != nil: // no answer, or Redis could not serve it (BUSY, LOADING…): the last reading holds
+			continue
+		}
+		found := false
+		for _, g := range infos {
+			if g.Name != b.s.cfg.Group {
+				continue
+			}
+			found = true
+			undelivered := g.Lag
+			if undelivered < 0 { // Redis cannot give it (an entry deleted after the last delivered one): counted here
+				var err error
+				if undelivered, err = b.countUndelivered(ctx, st, g.LastDeliveredID); err != nil {
+					continue // the last reading holds
+				}
+			}
+			lags[key] = float64(undelivered + g.Pending)
+		}
+		if !found { // the group was destroyed (XGROUP DESTROY)
+			gone = append(gone, key)
+		}
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.lengths == nil {
@@ -327,30 +363,79 @@ func (b *backlogCollector) read(ctx context.Context) {
 			b.lengths[st] = float64(n)
 		}
 	}
-	for st, cmd := range groups {
-		key := [2]string{st, b.s.cfg.Group}
-		infos, err := cmd.Result()
-		var answer redis.Error
-		switch {
-		case err != nil && errors.As(err, &answer):
-			// Redis answered that the stream does not exist (deleted,
-			// expired under Retention): no group, no lag.
-			delete(b.lags, key)
-			continue
-		case err != nil: // no answer: the last reading holds
-			continue
-		}
-		found := false
-		for _, g := range infos {
-			if g.Name == b.s.cfg.Group {
-				found = true
-				if g.Lag >= 0 {
-					b.lags[key] = float64(g.Lag + g.Pending)
-				}
-			}
-		}
-		if !found { // the group was destroyed (XGROUP DESTROY)
-			delete(b.lags, key)
-		}
+	for _, k := range gone {
+		delete(b.lags, k)
 	}
+	for k, v := range lags {
+		b.lags[k] = v
+	}
+}
+
+// streamGone reports whether err is Redis's answer that the stream is not
+// there (or no longer a stream). Every other error (no answer, or an
+// answer such as BUSY, LOADING, MASTERDOWN, TRYAGAIN, CLUSTERDOWN, OOM)
+// says nothing about the stream: its lag keeps its last reading.
+func streamGone(err error) bool {
+	var answer redis.Error
+	if !errors.As(err, &answer) {
+		return false
+	}
+	msg := answer.Error()
+	return strings.HasPrefix(msg, "ERR no such key") || strings.HasPrefix(msg, "WRONGTYPE")
+}
+
+// undeliveredCountLimit bounds the counting of a backlog whose lag Redis
+// cannot give: above the StreamConsumerLagCritical threshold (10000), so
+// the alerts still fire; a longer backlog reads as this many.
+const undeliveredCountLimit = 10001
+
+// countUndeliveredScript counts the entries of KEYS[1] after ARGV[1] (the
+// group's last delivered id), at most ARGV[2] of them, in pages of 100,
+// without sending them: it answers {count, id to go on from, or "" when
+// there are no more}. When no entry is at or before ARGV[1] (the group has
+// read nothing still in the stream), the count is XLEN, whatever its size.
+var countUndeliveredScript = redis.NewScript(`
+if #redis.call('XRANGE', KEYS[1], '-', ARGV[1], 'COUNT', 1) == 0 then
+  return {redis.call('XLEN', KEYS[1]), ''}
+end
+local limit = tonumber(ARGV[2])
+local n, from = 0, ARGV[1]
+while n < limit do
+  local want = math.min(100, limit - n)
+  local page = redis.call('XRANGE', KEYS[1], '(' .. from, '+', 'COUNT', want)
+  n = n + #page
+  if #page < want then
+    return {n, ''}
+  end
+  from = page[#page][1]
+end
+return {n, from}
+`)
+
+// countUndelivered counts the entries of stream after the group's last
+// delivered id, for when Redis answers the lag as NULL (Redis 7 does after
+// an XDEL of an entry the group has not read: its entries-added minus
+// entries-read counter is then no longer the count). Up to
+// undeliveredCountLimit entries, 5000 per script call, so Redis is never
+// busy long; XLEN if the group has read nothing still in the stream.
+func (b *backlogCollector) countUndelivered(ctx context.Context, stream, lastDelivered string) (int64, error) {
+	var total int64
+	from := lastDelivered
+	for total < undeliveredCountLimit {
+		res, err := countUndeliveredScript.Run(ctx, b.s.rdb, []string{stream}, from, min(5000, undeliveredCountLimit-total)).Slice()
+		if err != nil {
+			return 0, err
+		}
+		if len(res) != 2 {
+			return 0, fmt.Errorf("streamfx: count undelivered: unexpected reply %v", res)
+		}
+		n, _ := res[0].(int64)
+		next, _ := res[1].(string)
+		total += n
+		if next == "" {
+			break
+		}
+		from = next
+	}
+	return total, nil
 }
