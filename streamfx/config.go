@@ -28,7 +28,9 @@ type Config struct {
 	// ClaimIdle/4, so a slow handler is never doubled. Default 5s.
 	ClaimIdle time.Duration
 	// Block is the longest wait of one read for new messages; it bounds how
-	// quickly a stopping consumer notices. Default 1s (at most ClaimIdle/2).
+	// quickly a stopping consumer notices. Default 1s; at most ClaimIdle/2
+	// and StopTimeout/2 (a longer one is cut to that), so that a read in
+	// progress at a stop ends within StopTimeout.
 	Block time.Duration
 	// BatchSize is how many messages one read fetches. Default 10.
 	BatchSize int
@@ -122,7 +124,11 @@ func (c Config) normalize() (Config, error) {
 	if c.ClaimIdle < 10*time.Millisecond {
 		return c, configError("ClaimIdle", "below 10ms")
 	}
-	c.Block = max(min(c.Block, c.ClaimIdle/2), time.Millisecond)
+	// A read in progress at a stop must end well within StopTimeout (go-redis
+	// cannot cut a blocked read short without leaving what Redis delivered
+	// pending, its delivery counted), or a consumer holding nothing would
+	// report abandoned handlers and stay in the group.
+	c.Block = max(min(c.Block, c.ClaimIdle/2, c.StopTimeout/2), time.Millisecond)
 	switch {
 	case c.ForgetConsumersAfter < 0:
 		return c, configError("ForgetConsumersAfter", fmt.Sprintf("%v is negative", c.ForgetConsumersAfter))

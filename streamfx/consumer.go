@@ -44,9 +44,9 @@ func bg() context.Context { return plugintrace.WithoutCommandSpans(context.Backg
 
 // run reads until loopCtx ends: abandoned and failed messages first (every
 // ClaimIdle/2), then new ones. Reads are not cancelled mid-way (a reply cut
-// off would leave its messages pending until the next claim); Block bounds
-// how long stopping waits for one. haltCtx ends when a stop gives up on
-// handlers that ignore their cancellation.
+// off would leave its messages pending until the next claim); Block (at
+// most StopTimeout/2) bounds how long stopping waits for one. haltCtx ends
+// when a stop gives up on handlers that ignore their cancellation.
 func (c *consumer) run(loopCtx, handlerCtx, haltCtx context.Context) {
 	cfg := c.s.cfg
 	var lastClaim, lastForget time.Time
@@ -333,6 +333,8 @@ func (c *consumer) call(ctx context.Context, m Message) (err error) {
 			c.s.log.Error("stream handler panicked", zap.String("stream", c.stream), zap.String("message_id", m.ID), zap.Any("panic", p))
 		}
 	}()
+	c.s.handlers.Add(1)
+	defer c.s.handlers.Add(-1) // when it returns or panics
 	if err = c.handler(ctx, m); err != nil {
 		if text, ok := errorText(err); !ok {
 			err = brokenError{text: text, err: err}

@@ -75,6 +75,7 @@ type Streams struct {
 	abort     context.CancelFunc // cancels handlers' contexts (StopTimeout ran out)
 	halt      context.CancelFunc // stops touching the messages of abandoned handlers
 	wg        sync.WaitGroup
+	handlers  atomic.Int64 // handlers running now
 }
 
 // New builds Streams without Fx. Register handlers with Handle, then Start;
@@ -252,8 +253,10 @@ func (s *Streams) Start(ctx context.Context) error {
 // then returns an error naming the timeout. A handler that ignores its
 // context past the grace is abandoned: Stop returns anyway, the message
 // stays pending, no longer touched, and is claimed again after ClaimIdle
-// (its delivery counted, as after a crash). Finally a consumer holding
-// nothing leaves the group (one more round trip, at most StoreTimeout).
+// (its delivery counted, as after a crash); the error says how many
+// handlers, or that only a Redis call had not returned. Finally, unless
+// the stop abandoned something, a consumer holding nothing leaves the group
+// (one more round trip, at most StoreTimeout).
 // Stop so returns within StopTimeout + 2×StoreTimeout.
 func (s *Streams) Stop(ctx context.Context) error {
 	s.mu.Lock()
@@ -295,9 +298,21 @@ func (s *Streams) Stop(ctx context.Context) error {
 		return fmt.Errorf("streamfx: stop: handlers still running after StopTimeout %v were cancelled", s.cfg.StopTimeout)
 	case <-grace.C:
 		halt()
-		return fmt.Errorf("streamfx: stop: handlers (or a Redis call) still running %v after StopTimeout %v cancelled them were abandoned; their messages stay pending", s.cfg.StoreTimeout, s.cfg.StopTimeout)
+		return s.abandoned(fmt.Sprintf("%v after StopTimeout %v", s.cfg.StoreTimeout, s.cfg.StopTimeout))
 	case <-ctx.Done():
 		halt()
-		return fmt.Errorf("streamfx: stop: handlers did not return: %w", ctx.Err())
+		return s.abandoned(ctx.Err().Error())
 	}
+}
+
+// abandoned describes what a stop gave up on when, after: the handlers
+// still running (their messages stay pending, claimed after ClaimIdle), or,
+// if none is, a Redis call of the consumers (a read, claim, acknowledgement
+// or give-back) that has not returned. The consumers do not leave the
+// group then: a call still on its way could deliver to them after.
+func (s *Streams) abandoned(when string) error {
+	if n := s.handlers.Load(); n > 0 {
+		return fmt.Errorf("streamfx: stop: %d handlers still running (%s) were abandoned; their messages stay pending", n, when)
+	}
+	return fmt.Errorf("streamfx: stop: no handler was running, but a Redis call of the consumers had not returned (%s): abandoned; the consumers stay in the group", when)
 }

@@ -600,3 +600,67 @@ func TestModule_InvalidConfigFailsStartNamingTheField(t *testing.T) {
 		t.Fatalf("fx.New = %v", err)
 	}
 }
+
+// Found by an adversary: with Block (5s) longer than StopTimeout (1s) plus
+// the grace, a stop of a consumer holding nothing waited for its read in
+// progress, said it had abandoned handlers and did not leave the group.
+// Block is now at most StopTimeout/2, so the read ends within StopTimeout:
+// the stop returns nil and the consumer leaves.
+func TestStop_IdleConsumerWithABlockLongerThanStopTimeout_ReturnsCleanlyAndLeaves(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartPrivate(t) // CLIENT LIST shows only this test's clients
+	stream := redistest.Prefix(t) + "idle"
+	cfg := Config{ClaimIdle: 30 * time.Second, Block: 5 * time.Second, StopTimeout: time.Second}
+	s := newStreams(t, srv, cfg)
+	if got := s.Config().Block; got != cfg.StopTimeout/2 {
+		t.Errorf("Config().Block = %v, want StopTimeout/2 = %v", got, cfg.StopTimeout/2)
+	}
+	handled := make(chan struct{})
+	if err := s.Handle(stream, func(context.Context, Message) error { close(handled); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	start(t, s)
+	if _, err := s.Publish(context.Background(), stream, []byte("one")); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, handled, 10*time.Second, "the message handled")
+	group := s.Config().Group
+	deadline := time.Now().Add(10 * time.Second)
+	for pendingCount(t, srv, stream, group) != 0 { // acknowledged
+		if time.Now().After(deadline) {
+			t.Fatal("the message was not acknowledged within 10s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	for { // the loop is blocked in its next XREADGROUP, holding nothing
+		list, err := srv.Client().ClientList(context.Background()).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(list, "flags=b") && strings.Contains(list, "cmd=xreadgroup") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no blocked XREADGROUP within 10s:\n%s", list)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	began := time.Now()
+	err := s.Stop(context.Background())
+	took := time.Since(began)
+	if err != nil {
+		t.Errorf("Stop of a consumer holding no message = %v, want nil", err)
+	}
+	if took > cfg.StopTimeout {
+		t.Errorf("Stop took %v, more than StopTimeout %v", took, cfg.StopTimeout)
+	}
+	consumers, err := srv.Client().XInfoConsumers(context.Background(), stream, group).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range consumers {
+		if c.Name == s.Config().Consumer {
+			t.Errorf("consumer %q (%d pending) is still in the group after Stop", c.Name, c.Pending)
+		}
+	}
+}
