@@ -249,7 +249,7 @@ const backlogInterval = 5 * time.Second
 
 var (
 	lengthDesc = prometheus.NewDesc("stream_length", "Entries in a stream (dead-letter streams included, named <stream>:dlq). Read every 5s; the last value is kept while Redis does not answer.", []string{"stream"}, nil)
-	lagDesc    = prometheus.NewDesc("stream_consumer_lag", "Entries of a stream the consumer group has not acknowledged yet: not yet delivered (XINFO GROUPS lag) plus delivered and pending. Read every 5s; the last value is kept while Redis does not answer.", []string{"stream", "group"}, nil)
+	lagDesc    = prometheus.NewDesc("stream_consumer_lag", "Entries of a stream the consumer group has not acknowledged yet: not yet delivered (XINFO GROUPS lag, counted up to 10001 when Redis answers it as NULL after an XDEL) plus delivered and pending. Read every 5s; the last value is kept while Redis does not answer.", []string{"stream", "group"}, nil)
 )
 
 // Describe implements prometheus.Collector.
