@@ -69,6 +69,38 @@ func TestMiddleware_RouteGroupUnmatchedPathsShareACounter(t *testing.T) {
 	}
 }
 
+// ...nor by switching methods: the method was part of an unmatched path's
+// counter name, so each of the nine methods chi routes got a counter of its
+// own. A registered route's method not registered for it is unmatched too.
+// (A method chi does not know, X0, is answered 405 by the root router
+// before the group's middleware runs, and reaches no handler.)
+func TestMiddleware_RouteGroupUnmatchedPathsShareACounterWhateverTheMethod(t *testing.T) {
+	t.Parallel()
+	l := newLimiter(t, redistest.Start(t), Config{})
+	r := chi.NewRouter()
+	r.Route("/api", func(r chi.Router) {
+		r.Use(l.Limit(Rule{Limit: 1, Window: time.Minute}))
+		r.Get("/a", func(http.ResponseWriter, *http.Request) {})
+	})
+	methods := []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete,
+		http.MethodOptions, http.MethodTrace, http.MethodConnect, http.MethodHead}
+	for i, m := range methods {
+		for _, path := range []string{"/api/nope", "/api/a"} {
+			if m == http.MethodGet && path == "/api/a" {
+				continue // the route itself counts apart
+			}
+			w := httptest.NewRecorder()
+			r.ServeHTTP(w, httptest.NewRequest(m, path, nil))
+			if first := i == 0 && path == "/api/nope"; !first && w.Code != http.StatusTooManyRequests {
+				t.Fatalf("%s %s: %d, want 429 (one counter for every unmatched path and method)", m, path, w.Code)
+			}
+		}
+	}
+	if w := get(r, "/api/a"); w.Code != http.StatusOK {
+		t.Fatalf("GET /api/a, the group's route: %d, want 200 (a counter of its own)", w.Code)
+	}
+}
+
 // Issue 15, item 10: two unnamed rules on one route (a burst limit and a
 // sustained one) have a counter each. Sharing one, each request was counted
 // twice and the 3-per-5s rule answered 429 with the 1-hour rule's expiry.

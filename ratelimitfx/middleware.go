@@ -41,8 +41,10 @@ func (l *Limiter) Limit(rule Rule) func(http.Handler) http.Handler {
 				return
 			}
 			rr := rule
-			if route := routeOf(r); !named && route != "" {
+			if route, routed := routeOf(r); !named && routed {
 				rr.Name = l.counterName(r, route)
+			} else if !named && route != "" {
+				rr.Name = route // a group's path that matches none of its routes, whatever the method
 			}
 			d, err := l.Check(r.Context(), rr, key)
 			if err != nil {
@@ -75,25 +77,27 @@ func (l *Limiter) Handler(next http.Handler) http.Handler { return l.Limit(Rule{
 // Middleware that r.Use puts in a r.Route group runs before the group has
 // routed, when the pattern is still the group's "/api/*"; the router is
 // then asked for the whole pattern, so that each route of the group counts
-// separately. A path that matches no route of the group keeps the group's
-// pattern: every unmatched path shares one counter.
-func routeOf(r *http.Request) string {
+// separately. A path that matches no route of the group (for the
+// request's method) keeps the group's pattern, and routed is false: every
+// unmatched path shares one counter, whatever the method, since a client
+// may send any token as one.
+func routeOf(r *http.Request) (route string, routed bool) {
 	rc := chi.RouteContext(r.Context())
 	if rc == nil {
-		return ""
+		return "", false
 	}
 	pattern := rc.RoutePattern()
 	if !strings.HasSuffix(pattern, "*") || rc.Routes == nil {
-		return pattern // "" before routing; else routed to the endpoint
+		return pattern, pattern != "" // "" before routing; else routed to the endpoint
 	}
 	path := r.URL.RawPath
 	if path == "" {
 		path = r.URL.Path
 	}
 	if full := rc.Routes.Find(chi.NewRouteContext(), r.Method, path); full != "" {
-		return full
+		return full, true
 	}
-	return pattern
+	return pattern, false
 }
 
 // anyMethod is what counterName tries to learn whether a route takes every
