@@ -119,7 +119,10 @@ func (p Problem) Write(w http.ResponseWriter) {
 	h.Set("Cache-Control", "no-store")
 	h.Del("Content-Length")
 	if p.RetryAfter > 0 {
-		secs := int64((p.RetryAfter + time.Second - 1) / time.Second)
+		secs := int64(p.RetryAfter / time.Second) // rounded up, without wrapping near the largest Duration
+		if p.RetryAfter%time.Second > 0 {
+			secs++
+		}
 		h.Set("Retry-After", strconv.FormatInt(secs, 10))
 	}
 	body, err := json.Marshal(p)

@@ -83,7 +83,13 @@ func sfString(s string) string {
 
 // ceilSeconds is d in whole seconds, rounded up: waiting that long is
 // always enough. The fields have no sub-second precision.
-func ceilSeconds(d time.Duration) int64 { return int64((d + time.Second - 1) / time.Second) }
+func ceilSeconds(d time.Duration) int64 {
+	s := int64(d / time.Second) // not (d + 1s - 1) / 1s, which wraps for a window near the largest Duration
+	if d%time.Second > 0 {
+		s++
+	}
+	return s
+}
 
 // shortDuration writes a window in its largest whole unit: 1h, 90s, 1500ms.
 func shortDuration(d time.Duration) string {

@@ -1,10 +1,12 @@
 package ratelimitfx
 
 import (
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -105,5 +107,32 @@ func TestHeaders_AnyNameIsAValidString(t *testing.T) {
 		if s := sfString(string(b)); !sfStringSyntax.MatchString(s) {
 			t.Fatalf("name %q: %q is not an sf-string", b, s)
 		}
+	}
+}
+
+// The largest valid window (whole milliseconds just under the largest
+// Duration) wrapped when rounded up to seconds: w, t and Retry-After were
+// -9223372035.
+func TestHeaders_LargestWindowRoundsUpWithoutWrapping(t *testing.T) {
+	t.Parallel()
+	l := newLimiter(t, redistest.Start(t), Config{})
+	window := time.Duration(math.MaxInt64) / time.Millisecond * time.Millisecond
+	r := chi.NewRouter()
+	r.With(l.Limit(Rule{Name: "huge", Limit: 1, Window: window})).Get("/x", func(http.ResponseWriter, *http.Request) {})
+	get(r, "/x")
+	w := get(r, "/x")
+	if w.Code != http.StatusTooManyRequests {
+		t.Fatalf("second request: %d, want 429", w.Code)
+	}
+	const secs = "9223372037" // 9223372036.854s rounded up
+	if got := w.Header().Get("RateLimit-Policy"); got != `"huge";q=1;w=`+secs {
+		t.Errorf("RateLimit-Policy %q, want w=%s", got, secs)
+	}
+	ra, err := strconv.ParseInt(w.Header().Get("Retry-After"), 10, 64)
+	if err != nil || ra <= 0 || ra > 9223372037 {
+		t.Errorf("Retry-After %q, want between 1 and %s", w.Header().Get("Retry-After"), secs)
+	}
+	if got := w.Header().Get("RateLimit"); !strings.Contains(got, ";t="+strconv.FormatInt(ra, 10)) {
+		t.Errorf("RateLimit %q, want t equal to Retry-After %d", got, ra)
 	}
 }
