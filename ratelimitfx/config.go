@@ -141,6 +141,12 @@ func parseProxies(list []string) ([]netip.Prefix, error) {
 			if err != nil {
 				return nil, fmt.Errorf("%q is not an address or CIDR range", s)
 			}
+			if p.Addr().Is4In6() && p.Bits() >= 96 {
+				// "::ffff:10.0.0.0/104" is 10.0.0.0/8: connection and
+				// header addresses are unmapped before the check, and an
+				// IPv6 range never contains an IPv4 address.
+				p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+			}
 			out = append(out, p.Masked())
 			continue
 		}

@@ -147,6 +147,32 @@ func TestKeys_TrustedProxiesAndUsers(t *testing.T) {
 	}
 }
 
+// A trusted range written in IPv4-mapped form was accepted but never
+// matched (addresses are unmapped before the check): every client behind
+// the proxy counted as the proxy. It is the IPv4 range it maps.
+func TestKeys_TrustedProxyRangeInMappedFormIsBelieved(t *testing.T) {
+	l, err := New(unconnected(t), Config{TrustedProxies: []string{"::ffff:10.0.0.0/104", "::ffff:192.0.2.0/120", "2001:db8::/32"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		remote, xff, want string
+	}{
+		{"[::ffff:10.0.0.1]:443", "198.51.100.1", "ip:198.51.100.1"},
+		{"10.200.0.1:443", "198.51.100.2", "ip:198.51.100.2"},
+		{"192.0.2.77:443", "198.51.100.3", "ip:198.51.100.3"},
+		{"11.0.0.1:443", "198.51.100.4", "ip:11.0.0.1"}, // outside the range: not believed
+		{"[2001:db8::7]:443", "198.51.100.5", "ip:198.51.100.5"},
+	} {
+		req := httptest.NewRequest(http.MethodGet, "/", nil)
+		req.RemoteAddr = tc.remote
+		req.Header.Set("X-Forwarded-For", tc.xff)
+		if got, _ := l.ByIP()(req); got != tc.want {
+			t.Errorf("remote %s xff %q: %s, want %s", tc.remote, tc.xff, got, tc.want)
+		}
+	}
+}
+
 func TestOutage_FailOpenAndFailClosed(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartPrivate(t)
