@@ -521,8 +521,11 @@ func TestRecovery_InvalidStatusIsA500(t *testing.T) {
 
 // When a middleware writes while the panic unwinds (a timeout's deferred
 // 504, a compressor's footer), an answer has gone out that the recovery
-// can no longer replace: the access log and the metrics then say what was
-// sent, never a 500 the client did not get (found by an adversary).
+// can no longer replace: an error answer stands, and the access log and
+// the metrics say what was sent, never a 500 the client did not get (found
+// by an adversary); a success (the compressor's empty 200) is aborted, so
+// that the client cannot take it for the handler's answer, and recorded as
+// an aborted 500.
 func TestRecovery_AnswerSentWhileUnwinding_LoggedAsSent(t *testing.T) {
 	t.Parallel()
 	a, srv, logs := app(t,
@@ -557,12 +560,23 @@ func TestRecovery_AnswerSentWhileUnwinding_LoggedAsSent(t *testing.T) {
 			req.Header.Set("Accept-Encoding", c.encoding)
 		}
 		resp, err := client.Do(req)
+		seen[c.path]++
+		if c.encoding == "gzip" {
+			if err == nil {
+				resp.Body.Close()
+				t.Fatalf("%s (gzip): the compressor's 200 after the panic reached the client as %d", c.path, resp.StatusCode)
+			}
+			lines := accessLogged(t, logs, zap.String("path", c.path), seen[c.path])
+			if m := lines[len(lines)-1].ContextMap(); m["status"] != int64(500) || m["aborted"] != true {
+				t.Fatalf("%s (gzip): aborted, logged %v", c.path, m)
+			}
+			continue
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
 		_, _ = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
-		seen[c.path]++
 		lines := accessLogged(t, logs, zap.String("path", c.path), seen[c.path])
 		if logged := lines[len(lines)-1].ContextMap()["status"]; logged != int64(resp.StatusCode) {
 			t.Fatalf("%s (Accept-Encoding %q): the client got %d, the access log says %v", c.path, c.encoding, resp.StatusCode, logged)
@@ -570,6 +584,67 @@ func TestRecovery_AnswerSentWhileUnwinding_LoggedAsSent(t *testing.T) {
 		if c.encoding == "" && c.path == "/compressed" && resp.StatusCode != http.StatusInternalServerError {
 			t.Fatalf("%s without compression: %d, want the recovery's 500", c.path, resp.StatusCode)
 		}
+	}
+}
+
+// A handler that began a success and then panicked: the client got the
+// handler's 200 with the 500 problem's JSON appended to the partial body,
+// complete and without a transport error, and the access log said 200
+// (found by an adversary). The connection is aborted, and the request is
+// recorded as an aborted 500.
+func TestRecovery_PanicAfterTheAnswerBegan_AbortsTheConnection(t *testing.T) {
+	t.Parallel()
+	a, srv, logs := app(t, fx.Provide(httpfx.AsRoutes(func() httpfx.Routes {
+		return func(r chi.Router) {
+			r.Get("/partial", func(w http.ResponseWriter, _ *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				_, _ = io.WriteString(w, `{"payment":"p-1","status":`)
+				panic("boom after writing")
+			})
+		}
+	})))
+	defer a.RequireStop()
+	resp, err := http.Get(srv.URL() + "/partial")
+	if err == nil {
+		body, rerr := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if rerr == nil {
+			t.Fatalf("the client read a complete %d answer: %q", resp.StatusCode, body)
+		}
+	}
+	recordedAborted(t, srv, logs, "/partial")
+	if n := logs.FilterMessage("handler panicked").Len(); n != 1 {
+		t.Fatalf("'handler panicked' logged %d times", n)
+	}
+}
+
+// A handler that panics with http.ErrAbortHandler (net/http's way to abort
+// a response) reached the route yet left no access log line and no count.
+func TestRecovery_AbortHandlerPanic_LoggedAndCounted(t *testing.T) {
+	t.Parallel()
+	a, srv, logs := app(t, fx.Provide(httpfx.AsRoutes(func() httpfx.Routes {
+		return func(r chi.Router) {
+			r.Get("/abort", func(http.ResponseWriter, *http.Request) { panic(http.ErrAbortHandler) })
+		}
+	})))
+	defer a.RequireStop()
+	if resp, err := http.Get(srv.URL() + "/abort"); err == nil {
+		resp.Body.Close()
+		t.Fatalf("an aborted handler answered %d", resp.StatusCode)
+	}
+	recordedAborted(t, srv, logs, "/abort")
+}
+
+// recordedAborted checks that the request to path was logged as an aborted
+// 500 and counted as a 500 of its route.
+func recordedAborted(t *testing.T, srv interface{ URL() string }, logs *observer.ObservedLogs, path string) {
+	t.Helper()
+	m := accessLogged(t, logs, zap.String("path", path), 1)[0].ContextMap()
+	if m["status"] != int64(500) || m["aborted"] != true || m["route"] != path {
+		t.Fatalf("access log %v, want status 500, aborted, route %s", m, path)
+	}
+	if _, _, metrics := get(t, srv.URL()+"/metrics"); !strings.Contains(metrics, `http_requests_total{code="500",method="GET",route="`+path+`"} 1`) {
+		t.Fatalf("not counted as a 500 of %s:\n%s", path, metrics)
 	}
 }
 

@@ -33,7 +33,8 @@ type requestState struct {
 	errors          *Errors
 	values          []ContextValue // the router's, shared by its requests, never modified
 	unmatched       bool
-	status          int // set by the recovery when it answered past the writer wrap
+	status          int  // set by the recovery when it answered past the writer wrap
+	aborted         bool // the connection was aborted: no complete answer went out
 
 	// The response's X-Request-Id value and a generated id's digits live
 	// in the state, so that neither needs an allocation of its own.
@@ -143,8 +144,24 @@ func recoverer(log *zap.Logger) func(http.Handler) http.Handler {
 				span.SetStatus(codes.Error, "panic")
 				log.Error("handler panicked", zap.Error(err), zap.String("path", r.URL.Path),
 					zap.ByteString("stack", debug.Stack()))
+				if !nothingSent(w) {
+					// The answer began before the panic, or a middleware
+					// answered while it unwound: no problem can replace it
+					// now, and appending one would corrupt it.
+					if sentStatus(w) >= http.StatusBadRequest {
+						return // an error answer went out (a timeout's 504): it stands
+					}
+					// A success had begun: abort the connection, so that the
+					// client cannot take a truncated answer for a complete
+					// one (net/http closes it without a log line; the front
+					// middleware records the request as aborted, a 500).
+					if st := stateFrom(r.Context()); st != nil {
+						st.aborted = true
+					}
+					panic(http.ErrAbortHandler)
+				}
 				answer := w
-				if s, ok := p.(string); ok && strings.HasPrefix(s, "invalid WriteHeader code") && nothingSent(w) {
+				if invalidStatus(p) {
 					// net/http refused the handler's status before sending
 					// anything, but the writer wraps above it took that
 					// status as written and would drop ours (the client
@@ -160,6 +177,22 @@ func recoverer(log *zap.Logger) func(http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 		})
 	}
+}
+
+// invalidStatus reports whether p is net/http's panic on an invalid status
+// passed to WriteHeader, raised before anything was sent.
+func invalidStatus(p any) bool {
+	s, ok := p.(string)
+	return ok && strings.HasPrefix(s, "invalid WriteHeader code")
+}
+
+// sentStatus is the status the front middleware's writer wrap saw written,
+// 0 when it cannot tell.
+func sentStatus(w http.ResponseWriter) int {
+	if ww, ok := w.(interface{ Status() int }); ok {
+		return ww.Status()
+	}
+	return 0
 }
 
 // nothingSent reports whether the front middleware's writer wrap (w, which

@@ -1,6 +1,7 @@
 package httpfx
 
 import (
+	"context"
 	"net"
 	"net/http"
 	"strconv"
@@ -161,9 +162,32 @@ func (f *front) serve(w http.ResponseWriter, r *http.Request, next http.Handler)
 	// for http.ResponseController.
 	ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
 	began := time.Now()
+	returned := false
+	defer func() {
+		if !returned {
+			// The handler panicked with http.ErrAbortHandler, the one panic
+			// the recovery lets through (it raises it itself to abort a
+			// success that had begun): net/http closes the connection
+			// without an answer, and the request is still logged and
+			// counted, as a 500.
+			state.aborted = true
+			f.observe(ctx, r, state, span, probe, ww, began)
+		}
+	}()
 	next.ServeHTTP(ww, r)
+	returned = true
+	f.observe(ctx, r, state, span, probe, ww, began)
+}
+
+// observe records a request once its handler is done: the SERVER span's
+// route, status and size, the route metrics and the access log line. An
+// aborted request counts as a 500 (no complete answer went out; the
+// client's library reports an error), its log line marked aborted.
+func (f *front) observe(ctx context.Context, r *http.Request, state *requestState, span trace.Span, probe bool, ww middleware.WrapResponseWriter, began time.Time) {
 	metrics := responseMetrics{Code: ww.Status(), Written: int64(ww.BytesWritten()), Duration: time.Since(began)}
 	switch {
+	case state.aborted:
+		metrics.Code = http.StatusInternalServerError
 	case state.status != 0: // the recovery answered past ww
 		metrics.Code = state.status
 	case metrics.Code == 0: // nothing written: net/http sends 200
@@ -193,7 +217,10 @@ func (f *front) serve(w http.ResponseWriter, r *http.Request, next http.Handler)
 		fields := []zap.Field{
 			zap.String("method", r.Method), zap.String("route", route), zap.String("path", r.URL.Path),
 			zap.Int("status", metrics.Code), zap.Duration("duration", metrics.Duration),
-			zap.Int64("bytes", metrics.Written), zap.String("request_id", id),
+			zap.Int64("bytes", metrics.Written), zap.String("request_id", state.id),
+		}
+		if state.aborted {
+			fields = append(fields, zap.Bool("aborted", true))
 		}
 		if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
 			fields = append(fields, zap.String("trace_id", sc.TraceID().String()), zap.String("span_id", sc.SpanID().String()))
