@@ -214,8 +214,9 @@ func (l *Locker) Acquire(ctx context.Context, name string) (*Lock, error) {
 			l.obs.endAcquire(span, false, attempt-1, time.Since(began), err)
 			return nil, err
 		case err != nil:
-			l.obs.endAcquire(span, false, attempt-1, time.Since(began), err)
-			return nil, fmt.Errorf("lockfx: acquire %s: %w", l.cfg.KeyAttribute.Quote(name), err)
+			err = fmt.Errorf("lockfx: acquire %s: %w", l.cfg.KeyAttribute.Quote(name), err)
+			l.obs.endAcquire(span, false, attempt-1, time.Since(began), err) // the span's exception is the error returned
+			return nil, err
 		case token > 0:
 			if !time.Now().Before(sent.Add(l.cfg.TTL - driftMargin(l.cfg.TTL))) {
 				// Granted, but the answer took the whole validity: of no

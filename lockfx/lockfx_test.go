@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
+	"github.com/redisfx/redisfx/internal/faultproxy"
 	"github.com/redisfx/redisfx/internal/obstest"
 	"github.com/redisfx/redisfx/internal/redistest"
 	"github.com/redisfx/redisfx/plugintrace"
@@ -217,6 +218,61 @@ func TestSpans_AcquireEndingInAStoreError_StatusFailedToAcquireLock(t *testing.T
 	if err == nil || errors.Is(err, ErrNotAcquired) {
 		t.Fatalf("Acquire from a paused Redis = %v, want a store error", err)
 	}
+	notAcquiredSpan(t, spans, err)
+}
+
+// ...and the exception event is the very error Acquire returned, also for
+// a reply error and a refusal by the circuit breaker (it was the error
+// before Acquire wrapped it; found by an adversary).
+func TestSpans_AcquireEndingInAReplyErrorOrAnOpenBreaker_ExceptionIsTheReturnedError(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartPrivate(t)
+	ctx := context.Background()
+	t.Run("reply error", func(t *testing.T) {
+		spans := obstest.NewSpans(t)
+		l := lockerOn(t, srv.Addr(), Config{TTL: time.Second, Attempts: 1}, WithTracerProvider(spans.Tracer()))
+		t.Cleanup(func() { _ = l.Stop(context.Background()) })
+		if err := srv.Client().HSet(ctx, mustKeys(t, l, "wrongtype").lock, "f", "v").Err(); err != nil {
+			t.Fatal(err)
+		}
+		_, err := l.Acquire(ctx, "wrongtype")
+		if err == nil || errors.Is(err, ErrNotAcquired) {
+			t.Fatalf("Acquire = %v, want a store error", err)
+		}
+		notAcquiredSpan(t, spans, err)
+	})
+	t.Run("breaker open", func(t *testing.T) {
+		spans := obstest.NewSpans(t)
+		proxy := faultproxy.Start(t, srv.Addr())
+		c, err := storefx.New("default", storefx.Config{URL: "redis://" + proxy.Addr(), Breaker: storefx.BreakerConfig{ProbeInterval: time.Hour}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		l, err := New(c, Config{TTL: time.Second, Attempts: 1, WaitTimeout: 100 * time.Millisecond}, WithTracerProvider(spans.Tracer()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = l.Stop(context.Background()) })
+		proxy.SetMode(faultproxy.Blackhole)
+		for i := 0; i < 20 && c.Breaker().State == storefx.BreakerClosed; i++ {
+			cctx, cancel := context.WithTimeout(ctx, 30*time.Millisecond)
+			_ = c.Get(cctx, "x").Err()
+			cancel()
+		}
+		_, err = l.Acquire(ctx, "open")
+		if !errors.Is(err, storefx.ErrCircuitOpen) {
+			t.Fatalf("Acquire = %v, want ErrCircuitOpen (breaker %+v)", err, c.Breaker())
+		}
+		notAcquiredSpan(t, spans, err)
+	})
+}
+
+// notAcquiredSpan checks the one lock.acquire span of an Acquire that
+// returned err without the lock: status ERROR "Failed to acquire lock",
+// redisfx.error, and err as its exception event.
+func notAcquiredSpan(t *testing.T, spans *obstest.Spans, err error) {
+	t.Helper()
 	got := spans.Named(t, "lock.acquire")
 	if len(got) != 1 {
 		t.Fatalf("%d lock.acquire spans", len(got))
