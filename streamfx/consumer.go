@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/redisfx/redisfx/internal/ctxsleep"
+	"github.com/redisfx/redisfx/internal/safetext"
 	"github.com/redisfx/redisfx/plugintrace"
 )
 
@@ -329,39 +330,17 @@ func (c *consumer) ack(done []handled) {
 func (c *consumer) call(ctx context.Context, m Message) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			err = fmt.Errorf("streamfx: handler for %q panicked: %v", c.stream, p)
-			c.s.log.Error("stream handler panicked", zap.String("stream", c.stream), zap.String("message_id", m.ID), zap.Any("panic", p))
+			// The panic's value is described through safetext: one whose
+			// Error method panics would end the process if printed.
+			text, _ := safetext.Of(p)
+			err = fmt.Errorf("streamfx: handler for %q panicked: %s", c.stream, text)
+			c.s.log.Error("stream handler panicked", zap.String("stream", c.stream), zap.String("message_id", m.ID), zap.String("panic", text))
 		}
 	}()
 	c.s.handlers.Add(1)
 	defer c.s.handlers.Add(-1) // when it returns or panics
-	if err = c.handler(ctx, m); err != nil {
-		if text, ok := errorText(err); !ok {
-			err = brokenError{text: text, err: err}
-		}
-	}
-	return err
+	return safetext.Error(c.handler(ctx, m))
 }
-
-// errorText returns err.Error(), or, when that method panics, a text
-// naming err's type and the panic, and false.
-func errorText(err error) (text string, ok bool) {
-	defer func() {
-		if p := recover(); p != nil {
-			text, ok = fmt.Sprintf("<%T returned as the error; its Error method panicked: %v>", err, p), false
-		}
-	}()
-	return err.Error(), true
-}
-
-// brokenError stands for a handler's error whose Error method panics.
-type brokenError struct {
-	text string
-	err  error
-}
-
-func (e brokenError) Error() string { return e.text }
-func (e brokenError) Unwrap() error { return e.err }
 
 // deadLetter copies the message to "<stream>:dlq" with the reason and then
 // acknowledges it. The two are separate commands (the streams may live on

@@ -417,32 +417,55 @@ func findNothing() error {
 	return e
 }
 
-// Found by an adversary: a handler's error whose Error method panics (a
+// selfPanicError's Error panics with a selfPanicError: printing the panic's
+// value panics again, which fmt re-raises and the runtime cannot print.
+type selfPanicError struct{}
+
+func (selfPanicError) Error() string { panic(selfPanicError{}) }
+
+// brokenHandlers are handlers whose error, or panic, cannot be described
+// the ordinary way, by the name the child process is given.
+var brokenHandlers = map[string]struct {
+	handler Handler
+	want    string // in dlq_error
+}{
+	"typed-nil":       {func(context.Context, Message) error { return findNothing() }, "<a *streamfx.nilError whose Error method panics>"},
+	"self-panicking":  {func(context.Context, Message) error { return selfPanicError{} }, "<a streamfx.selfPanicError whose Error method panics>"},
+	"panic-with-self": {func(context.Context, Message) error { panic(selfPanicError{}) }, "<a streamfx.selfPanicError whose Error or String method panics>"},
+}
+
+// Found by adversaries: a handler's error whose Error method panics (a
 // typed nil pointer returned as an error) crashed the whole process: the
 // consumer called err.Error() for the span and the dead-letter entry
-// outside the handler's recover. It is now a failure like any other: on
-// the last attempt the message is dead-lettered, the error described. The
-// consumer runs in a child process, so that the crash, if it comes, fails
-// this test instead of the test binary.
+// outside the handler's recover; then, an error whose Error panics with
+// itself, returned or raised as the panic, still did ("panic while printing
+// panic value": fmt re-raises such a panic). Each is now a failure like any
+// other: on the last attempt the message is dead-lettered, the error
+// described by its type. The consumer runs in a child process, so that the
+// crash, if it comes, fails this test instead of the test binary.
 func TestHandlerErrorWhoseErrorMethodPanics_IsAFailure_NotACrash(t *testing.T) {
-	if url := os.Getenv("STREAMFX_BROKEN_ERROR_CHILD"); url != "" {
-		brokenErrorChild(t, url)
+	if arg := os.Getenv("STREAMFX_BROKEN_ERROR_CHILD"); arg != "" {
+		name, url, _ := strings.Cut(arg, "|")
+		brokenErrorChild(t, url, name)
 		return
 	}
 	t.Parallel()
 	srv := redistest.Start(t) // the parent's: a crashed child leaves no redis-server behind
-	cmd := exec.Command(os.Args[0], "-test.run", "^TestHandlerErrorWhoseErrorMethodPanics_IsAFailure_NotACrash$", "-test.v", "-test.count=1")
-	cmd.Env = append(os.Environ(), "STREAMFX_BROKEN_ERROR_CHILD="+srv.URL())
-	out, err := cmd.CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "--- PASS") {
-		if len(out) > 3000 {
-			out = out[:3000]
+	for name := range brokenHandlers {
+		cmd := exec.Command(os.Args[0], "-test.run", "^TestHandlerErrorWhoseErrorMethodPanics_IsAFailure_NotACrash$", "-test.v", "-test.count=1")
+		cmd.Env = append(os.Environ(), "STREAMFX_BROKEN_ERROR_CHILD="+name+"|"+srv.URL())
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "--- PASS") {
+			if len(out) > 3000 {
+				out = out[:3000]
+			}
+			t.Fatalf("%s: the process running the handler failed or crashed (%v):\n%s", name, err, out)
 		}
-		t.Fatalf("the process running the handler failed or crashed (%v):\n%s", err, out)
 	}
 }
 
-func brokenErrorChild(t *testing.T, url string) {
+func brokenErrorChild(t *testing.T, url, name string) {
+	broken := brokenHandlers[name]
 	c, err := storefx.New("default", storefx.Config{URL: url})
 	if err != nil {
 		t.Fatal(err)
@@ -455,7 +478,7 @@ func brokenErrorChild(t *testing.T, url string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.Stop(context.Background()) })
-	if err := s.Handle(stream, func(context.Context, Message) error { return findNothing() }); err != nil {
+	if err := s.Handle(stream, broken.handler); err != nil {
 		t.Fatal(err)
 	}
 	start(t, s)
@@ -470,7 +493,7 @@ func brokenErrorChild(t *testing.T, url string) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	dlq := c.XRange(ctx, stream+DLQSuffix, "-", "+").Val()
-	if got, _ := dlq[0].Values[FieldError].(string); !strings.Contains(got, "*streamfx.nilError") || !strings.Contains(got, "Error method panicked") {
-		t.Errorf("dlq_error = %q, want the error's type and that its Error method panicked", got)
+	if got, _ := dlq[0].Values[FieldError].(string); !strings.Contains(got, broken.want) {
+		t.Errorf("dlq_error = %q, want %q", got, broken.want)
 	}
 }
