@@ -15,6 +15,7 @@ import (
 	"go.uber.org/fx"
 	"go.uber.org/goleak"
 
+	"github.com/redisfx/redisfx/internal/faultproxy"
 	"github.com/redisfx/redisfx/internal/obstest"
 	"github.com/redisfx/redisfx/internal/redistest"
 	"github.com/redisfx/redisfx/storefx"
@@ -632,19 +633,7 @@ func TestStop_IdleConsumerWithABlockLongerThanStopTimeout_ReturnsCleanlyAndLeave
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	for { // the loop is blocked in its next XREADGROUP, holding nothing
-		list, err := srv.Client().ClientList(context.Background()).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if strings.Contains(list, "flags=b") && strings.Contains(list, "cmd=xreadgroup") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no blocked XREADGROUP within 10s:\n%s", list)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitBlockedRead(t, srv) // the loop is blocked in its next XREADGROUP, holding nothing
 	began := time.Now()
 	err := s.Stop(context.Background())
 	took := time.Since(began)
@@ -663,4 +652,81 @@ func TestStop_IdleConsumerWithABlockLongerThanStopTimeout_ReturnsCleanlyAndLeave
 			t.Errorf("consumer %q (%d pending) is still in the group after Stop", c.Name, c.Pending)
 		}
 	}
+}
+
+// waitBlockedRead waits (at most 10s) until a consumer of srv (a private
+// server: CLIENT LIST shows only the test's clients) is blocked in
+// XREADGROUP.
+func waitBlockedRead(t *testing.T, srv *redistest.Server) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		list, err := srv.Client().ClientList(context.Background()).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(list, "flags=b") && strings.Contains(list, "cmd=xreadgroup") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no blocked XREADGROUP within 10s:\n%s", list)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// A stop in which only a Redis call outlasted StopTimeout (no handler was
+// running) said "handlers still running after StopTimeout … were
+// cancelled": with a StopTimeout of 1 or 20 ms nearly every stop of an idle
+// consumer did, since Redis ends a blocked read up to a clock tick (100 ms)
+// after its Block; so did one whose Redis froze (found by an adversary).
+// Nothing was cancelled or left behind: Stop returns nil.
+func TestStop_OnlyARedisCallOutlastedStopTimeout_ReturnsNil(t *testing.T) {
+	t.Parallel()
+	for _, stopTimeout := range []time.Duration{time.Millisecond, 20 * time.Millisecond} {
+		t.Run("idle, StopTimeout "+stopTimeout.String(), func(t *testing.T) {
+			srv := redistest.StartPrivate(t)
+			s := newStreams(t, srv, Config{ClaimIdle: 30 * time.Second, StopTimeout: stopTimeout})
+			if got, want := s.Config().Block, max(stopTimeout/2, time.Millisecond); got != want {
+				t.Errorf("Config().Block = %v, want %v (StopTimeout/2, at least 1 ms)", got, want)
+			}
+			if err := s.Handle(redistest.Prefix(t)+"tiny", func(context.Context, Message) error { return nil }); err != nil {
+				t.Fatal(err)
+			}
+			for range 5 {
+				start(t, s)
+				waitBlockedRead(t, srv)
+				if err := s.Stop(context.Background()); err != nil {
+					t.Fatalf("Stop of an idle consumer = %v, want nil", err)
+				}
+			}
+		})
+	}
+	t.Run("Redis frozen", func(t *testing.T) {
+		srv := redistest.StartPrivate(t)
+		proxy := faultproxy.Start(t, srv.Addr())
+		c, err := storefx.New("default", storefx.Config{URL: "redis://" + proxy.Addr()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		s, err := New(c, Config{ClaimIdle: 30 * time.Second, StopTimeout: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Stop(context.Background()) })
+		if err := s.Handle(redistest.Prefix(t)+"frozen", func(context.Context, Message) error {
+			t.Error("a handler ran")
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		start(t, s)
+		waitBlockedRead(t, srv)
+		proxy.SetMode(faultproxy.Freeze)
+		defer proxy.SetMode(faultproxy.Forward)
+		if err := s.Stop(context.Background()); err != nil {
+			t.Fatalf("Stop of a consumer that never ran a handler, Redis frozen = %v, want nil", err)
+		}
+	})
 }
