@@ -210,6 +210,7 @@ func (a *acker) add(h handled) {
 		q := a.queue
 		a.queue = nil
 		a.mu.Unlock()
+		a.b.acked(q)
 		a.c.ack(q)
 		for _, h := range q {
 			a.b.drop(h.id)
@@ -494,12 +495,13 @@ type batch struct {
 	// held maps each held message to the send time of the last round trip
 	// that found it this consumer's (the fetch, or a touch): its idle time
 	// in Redis is at most the time since.
-	held map[string]time.Time
-	lost map[string]bool // taken over by another consumer
+	held   map[string]time.Time
+	lost   map[string]bool // taken over by another consumer
+	acking map[string]bool // its XACK is on its way: a touch that no longer finds it pending proves nothing
 }
 
 func (c *consumer) hold(msgs []redis.XMessage, fetched time.Time) *batch {
-	b := &batch{c: c, held: make(map[string]time.Time, len(msgs)), lost: map[string]bool{}}
+	b := &batch{c: c, held: make(map[string]time.Time, len(msgs)), lost: map[string]bool{}, acking: map[string]bool{}}
 	for _, m := range msgs {
 		b.held[m.ID] = fetched
 	}
@@ -511,6 +513,19 @@ func (b *batch) drop(id string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	delete(b.held, id)
+	delete(b.acking, id)
+}
+
+// acked notes that the XACK of done is about to be sent: a touch sent
+// before it may reach Redis after it and find them no longer pending, which
+// is no sign of another consumer (they stay held, and touched, until the
+// XACK returns).
+func (b *batch) acked(done []handled) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, h := range done {
+		b.acking[h.id] = true
+	}
 }
 
 // touch resets the idle time of ids, and records which are still ours.
@@ -529,7 +544,7 @@ func (b *batch) touch(ctx context.Context, ids []string) {
 		}
 		if res[i] == 1 {
 			b.held[id] = sent
-		} else if !b.lost[id] {
+		} else if !b.lost[id] && !b.acking[id] {
 			b.lost[id] = true
 			b.c.s.log.Warn("stream message held by this consumer was claimed by another", zap.String("stream", b.c.stream), zap.String("message_id", id))
 		}
