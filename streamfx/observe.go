@@ -389,6 +389,12 @@ func streamGone(err error) bool {
 // the alerts still fire; a longer backlog reads as this many.
 const undeliveredCountLimit = 10001
 
+// undeliveredPerCall is how many entries one counting call reads at most:
+// Redis serves nothing else meanwhile. Measured per call (INFO
+// commandstats, a loaded 2-core machine): 500 entries 2.1 ms at 1 KiB and
+// 7.8 ms at 8 KiB; 5000 took 13 and 70 ms.
+const undeliveredPerCall = 500
+
 // countUndeliveredScript counts the entries of KEYS[1] after ARGV[1] (the
 // group's last delivered id), at most ARGV[2] of them, in pages of 100,
 // without sending them: it answers {count, id to go on from, or "" when
@@ -416,13 +422,15 @@ return {n, from}
 // delivered id, for when Redis answers the lag as NULL (Redis 7 does after
 // an XDEL of an entry the group has not read: its entries-added minus
 // entries-read counter is then no longer the count). Up to
-// undeliveredCountLimit entries, 5000 per script call, so Redis is never
-// busy long; XLEN if the group has read nothing still in the stream.
+// undeliveredCountLimit entries, undeliveredPerCall per script call, so
+// Redis is never busy long (the script reads the entries, and a call's
+// time grows with their size); XLEN if the group has read nothing still in
+// the stream.
 func (b *backlogCollector) countUndelivered(ctx context.Context, stream, lastDelivered string) (int64, error) {
 	var total int64
 	from := lastDelivered
 	for total < undeliveredCountLimit {
-		res, err := countUndeliveredScript.Run(ctx, b.s.rdb, []string{stream}, from, min(5000, undeliveredCountLimit-total)).Slice()
+		res, err := countUndeliveredScript.Run(ctx, b.s.rdb, []string{stream}, from, min(undeliveredPerCall, undeliveredCountLimit-total)).Slice()
 		if err != nil {
 			return 0, err
 		}
