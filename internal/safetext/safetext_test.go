@@ -39,7 +39,7 @@ func TestError(t *testing.T) {
 		t.Fatal("Error(nil) is not nil")
 	}
 	plain := errors.New("boom")
-	if Error(plain) != plain {
+	if got := Error(plain); got.Error() != "boom" || errors.Unwrap(got) != nil {
 		t.Fatal("an error whose text reads was replaced")
 	}
 	err := Error(selfPanic{})
