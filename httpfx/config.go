@@ -21,7 +21,10 @@ type Config struct {
 	WriteTimeout time.Duration
 	// IdleTimeout bounds keep-alive idleness. Default 120s.
 	IdleTimeout time.Duration
-	// ShutdownTimeout bounds draining in-flight requests on stop. Default 15s.
+	// ShutdownTimeout bounds draining in-flight requests on stop. Default
+	// 10s. The drain also leaves a third of the time Fx gives the stop (at
+	// most 5s; fx.StopTimeout, 15s by default) to the hooks after it, so
+	// that they run: raise fx.StopTimeout with it.
 	ShutdownTimeout time.Duration
 	// MaxHeaderBytes bounds request headers. Default 1 MiB.
 	MaxHeaderBytes int
@@ -54,7 +57,7 @@ func (c Config) withDefaults() (Config, error) {
 		{"ReadTimeout", &c.ReadTimeout, 30 * time.Second},
 		{"WriteTimeout", &c.WriteTimeout, 60 * time.Second},
 		{"IdleTimeout", &c.IdleTimeout, 120 * time.Second},
-		{"ShutdownTimeout", &c.ShutdownTimeout, 15 * time.Second},
+		{"ShutdownTimeout", &c.ShutdownTimeout, 10 * time.Second},
 	} {
 		if *d.v < 0 {
 			return c, configError(d.name, fmt.Sprintf("%v is negative", *d.v))

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"sync/atomic"
+	"time"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
@@ -190,9 +191,14 @@ func newServer(p serverParams) (*Server, error) {
 			return nil
 		},
 		OnStop: func(ctx context.Context) error {
-			ctx, cancel := context.WithTimeout(ctx, cfg.ShutdownTimeout)
+			drain := drainBound(ctx, cfg.ShutdownTimeout)
+			if drain < cfg.ShutdownTimeout {
+				p.Log.Warn("httpfx: draining for less than ShutdownTimeout, so that the hooks after the server (idempotency records, Redis, the span flush) still run in the stop time Fx gives; raise fx.StopTimeout",
+					zap.Duration("drain", drain), zap.Duration("shutdown_timeout", cfg.ShutdownTimeout))
+			}
+			dctx, cancel := context.WithTimeout(ctx, drain)
 			defer cancel()
-			err := srv.Shutdown(ctx)
+			err := srv.Shutdown(dctx)
 			if err != nil {
 				_ = srv.Close()
 			}
@@ -201,6 +207,25 @@ func newServer(p serverParams) (*Server, error) {
 		},
 	})
 	return srv, nil
+}
+
+// drainReserve is the most of Fx's stop time the drain leaves to the hooks
+// after the server (a third of it when that is less).
+const drainReserve = 5 * time.Second
+
+// drainBound is how long the server may drain: ShutdownTimeout, less what
+// the hooks after it need of the time left in Fx's stop context: a third of
+// it, at most drainReserve. Fx runs no further OnStop hook once that
+// context has ended, so a drain that used all of it (Fx's default
+// StopTimeout is 15s) left Redis open and the spans unflushed whenever one
+// request outlived it.
+func drainBound(ctx context.Context, shutdownTimeout time.Duration) time.Duration {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return shutdownTimeout
+	}
+	left := time.Until(deadline)
+	return max(min(shutdownTimeout, left-min(left/3, drainReserve)), 0)
 }
 
 // Server is the application's HTTP server.

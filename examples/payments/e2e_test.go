@@ -405,7 +405,7 @@ func TestPayments_GracefulStop_FinishesInFlightAndRecordsIt(t *testing.T) {
 }
 
 // A stop waits for a payment however long PAYMENTS_DELAY makes it: here
-// longer than the 15 s an HTTP server drains by default. (Found by an
+// longer than the 10 s an HTTP server drains by default. (Found by an
 // adversary: with PAYMENTS_DELAY=20s the in-flight request got no answer,
 // its record stayed in progress and the process exited 1.)
 func TestPayments_GracefulStop_WaitsForAPaymentLongerThanTheDefaultDrain(t *testing.T) {
