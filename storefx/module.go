@@ -30,12 +30,18 @@ const InstrumentationGroup = "redisfx.store.instrumentation"
 // naming the Config field, if Redis refuses the connection (see the
 // package documentation). Then the
 // background health check starts. On stop it ends and the client is closed.
+// The client is built with the app even when nothing else asks for it
+// (an app of storefx and httpfx alone, whose /readyz reports Redis).
 var Module = fx.Module("redisfx.store",
 	fx.Provide(
 		newRegistry,
 		newDefaultClient,
 		func(c *Client) redis.UniversalClient { return c.UniversalClient },
 	),
+	// Without it Fx would build the client only for a module that asks for
+	// it: with none, Redis was never pinged at start and /readyz, which
+	// reads the registry, reported ready with Redis down.
+	fx.Invoke(func(*Client) {}),
 )
 
 type registryParams struct {
@@ -85,12 +91,15 @@ func newDefaultClient(p clientParams) (*Client, error) {
 // closed like the default client, and its spans carry redisfx.client=<name>.
 func NamedClient(name string, cfg Config) fx.Option {
 	tag := `name:"` + name + `"`
-	return fx.Provide(
-		fx.Annotate(func(p namedClientParams) (*Client, error) {
-			return newManagedClient(name, cfg, p.Lifecycle, p.Registry, p.Instrumentation)
-		}, fx.ResultTags(tag)),
-		fx.Annotate(func(c *Client) redis.UniversalClient { return c.UniversalClient },
-			fx.ParamTags(tag), fx.ResultTags(tag)),
+	return fx.Options(
+		fx.Provide(
+			fx.Annotate(func(p namedClientParams) (*Client, error) {
+				return newManagedClient(name, cfg, p.Lifecycle, p.Registry, p.Instrumentation)
+			}, fx.ResultTags(tag)),
+			fx.Annotate(func(c *Client) redis.UniversalClient { return c.UniversalClient },
+				fx.ParamTags(tag), fx.ResultTags(tag)),
+		),
+		fx.Invoke(fx.Annotate(func(*Client) {}, fx.ParamTags(tag))), // built with the app, as Module's
 	)
 }
 

@@ -461,3 +461,32 @@ func gaugeValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Fatalf("no %s", name)
 	return 0
 }
+
+// An app of storefx.Module and a module that asks only for the Registry
+// (httpfx's /readyz does) never built the client: with Redis down the app
+// started, and /readyz, reading an empty registry, said ready (found by an
+// adversary). The default client and every NamedClient are built with the
+// app, so start-up fails naming the address.
+func TestModule_NothingAsksForTheClient_StillPingedAtStart(t *testing.T) {
+	t.Parallel()
+	for _, named := range []bool{false, true} {
+		var reg *storefx.Registry
+		cfg := storefx.Config{URL: "redis://127.0.0.1:1", ConnectTimeout: 200 * time.Millisecond}
+		opts := []fx.Option{fx.NopLogger, storefx.Module, fx.Populate(&reg)}
+		if named {
+			up := redistest.Start(t)
+			opts = append(opts, fx.Supply(storefx.Config{URL: up.URL()}), storefx.NamedClient("down", cfg))
+		} else {
+			opts = append(opts, fx.Supply(cfg))
+		}
+		app := fx.New(opts...)
+		err := app.Start(context.Background())
+		if err == nil {
+			_ = app.Stop(context.Background())
+			t.Fatalf("named %v: started with Redis at 127.0.0.1:1 refusing, registry %v", named, reg.Names())
+		}
+		if !strings.Contains(err.Error(), "127.0.0.1:1") {
+			t.Fatalf("named %v: %v, want the address named", named, err)
+		}
+	}
+}
