@@ -87,7 +87,9 @@ return 0
 //
 // The shared load is not cancelled when the caller that started it gives
 // up, so that the others still get its value; a caller's own ctx bounds only
-// its wait. A loader error is returned and nothing is cached; a loader panic
+// its wait. A caller whose ctx is done when its Get returns gets ctx's
+// error and starts no load: its failed Get says nothing about Redis, and a
+// load it started would decide for every caller that joins it. A loader error is returned and nothing is cached; a loader panic
 // becomes an error. When Redis fails, GetOrLoad serves from the loader
 // (single flight still applies) and returns no store error: a cache outage
 // costs load, not availability. A value above MaxValueBytes is returned
@@ -100,6 +102,12 @@ func (c *Cache) GetOrLoad(ctx context.Context, key string, ttl time.Duration, lo
 	v, found, err := c.Get(ctx, key)
 	if err == nil && found {
 		return v, nil
+	}
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		// This caller has given up: its failed Get says nothing about
+		// Redis, and a flight it started would decide for every caller
+		// that joins it (store down: no lease, nothing stored).
+		return nil, ctxErr
 	}
 	storeDown := err != nil
 	full := c.valueKey(key)

@@ -2,6 +2,9 @@ package cachefx
 
 import (
 	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -136,5 +139,53 @@ func TestGetOrLoad_KeysWithSeparatorBytesDoNotShareALoad(t *testing.T) {
 	}
 	if a := <-resA; string(a) != "value of a" {
 		t.Fatalf("GetOrLoad(a) = %q", a)
+	}
+}
+
+// A caller whose context was already done (a request out of time) made its
+// Get fail, and GetOrLoad took that for a store outage: it started the
+// key's shared load in store-down mode, with no lease and nothing stored.
+// Healthy callers of this process joined that load and its value was never
+// cached; another process, seeing no lease, ran the loader again. Now a
+// done caller returns its context's error and starts no load.
+func TestGetOrLoad_DoneCallerDoesNotDecideTheSharedLoad(t *testing.T) {
+	for name, twoProcesses := range map[string]bool{"OneProcess": false, "TwoProcesses": true} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.Start(t)
+			c1 := newCache(t, client(t, srv), Config{})
+			c2 := newCache(t, client(t, srv), Config{KeyPrefix: c1.cfg.KeyPrefix})
+			var loads atomic.Int32
+			loader := func(context.Context) ([]byte, error) {
+				loads.Add(1)
+				time.Sleep(100 * time.Millisecond) // a slow query: the others overlap it
+				return []byte("v"), nil
+			}
+			ctx := context.Background()
+			done, cancel := context.WithCancel(ctx)
+			cancel()
+			if _, err := c1.GetOrLoad(done, "k", time.Minute, loader); !errors.Is(err, context.Canceled) {
+				t.Fatalf("a done caller got %v, want context.Canceled", err)
+			}
+			others := []*Cache{c1, c1}
+			if twoProcesses {
+				others = []*Cache{c1, c2}
+			}
+			var wg sync.WaitGroup
+			for _, c := range others {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					if v, err := c.GetOrLoad(ctx, "k", time.Minute, loader); err != nil || string(v) != "v" {
+						t.Errorf("GetOrLoad = %q %v", v, err)
+					}
+				}()
+			}
+			wg.Wait()
+			_, found, err := c1.Get(ctx, "k")
+			if n := loads.Load(); n != 1 || !found || err != nil {
+				t.Fatalf("loader ran %d times (want 1); cached afterwards: %v (err %v)", n, found, err)
+			}
+		})
 	}
 }
