@@ -459,6 +459,33 @@ func TestConfigNamesTheOption(t *testing.T) {
 	}
 }
 
+// Below 1 ms a duration Redis keeps in whole milliseconds becomes 0: a
+// LoadGuardTTL of 500µs took every lease with PEXPIRE 0 (nothing was ever
+// cached), one of 2ns made the renewal's ticker (LoadGuardTTL/3) panic in a
+// goroutine and killed the process. Both were accepted. The durations used
+// only in this process (LoadWait, StoreTimeout, Local.TTL, whose ping
+// interval is at least 50 ms) have no such floor.
+func TestConfig_SubMillisecondDurationsRedisKeepsAreRefused(t *testing.T) {
+	for _, tc := range []struct {
+		opt string
+		c   Config
+	}{
+		{"LoadGuardTTL", Config{LoadGuardTTL: 500 * time.Microsecond}}, {"LoadGuardTTL", Config{LoadGuardTTL: 2}},
+		{"DefaultTTL", Config{DefaultTTL: 999 * time.Microsecond}},
+	} {
+		opt, c := tc.opt, tc.c
+		var cfgErr *redisfx.ConfigError
+		if err := c.Validate(); !errors.As(err, &cfgErr) || !strings.Contains(err.Error(), "Config."+opt+":") {
+			t.Errorf("%s: %v", opt, err)
+		}
+	}
+	for _, c := range []Config{{LoadGuardTTL: time.Millisecond}, {LoadWait: time.Nanosecond}, {StoreTimeout: time.Microsecond}, {Local: LocalConfig{TTL: time.Nanosecond}}} {
+		if err := c.Validate(); err != nil {
+			t.Errorf("%+v refused: %v", c, err)
+		}
+	}
+}
+
 // After Redis loses its script cache (a restart), invalidation loads the
 // script again instead of failing.
 func TestInvalidateByTags_AfterScriptCacheLoss(t *testing.T) {

@@ -99,8 +99,15 @@ func (c Config) normalize() (Config, error) {
 	if c.LoadWait == 0 {
 		c.LoadWait = c.LoadGuardTTL
 	}
+	// Durations Redis is given in whole milliseconds (a value's TTL, a
+	// lease's expiry, renewed every LoadGuardTTL/3 by a ticker) would
+	// become 0 below 1 ms: an expiry of 0 deletes the key at once, and a
+	// ticker of 0 panics.
 	if c.DefaultTTL < time.Millisecond {
-		return c, configError("DefaultTTL", "below Redis's 1ms resolution")
+		return c, configError("DefaultTTL", fmt.Sprintf("%v is below Redis's 1ms resolution", c.DefaultTTL))
+	}
+	if c.LoadGuardTTL < time.Millisecond {
+		return c, configError("LoadGuardTTL", fmt.Sprintf("%v is below Redis's 1ms resolution", c.LoadGuardTTL))
 	}
 	return c, nil
 }
