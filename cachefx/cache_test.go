@@ -584,3 +584,35 @@ func TestLocalLayer_SetCopiesTheValue(t *testing.T) {
 		t.Fatalf("first layer holds %q after the caller reused its buffer", v)
 	}
 }
+
+// The first layer keeps a value no longer than Redis does. Redis keeps a
+// Set's ttl in whole milliseconds (PX truncates 20.999 ms to 20 ms), but
+// the first layer kept the full ttl: right after Redis had dropped the
+// value, Get still answered it from the layer.
+func TestLocalLayer_FractionalMillisecondTTLEndsWithRedis(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := newCache(t, client(t, srv), Config{Local: LocalConfig{MaxEntries: 10}})
+	direct := srv.Client()
+	defer direct.Close()
+	ctx := context.Background()
+	full := c.valueKey("k")
+	const ttl = 20*time.Millisecond + 999*time.Microsecond
+	for i := 0; i < 20; i++ {
+		if err := c.Set(ctx, "k", []byte("v"), ttl); err != nil {
+			t.Fatal(err)
+		}
+		// Poll without pausing: the layer outlived Redis by under a millisecond.
+		for deadline := time.Now().Add(time.Second); direct.Exists(ctx, full).Val() != 0; {
+			if time.Now().After(deadline) {
+				t.Fatal("Redis kept the value past its ttl")
+			}
+		}
+		if _, found, err := c.Get(ctx, "k"); err != nil || found {
+			t.Fatalf("attempt %d: Get found the value (err %v) after Redis had expired it (ttl %v)", i, err, ttl)
+		}
+	}
+	if err := c.Set(ctx, "k", []byte("v"), 999*time.Microsecond); err == nil || !strings.Contains(err.Error(), "1ms") {
+		t.Fatalf("Set with a ttl below Redis's resolution: %v", err)
+	}
+}

@@ -97,9 +97,11 @@ func (l *localLayer) wrote(key string, value []byte, ttl time.Duration, sent tim
 }
 
 // store keeps value for at most the layer's TTL and at most ttl (the
-// value's remaining life in Redis), counted from sent. l.mu is held.
+// value's remaining life in Redis), counted from sent. ttl is cut to whole
+// milliseconds as Redis keeps it (PX truncates a Set's ttl: 20.999 ms
+// lives 20 ms in Redis, so it must not live longer here). l.mu is held.
 func (l *localLayer) store(key string, value []byte, ttl time.Duration, sent time.Time) {
-	ttl = min(ttl, l.ttl)
+	ttl = min(ttl.Truncate(time.Millisecond), l.ttl)
 	if ttl <= 0 {
 		return
 	}

@@ -64,6 +64,10 @@ func (c *Cache) ttlOrDefault(key string, ttl time.Duration) (time.Duration, erro
 	if ttl == 0 {
 		return c.cfg.DefaultTTL, nil
 	}
+	if ttl < time.Millisecond {
+		// Redis keeps expiries in whole milliseconds (PX 0 is refused).
+		return 0, fmt.Errorf("cachefx: %s: ttl %v below Redis's 1ms resolution", c.cfg.KeyAttribute.Quote(key), ttl)
+	}
 	return ttl, nil
 }
 
