@@ -112,6 +112,11 @@ func (b *broadcaster) confirmed() {
 	b.proved(b.elapsed())
 }
 
+// distrust voids every proof: the subscription's connection is known
+// broken, so the layer answers nothing until a subscription is confirmed
+// again.
+func (b *broadcaster) distrust() { b.proof.Store(math.MinInt64 / 2) }
+
 func (b *broadcaster) proved(at int64) {
 	for {
 		old := b.proof.Load()
@@ -159,6 +164,11 @@ func (b *broadcaster) run(done chan struct{}) {
 			}
 			// Closed, or the connection broke and could not be re-made
 			// (Redis down): go-redis reconnects on the next receive.
+			// Messages may be lost from now on, so the layer stops
+			// answering at once rather than at the end of the window;
+			// the resubscription's confirmation clears it and trusts it
+			// again.
+			b.distrust()
 			select {
 			case <-b.stop:
 				return

@@ -255,3 +255,32 @@ func TestKeysMessage_RoundTripsEveryByte(t *testing.T) {
 		t.Error("valid UTF-8 keys are not written as before (older processes read only that)")
 	}
 }
+
+// "While Redis is unreachable, the layer answers nothing": with Redis
+// killed, the first layer kept answering until the trust window of its
+// latest proof ran out (up to 2 s), although its subscription's connection
+// had broken at once. Now a broken subscription voids the proof.
+func TestLocalLayer_StopsAnsweringWhenTheSubscriptionBreaks(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartPrivate(t)
+	c := newCache(t, client(t, srv), Config{Local: LocalConfig{MaxEntries: 10}})
+	ctx := context.Background()
+	if err := c.Set(ctx, "k", []byte("v"), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if v, found, err := c.Get(ctx, "k"); err != nil || !found || string(v) != "v" {
+		t.Fatalf("Get = %q %v %v", v, found, err)
+	}
+	srv.Kill()
+	killed := time.Now()
+	// The subscription sees its connection close within milliseconds; the
+	// old trust window (2 s from a proof at most 1 s old) lasted at least
+	// 1 s after the kill.
+	waitUntil(t, 500*time.Millisecond, func() bool { return !c.bcast.trusted() })
+	for time.Since(killed) < 2500*time.Millisecond {
+		if v, found, err := c.Get(ctx, "k"); err == nil || found {
+			t.Fatalf("%v after Redis was killed the first layer answered %q (found %v, err %v)", time.Since(killed), v, found, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
