@@ -122,7 +122,7 @@ func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Cache, error) 
 // first layer answers nothing.
 func (c *Cache) Start(ctx context.Context) error {
 	// Start-up work of no request: no command spans (each would be a trace of its own).
-	_ = scripts.Preload(plugintrace.WithoutCommandSpans(ctx), c.rdb, tagScript, retireScript, leaseScript, renewLeaseScript, storeLeasedScript, releaseLeaseScript) // not fatal: loads on first use
+	_ = scripts.Preload(plugintrace.WithoutCommandSpans(ctx), c.rdb, tagScript, readTagScript, retireScript, leaseScript, renewLeaseScript, storeLeasedScript, releaseLeaseScript) // not fatal: loads on first use
 	if c.bcast == nil {
 		return nil
 	}

@@ -2,7 +2,9 @@ package cachefx
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -38,6 +40,18 @@ redis.call('PEXPIREAT', KEYS[1], at, 'GT')
 return 1
 `)
 
+// readTagScript returns the live members of the tag set KEYS[1] with their
+// scores (member, score, …): those whose score is still ahead of Redis's
+// clock. A member at or below it is gone in intent though maybe not yet
+// removed: its value expired, or it was retired more than the grace ago
+// (an invalidation must not find it: its key may have been stored again
+// since, without the tag). It writes nothing.
+var readTagScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
+return redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. string.format('%.17g', now), '+inf', 'WITHSCORES')
+`)
+
 // retireScript retires from the tag set KEYS[1] the members an
 // invalidation read and deleted (ARGV[1]: the grace in ms; then member,
 // score, member, score …), except those tagged again since (their score
@@ -46,11 +60,14 @@ return 1
 // becomes now + grace, so that an invalidation of the same tag in another
 // process during the grace still finds the key and drops its own
 // first-layer copy (the first invalidation's message may not have reached
-// that process yet). Tag additions prune it after the grace. The set's
-// expiry follows its latest score.
+// that process yet). After the grace no invalidation reads it
+// (readTagScript), and the next addition or retirement in the set removes
+// it. The set's expiry follows its latest score.
 var retireScript = redis.NewScript(`
 local t = redis.call('TIME')
-local retired = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000 + tonumber(ARGV[1])
+local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', string.format('%.17g', now))
+local retired = now + tonumber(ARGV[1])
 local n = 0
 for i = 2, #ARGV, 2 do
   local s = redis.call('ZSCORE', KEYS[1], ARGV[i])
@@ -111,26 +128,29 @@ func (c *Cache) invalidateByTags(ctx context.Context, tags []string, span *plugi
 		tagKeys[i] = c.tagKey(tag)
 	}
 	defer c.wrote(tagKeys...)
-	// 1. Read each tag set, leaving it in place.
-	reads := make([]*redis.ZSliceCmd, len(tags))
+	// 1. Read each tag set's live members, leaving it in place.
+	calls := make([]*scriptCall, len(tags))
+	for i := range tags {
+		calls[i] = &scriptCall{script: readTagScript, keys: []string{tagKeys[i]}}
+	}
 	sctx, cancel := c.storeCtx(ctx)
-	_, _ = c.rdb.Pipelined(sctx, func(p redis.Pipeliner) error {
-		for i := range tags {
-			reads[i] = p.ZRangeWithScores(sctx, tagKeys[i], 0, -1)
-		}
-		return nil
-	})
+	_, _ = c.rdb.Pipelined(sctx, func(p redis.Pipeliner) error { queueAll(sctx, p, calls); return nil })
+	retryNoScript(sctx, c.rdb, calls)
 	cancel()
+	reads := make([]tagRead, len(tags))
+	for i, sc := range calls {
+		reads[i] = readTagReply(sc.cmd)
+	}
 	event(span, "tag.lookup", attribute.Int("count", len(tags)))
 	var readErr error
 	seen := map[string]bool{}
 	var keys []string
 	for _, r := range reads {
-		if err := r.Err(); err != nil {
-			readErr = err // this set stays whole: a retry finds its keys
+		if r.err != nil {
+			readErr = r.err // this set stays whole: a retry finds its keys
 			continue
 		}
-		for _, z := range r.Val() {
+		for _, z := range r.members {
 			if k, _ := z.Member.(string); !seen[k] {
 				seen[k] = true
 				keys = append(keys, k)
@@ -159,14 +179,45 @@ func (c *Cache) invalidateByTags(ctx context.Context, tags []string, span *plugi
 	return n, nil
 }
 
+// tagRead is one tag set's live members, or why they could not be read.
+type tagRead struct {
+	members []redis.Z
+	err     error
+}
+
+// readTagReply decodes readTagScript's reply (member, score, …).
+func readTagReply(cmd *redis.Cmd) tagRead {
+	if cmd == nil {
+		return tagRead{err: errors.New("cachefx: tag set not read")}
+	}
+	res, err := cmd.Slice()
+	if err != nil {
+		return tagRead{err: err}
+	}
+	if len(res)%2 != 0 {
+		return tagRead{err: fmt.Errorf("cachefx: unexpected tag set reply %v", res)}
+	}
+	members := make([]redis.Z, 0, len(res)/2)
+	for i := 0; i < len(res); i += 2 {
+		m, ok1 := res[i].(string)
+		s, ok2 := res[i+1].(string)
+		score, err := strconv.ParseFloat(s, 64)
+		if !ok1 || !ok2 || err != nil {
+			return tagRead{err: fmt.Errorf("cachefx: unexpected tag set reply %v", res)}
+		}
+		members = append(members, redis.Z{Member: m, Score: score})
+	}
+	return tagRead{members: members}
+}
+
 // retire runs retireScript for every set that was read.
-func (c *Cache) retire(ctx context.Context, tags []string, reads []*redis.ZSliceCmd) {
+func (c *Cache) retire(ctx context.Context, tags []string, reads []tagRead) {
 	var calls []*scriptCall
 	for i, r := range reads {
-		if r.Err() != nil {
+		if r.err != nil {
 			continue
 		}
-		members := r.Val()
+		members := r.members
 		for len(members) > 0 {
 			batch := members[:min(len(members), retireBatch)]
 			members = members[len(batch):]

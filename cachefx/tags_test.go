@@ -69,3 +69,43 @@ func TestInvalidateByTags_RetryAfterAFailedDeleteDeletesEverything(t *testing.T)
 		}
 	}
 }
+
+// Rule 4: after an invalidation its members stay, retired, for the grace,
+// then go. A retired member went only when a later addition pruned it: if
+// the tag's last addition came within the grace, it stayed as long as the
+// longest-lived member, and a later InvalidateByTags of the tag deleted a
+// value stored again without the tag. Now an invalidation reads only the
+// members still live, and prunes the others.
+func TestInvalidateByTags_RetiredMemberIsNotFoundAfterTheGrace(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := newCache(t, client(t, srv), Config{})
+	direct := srv.Client()
+	defer direct.Close()
+	ctx := context.Background()
+	if err := c.Set(ctx, "old", []byte("v"), time.Hour, "brand"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.InvalidateByTags(ctx, "brand"); err != nil {
+		t.Fatal(err)
+	}
+	// Within the grace another value joins the tag: its addition prunes
+	// nothing ("old" is retired until the grace ends).
+	if err := c.Set(ctx, "new", []byte("v"), time.Hour, "brand"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(retiredGrace + 200*time.Millisecond) // the rule is about time
+	// "old" is stored again, without the tag.
+	if err := c.Set(ctx, "old", []byte("untagged"), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := c.InvalidateByTags(ctx, "brand"); err != nil || n != 1 {
+		t.Fatalf("InvalidateByTags = %d %v, want 1 (only \"new\")", n, err)
+	}
+	if v, found, err := c.Get(ctx, "old"); err != nil || !found || string(v) != "untagged" {
+		t.Fatalf("a value stored without the tag was invalidated: %q %v %v", v, found, err)
+	}
+	if err := direct.ZScore(ctx, c.tagKey("brand"), "old").Err(); err == nil {
+		t.Fatal("the retired member is still in the tag set after an invalidation past its grace")
+	}
+}
