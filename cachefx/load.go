@@ -93,7 +93,8 @@ return 0
 // becomes an error. When Redis fails, GetOrLoad serves from the loader
 // (single flight still applies) and returns no store error: a cache outage
 // costs load, not availability. A value above MaxValueBytes is returned
-// together with its *ValueTooLargeError.
+// together with its *ValueTooLargeError, whether or not this caller held
+// the lease (it is never stored).
 func (c *Cache) GetOrLoad(ctx context.Context, key string, ttl time.Duration, load Loader, tags ...string) ([]byte, error) {
 	ttl, err := c.ttlOrDefault(key, ttl)
 	if err != nil {
@@ -150,7 +151,7 @@ func (c *Cache) load(ctx context.Context, key string, ttl time.Duration, load Lo
 	defer func() { finish(span, err) }()
 	if storeDown {
 		event(span, "store.unavailable")
-		return load(ctx)
+		return c.loadUnstored(ctx, key, load)
 	}
 	full, token := c.valueKey(key), randid.Hex(16)
 	deadline := time.Now().Add(c.cfg.LoadWait)
@@ -160,7 +161,7 @@ func (c *Cache) load(ctx context.Context, key string, ttl time.Duration, load Lo
 		switch {
 		case err != nil:
 			event(span, "store.unavailable")
-			return load(ctx) // serve without caching
+			return c.loadUnstored(ctx, key, load) // serve without caching
 		case v != nil:
 			event(span, "value.found") // another process stored it meanwhile
 			return v, nil
@@ -174,11 +175,22 @@ func (c *Cache) load(ctx context.Context, key string, ttl time.Duration, load Lo
 		remaining := time.Until(deadline)
 		if remaining <= 0 {
 			event(span, "load.wait_expired")
-			return load(ctx) // it is taking too long: load, but leave storing to the lease holder
+			return c.loadUnstored(ctx, key, load) // it is taking too long: load, but leave storing to the lease holder
 		}
 		time.Sleep(min(backoff, remaining))
 		backoff = min(backoff*2, 100*time.Millisecond)
 	}
+}
+
+// loadUnstored runs the loader for a value that will not be stored (no
+// lease, or Redis unreachable). A value above MaxValueBytes still comes
+// with its *ValueTooLargeError, as on the path that stores.
+func (c *Cache) loadUnstored(ctx context.Context, key string, load Loader) ([]byte, error) {
+	v, err := load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return v, c.tooLarge(key, len(v))
 }
 
 // takeLease runs leaseScript: the value if the key holds one (kept in the
@@ -229,7 +241,7 @@ func (c *Cache) loadLeased(ctx context.Context, span *plugintrace.Span, key stri
 		cancel()
 		if err != nil {
 			event(span, "store.unavailable")
-			return load(ctx) // a value in no tag set must not be stored
+			return c.loadUnstored(ctx, key, load) // a value in no tag set must not be stored
 		}
 	}
 	stop := c.renewLease(ctx, key, token, tags)

@@ -3,6 +3,7 @@ package cachefx
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -187,5 +188,46 @@ func TestGetOrLoad_DoneCallerDoesNotDecideTheSharedLoad(t *testing.T) {
 				t.Fatalf("loader ran %d times (want 1); cached afterwards: %v (err %v)", n, found, err)
 			}
 		})
+	}
+}
+
+// holdLease makes other load key with a loader that blocks until the
+// returned release is called; it returns once other holds the lease.
+func holdLease(t *testing.T, other *Cache, key string) (release func()) {
+	t.Helper()
+	started, unblock, finished := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(finished)
+		_, _ = other.GetOrLoad(context.Background(), key, time.Minute, func(context.Context) ([]byte, error) {
+			close(started)
+			<-unblock
+			return []byte("small"), nil
+		})
+	}()
+	select {
+	case <-started:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the other process never started its load")
+	}
+	var once sync.Once
+	release = func() { once.Do(func() { close(unblock); <-finished }) }
+	t.Cleanup(release)
+	return release
+}
+
+// MaxValueBytes: GetOrLoad returns a value above it together with its
+// *ValueTooLargeError. A caller that waited LoadWait for another process's
+// lease and then loaded itself (or loaded with Redis unreachable) got the
+// value with a nil error.
+func TestGetOrLoad_TooLargeValueLoadedAfterLoadWaitComesWithItsError(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := newCache(t, client(t, srv), Config{MaxValueBytes: 10, LoadWait: 50 * time.Millisecond})
+	other := newCache(t, client(t, srv), Config{KeyPrefix: c.cfg.KeyPrefix, MaxValueBytes: 10})
+	big := []byte(strings.Repeat("x", 100))
+	holdLease(t, other, "k")
+	v, err := c.GetOrLoad(context.Background(), "k", time.Minute, func(context.Context) ([]byte, error) { return big, nil })
+	if !errors.As(err, new(*ValueTooLargeError)) || len(v) != len(big) {
+		t.Fatalf("GetOrLoad returned %d bytes (MaxValueBytes 10) with err = %v, want the value and *ValueTooLargeError", len(v), err)
 	}
 }
