@@ -76,8 +76,10 @@ return 0
 // (Config.LoadGuardTTL, renewed while the loader runs) lets one process
 // load while the others wait for its value, at most Config.LoadWait,
 // before loading themselves (without storing: only the lease holder
-// stores). Each caller that waits instead of loading counts in
-// cache_stampede_prevented_total.
+// stores). Each caller that gets the value without running the loader (it
+// shared this process's load, or waited for another process's and found
+// its value) counts in cache_stampede_prevented_total; one that waited
+// LoadWait and then loaded does not.
 //
 // A loaded value never overwrites a newer write: if Set, Delete or
 // InvalidateByTags (of one of tags) touches key while the loader runs, the
@@ -164,13 +166,15 @@ func (c *Cache) load(ctx context.Context, key string, ttl time.Duration, load Lo
 			return c.loadUnstored(ctx, key, load) // serve without caching
 		case v != nil:
 			event(span, "value.found") // another process stored it meanwhile
+			if !first {
+				c.obs.stampedePrevented() // waited for it instead of loading
+			}
 			return v, nil
 		case leased:
 			return c.loadLeased(ctx, span, key, ttl, load, tags, token)
 		}
 		if first {
-			c.obs.stampedePrevented() // another process is loading this key
-			event(span, "load.waiting")
+			event(span, "load.waiting") // another process is loading this key
 		}
 		remaining := time.Until(deadline)
 		if remaining <= 0 {

@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/redisfx/redisfx/internal/obstest"
 	"github.com/redisfx/redisfx/internal/redistest"
 )
 
@@ -229,5 +232,24 @@ func TestGetOrLoad_TooLargeValueLoadedAfterLoadWaitComesWithItsError(t *testing.
 	v, err := c.GetOrLoad(context.Background(), "k", time.Minute, func(context.Context) ([]byte, error) { return big, nil })
 	if !errors.As(err, new(*ValueTooLargeError)) || len(v) != len(big) {
 		t.Fatalf("GetOrLoad returned %d bytes (MaxValueBytes 10) with err = %v, want the value and *ValueTooLargeError", len(v), err)
+	}
+}
+
+// cache_stampede_prevented_total counts the callers that got the value
+// without running the loader. A caller that waited for another process's
+// lease, gave up after LoadWait and ran the loader itself was counted.
+func TestGetOrLoad_StampedeMetricSkipsACallerThatLoadedAfterWaiting(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	reg := prometheus.NewRegistry()
+	c := newCache(t, client(t, srv), Config{LoadWait: 50 * time.Millisecond}, WithRegisterer(reg))
+	other := newCache(t, client(t, srv), Config{KeyPrefix: c.cfg.KeyPrefix})
+	holdLease(t, other, "k")
+	var loads atomic.Int32
+	if _, err := c.GetOrLoad(context.Background(), "k", time.Minute, func(context.Context) ([]byte, error) { loads.Add(1); return []byte("v"), nil }); err != nil {
+		t.Fatal(err)
+	}
+	if n, prevented := loads.Load(), obstest.Value(t, reg, "cache_stampede_prevented_total"); n != 1 || prevented != 0 {
+		t.Fatalf("the caller ran the loader itself (%d times), yet cache_stampede_prevented_total = %v", n, prevented)
 	}
 }
