@@ -16,6 +16,7 @@ import (
 
 	"github.com/redisfx/redisfx"
 	"github.com/redisfx/redisfx/internal/faultproxy"
+	"github.com/redisfx/redisfx/internal/obstest"
 	"github.com/redisfx/redisfx/internal/redistest"
 	"github.com/redisfx/redisfx/storefx"
 )
@@ -437,7 +438,7 @@ func TestClusterFailover_BreakerOfTheNodeThatLeftStopsCounting(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	probes := c.Breaker().Probes
-	if v := gaugeValue(t, reg, "store_breaker_state"); v != 0 {
+	if v := obstest.Value(t, reg, "store_breaker_state", "client", "default"); v != 0 {
 		t.Fatalf("store_breaker_state %v with the client's breaker closed", v)
 	}
 	// The dead address is no longer probed.
@@ -445,21 +446,6 @@ func TestClusterFailover_BreakerOfTheNodeThatLeftStopsCounting(t *testing.T) {
 	if st := c.Breaker(); st.Probes != probes {
 		t.Fatalf("the node that left is still probed: %d probes, then %d", probes, st.Probes)
 	}
-}
-
-func gaugeValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			return mf.GetMetric()[0].GetGauge().GetValue()
-		}
-	}
-	t.Fatalf("no %s", name)
-	return 0
 }
 
 // An app of storefx.Module and a module that asks only for the Registry
