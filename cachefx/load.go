@@ -136,8 +136,8 @@ func (c *Cache) GetOrLoad(ctx context.Context, key string, ttl time.Duration, lo
 	})
 	select {
 	case r := <-ch:
-		if !ran {
-			c.obs.stampedePrevented()
+		if !ran && r.Err == nil {
+			c.obs.stampedePrevented() // got the value another caller loaded (a failed load prevented nothing)
 		}
 		b, _ := r.Val.([]byte)
 		return b, r.Err

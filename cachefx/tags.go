@@ -33,7 +33,7 @@ local score = now + tonumber(ARGV[2])
 local old = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if old and tonumber(old) >= score then score = tonumber(old) + 0.001 end
 redis.call('ZADD', KEYS[1], string.format('%.17g', score), ARGV[1])
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', string.format('%.17g', now))
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', string.format('%.17g', now - 1))
 local at = string.format('%.0f', math.ceil(score))
 redis.call('PEXPIREAT', KEYS[1], at, 'NX')
 redis.call('PEXPIREAT', KEYS[1], at, 'GT')
@@ -41,15 +41,19 @@ return 1
 `)
 
 // readTagScript returns the live members of the tag set KEYS[1] with their
-// scores (member, score, …): those whose score is still ahead of Redis's
-// clock. A member at or below it is gone in intent though maybe not yet
+// scores (member, score, …): those whose score is ahead of Redis's clock
+// less 1 ms. A member below that is gone in intent though maybe not yet
 // removed: its value expired, or it was retired more than the grace ago
 // (an invalidation must not find it: its key may have been stored again
-// since, without the tag). It writes nothing.
+// since, without the tag). The millisecond: a score is the value's expiry
+// counted from TIME with microseconds, while Redis expires a key only once
+// its millisecond clock is past the expiry, so a value lives up to 1 ms
+// beyond its score (reading only scores ahead of the clock, an
+// invalidation missed such a value and returned nil). It writes nothing.
 var readTagScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
-return redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. string.format('%.17g', now), '+inf', 'WITHSCORES')
+return redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. string.format('%.17g', now - 1), '+inf', 'WITHSCORES')
 `)
 
 // retireScript retires from the tag set KEYS[1] the members an
@@ -66,7 +70,7 @@ return redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. string.format('%.17g', now), 
 var retireScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', string.format('%.17g', now))
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', string.format('%.17g', now - 1))
 local retired = now + tonumber(ARGV[1])
 local n = 0
 for i = 2, #ARGV, 2 do
