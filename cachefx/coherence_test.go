@@ -5,7 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redisfx/redisfx/internal/faultproxy"
 	"github.com/redisfx/redisfx/internal/redistest"
+	"github.com/redisfx/redisfx/storefx"
 )
 
 // A Get in the window of a Delete (after the first layer was dropped, before
@@ -71,5 +73,47 @@ func TestLocalLayer_OverlappingSetsLeaveWhatRedisHolds(t *testing.T) {
 	inRedis, _ := srv.Client().Get(ctx, c.valueKey("k")).Result()
 	if v, _, _ := c.Get(ctx, "k"); string(v) != inRedis {
 		t.Fatalf("Get = %q, Redis holds %q", v, inRedis)
+	}
+}
+
+// A write that failed on a stalled connection may reach Redis late, and
+// delete a value written meanwhile. On a single server its message is in
+// its pipeline and lands with it, so a process that cached the newer value
+// drops it then (docs/cache.md, "A write that returned an error"). On a
+// Cluster the message goes out when the write fails; the checker excuses
+// what it cannot tell (mayLandUntil).
+func TestLocalLayer_FailedDeleteLandingLate_OthersDropWhatItDeleted(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartPrivate(t)
+	px := faultproxy.Start(t, srv.Addr())
+	viaProxy, err := storefx.New("default", storefx.Config{Addrs: []string{px.Addr()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = viaProxy.Close() })
+	prefix := redistest.Prefix(t)
+	local := LocalConfig{MaxEntries: 10, TTL: time.Minute}
+	writer := newCache(t, viaProxy, Config{KeyPrefix: prefix, Local: local, StoreTimeout: 100 * time.Millisecond})
+	reader := newCache(t, client(t, srv), Config{KeyPrefix: prefix, Local: local})
+	ctx := context.Background()
+	if _, err := writer.Delete(ctx, "other"); err != nil { // a pooled connection to stall, not a dial
+		t.Fatal(err)
+	}
+	px.SetMode(faultproxy.Freeze)
+	if _, err := writer.Delete(ctx, "k"); err == nil {
+		t.Fatal("Delete through a stalled connection returned nil")
+	}
+	if err := reader.Set(ctx, "k", []byte("new"), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if _, cached := reader.local.get(reader.valueKey("k"), time.Now()); !cached {
+		t.Fatal("the reader's Set left no copy in its first layer")
+	}
+	px.SetMode(faultproxy.Forward) // the held DEL lands now, after the reader's Set
+	waitUntil(t, 2*time.Second, func() bool { return srv.Client().Exists(ctx, reader.valueKey("k")).Val() == 0 })
+	landed := time.Now()
+	waitUntil(t, 3*time.Second, func() bool { return reader.bcast.proofAfter(landed) })
+	if v, found, _ := reader.Get(ctx, "k"); found {
+		t.Fatalf("reader serves %q after the late DEL deleted it in Redis", v)
 	}
 }
