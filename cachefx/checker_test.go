@@ -146,11 +146,12 @@ const never = time.Duration(math.MaxInt64)
 
 // valueRec is what the checker knows of one value (one write).
 type valueRec struct {
-	key  string
-	tags []string
-	ttl  time.Duration
-	from time.Duration // its write began (a load: the load began)
-	asOf time.Duration // Set returned nil; a load: its loader read the source; else never
+	key    string
+	tags   []string
+	ttl    time.Duration
+	loaded bool          // by GetOrLoad, which tells no other process (the key held no value)
+	from   time.Duration // its write began (a load: the load began)
+	asOf   time.Duration // Set returned nil; a load: its loader read the source; else never
 }
 
 // writeRec is a Set, Delete or InvalidateByTags, with its outcome.
@@ -211,6 +212,7 @@ type cacheWorld struct {
 	readErrors int
 	restarts   []time.Duration
 	stalls     []stall
+	faultLog   []string            // each fault and when it began, for a violation's history
 	tagAdds    map[string][]tagAdd // tag -> successful additions of a key
 	sampled    []string            // violations seen while running
 	samples    int
@@ -277,6 +279,9 @@ func (w *cacheWorld) now() time.Duration { return time.Since(w.began) }
 func (w *cacheWorld) fault(kind string) {
 	n, _ := w.faults.LoadOrStore(kind, new(atomic.Int64))
 	n.(*atomic.Int64).Add(1)
+	w.mu.Lock()
+	w.faultLog = append(w.faultLog, fmt.Sprintf("%s at %v", kind, w.now().Round(time.Millisecond)))
+	w.mu.Unlock()
 }
 
 // dial connects to the nodes of dialMap through their proxies. A Cluster
@@ -434,7 +439,7 @@ func decode(v []byte) (int64, error) {
 func (w *cacheWorld) newValue(key string, tags []string, ttl, from, asOf time.Duration) int64 {
 	id := w.nextVal.Add(1)
 	w.mu.Lock()
-	w.values[id] = &valueRec{key: key, tags: tags, ttl: ttl, from: from, asOf: asOf}
+	w.values[id] = &valueRec{key: key, tags: tags, ttl: ttl, loaded: asOf != never, from: from, asOf: asOf}
 	w.mu.Unlock()
 	return id
 }
@@ -584,7 +589,7 @@ func (w *cacheWorld) injectFaults(ctx context.Context) {
 		case 6: // the subscription alone, forgotten by a NAT: the process must notice
 			w.fault("blackhole-subscription")
 			for _, c := range px.Subscribers() {
-				c.SetMode(faultproxy.Blackhole)
+				c.Lose() // for good: a later heal of px must not bring it back with messages lost
 			}
 		case 7:
 			w.fault("cut-subscription")
@@ -891,7 +896,7 @@ func (w *cacheWorld) history(id int64) string {
 			fmt.Fprintf(&b, "  %s by incarnation %d: %v-%v\n", r.op, r.proc, r.start, r.end)
 		}
 	}
-	fmt.Fprintf(&b, "  restarts %v, stalls %v, stopped at %v", w.restarts, w.stalls, w.stoppedAt)
+	fmt.Fprintf(&b, "  faults %v, stalls %v, stopped at %v", w.faultLog, w.stalls, w.stoppedAt)
 	return b.String()
 }
 
@@ -900,10 +905,14 @@ func (w *cacheWorld) history(id int64) string {
 func (w *cacheWorld) explainDifference(held, redisID int64, present bool) string {
 	h := w.values[held]
 	if present {
-		if w.values[redisID].asOf == never {
+		switch r := w.values[redisID]; {
+		case r.asOf == never:
 			return "Redis holds a value whose write returned an error (it may have landed late, unannounced)"
+		case !r.loaded:
+			return "" // a Set tells the other processes: they drop what they held
 		}
-		return ""
+		// A load tells nobody (the key held no value): if held was lost
+		// unannounced, Redis may hold a value loaded since.
 	}
 	for _, at := range w.restarts {
 		if at > h.from {

@@ -215,12 +215,26 @@ type Conn struct {
 	mode       Mode
 	subscriber bool
 	cut        bool
+	lost       bool // Lose: blackholed for good, whatever SetMode says later
 }
 
 // SetMode puts this connection alone in mode m.
 func (c *Conn) SetMode(m Mode) {
 	c.p.mu.Lock()
 	c.mode = m
+	c.p.cond.Broadcast()
+	c.p.mu.Unlock()
+}
+
+// Lose blackholes the connection for good, as a NAT that forgot it: its
+// bytes are discarded from now on, whatever mode the proxy or the
+// connection is set to later. (A Blackhole that a later SetMode(Forward)
+// lifts delivers bytes again after some were lost, which TCP never does:
+// a subscriber would miss messages on a connection that then answers its
+// pings.)
+func (c *Conn) Lose() {
+	c.p.mu.Lock()
+	c.lost = true
 	c.p.cond.Broadcast()
 	c.p.mu.Unlock()
 }
@@ -299,11 +313,14 @@ func (c *Conn) pipe(dst, src net.Conn, fromClient bool) {
 func (c *Conn) await() Mode {
 	c.p.mu.Lock()
 	defer c.p.mu.Unlock()
-	for c.mode == Freeze && !c.cut {
+	for c.mode == Freeze && !c.cut && !c.lost {
 		c.p.cond.Wait()
 	}
-	if c.cut {
+	switch {
+	case c.cut:
 		return -1
+	case c.lost:
+		return Blackhole
 	}
 	return c.mode
 }

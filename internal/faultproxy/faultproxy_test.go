@@ -114,3 +114,31 @@ func TestSubscribersAndPerConnectionModes(t *testing.T) {
 		t.Fatalf("a blackholed subscriber got %v", m)
 	}
 }
+
+// A lost connection stays silent when the proxy is set to Forward: bytes
+// lost, then delivered again, is no failure TCP has.
+func TestLose_OutlivesSetModeForward(t *testing.T) {
+	srv := redistest.Start(t)
+	p := faultproxy.Start(t, srv.Addr())
+	c := redis.NewClient(&redis.Options{Addr: p.Addr(), DisableIdentity: true, MaxRetries: -1,
+		ReadTimeout: 100 * time.Millisecond, ContextTimeoutEnabled: true})
+	defer c.Close()
+	ctx := context.Background()
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	conns := p.Conns()
+	if len(conns) != 1 {
+		t.Fatalf("%d connections, want 1", len(conns))
+	}
+	conns[0].Lose()
+	p.SetMode(faultproxy.Freeze)
+	p.SetMode(faultproxy.Forward)
+	sent := p.Sent()
+	if err := c.Ping(ctx).Err(); err == nil {
+		t.Fatal("a lost connection answered after SetMode(Forward)")
+	}
+	if p.Sent() != sent {
+		t.Fatal("a lost connection passed bytes on")
+	}
+}
