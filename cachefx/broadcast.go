@@ -47,6 +47,11 @@ type broadcaster struct {
 
 	base  time.Time    // monotonic origin of proof
 	proof atomic.Int64 // every message Redis handled before base+proof has been applied
+	// live: the current connection's subscription is confirmed and Redis
+	// has not ended it. Only then does a pong prove anything: a
+	// connection whose subscription Redis ended or refused still answers
+	// pings. Read and written by start, then by run only.
+	live bool
 
 	mu     sync.Mutex
 	ps     *redis.PubSub
@@ -109,6 +114,7 @@ func (b *broadcaster) trusted() bool {
 // reaches this process in order.
 func (b *broadcaster) confirmed() {
 	b.local.clear()
+	b.live = true
 	b.proved(b.elapsed())
 }
 
@@ -162,13 +168,22 @@ func (b *broadcaster) run(done chan struct{}) {
 			if errors.As(err, &ne) && ne.Timeout() {
 				continue // time to ping
 			}
+			if rerr := redis.Error(nil); errors.As(err, &rerr) {
+				// Redis refused the (re)subscription, as a node that no
+				// longer owns the channel's slot does (MOVED): this
+				// connection carries none.
+				b.ended()
+				b.resubscribe(ps)
+				lastPing, lastReplace = b.elapsed(), b.elapsed()
+				continue
+			}
 			// Closed, or the connection broke and could not be re-made
 			// (Redis down): go-redis reconnects on the next receive.
 			// Messages may be lost from now on, so the layer stops
 			// answering at once rather than at the end of the window;
 			// the resubscription's confirmation clears it and trusts it
 			// again.
-			b.distrust()
+			b.ended()
 			select {
 			case <-b.stop:
 				return
@@ -178,11 +193,21 @@ func (b *broadcaster) run(done chan struct{}) {
 		}
 		switch m := msg.(type) {
 		case *redis.Subscription:
-			if m.Kind == "subscribe" || m.Kind == "ssubscribe" {
+			switch m.Kind {
+			case "subscribe", "ssubscribe":
 				b.confirmed()
+			case "unsubscribe", "sunsubscribe":
+				// Redis ended the subscription itself: a Cluster master
+				// that loses the channel's slot (a failover, a
+				// resharding) unsubscribes its clients and keeps
+				// answering their pings, while messages go to the slot's
+				// new master.
+				b.ended()
+				b.resubscribe(ps)
+				lastPing, lastReplace = b.elapsed(), b.elapsed()
 			}
 		case *redis.Pong:
-			if sent, err := strconv.ParseInt(m.Payload, 10, 64); err == nil {
+			if sent, err := strconv.ParseInt(m.Payload, 10, 64); err == nil && b.live {
 				b.proved(sent)
 			}
 		case *redis.Message:
@@ -191,9 +216,35 @@ func (b *broadcaster) run(done chan struct{}) {
 	}
 }
 
+// ended handles a subscription known to be gone: messages may be lost
+// from now on, so the layer answers nothing, and pongs prove nothing,
+// until a subscription is confirmed again.
+func (b *broadcaster) ended() {
+	b.live = false
+	b.distrust()
+}
+
+// resubscribe replaces a subscription that Redis ended or refused. On a
+// Cluster the channel's slot may have moved: the client's view of the
+// slots is reloaded first, and the new subscription waits a moment for
+// it (if it still reaches the old node, that node refuses it and this
+// runs again).
+func (b *broadcaster) resubscribe(ps *redis.PubSub) {
+	if cc := clusterClient(b.rdb); cc != nil {
+		cc.ReloadState(background)
+	}
+	select {
+	case <-b.stop:
+		return
+	case <-time.After(min(b.interval, 100*time.Millisecond)):
+	}
+	b.replace(ps)
+}
+
 // replace closes ps and subscribes on a new connection; its confirmation
 // clears the layer.
 func (b *broadcaster) replace(ps *redis.PubSub) {
+	b.live = false
 	fresh := b.subscribe(background)
 	b.mu.Lock()
 	if b.closed {

@@ -69,12 +69,15 @@ func singleNode(rdb redis.UniversalClient) bool {
 }
 
 // isCluster reports whether rdb is a Cluster client.
-func isCluster(rdb redis.UniversalClient) bool {
+func isCluster(rdb redis.UniversalClient) bool { return clusterClient(rdb) != nil }
+
+// clusterClient is rdb's Cluster client, or nil if it has none.
+func clusterClient(rdb redis.UniversalClient) *redis.ClusterClient {
 	if c, ok := rdb.(*storefx.Client); ok {
 		rdb = c.UniversalClient
 	}
-	_, ok := rdb.(*redis.ClusterClient)
-	return ok
+	cc, _ := rdb.(*redis.ClusterClient)
+	return cc
 }
 
 // ValueTooLargeError refuses a value above Config.MaxValueBytes.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -257,5 +258,72 @@ func TestCluster_FailedDeleteTellsTheOthersWhileTheChannelsMasterAnswers(t *test
 	waitUntil(t, 3*time.Second, func() bool { return reader.bcast.proofAfter(landed) })
 	if v, found, _ := reader.Get(ctx, key); found {
 		t.Fatalf("reader still serves %q after the failed Delete reached Redis, which holds nothing", v)
+	}
+}
+
+// When the invalidation channel's master fails over and stays up as a
+// replica, Redis ends its clients' sharded subscriptions (sunsubscribe)
+// and goes on answering their pings. The pongs kept the first layer
+// trusted with no subscription: every later change went unheard, and
+// each process served its copies until Local.TTL. A subscription Redis
+// ends or refuses is now replaced on the slot's new master, and only a
+// live one's pongs prove anything.
+func TestCluster_FailoverOfTheChannelsMaster_InvalidationsStillArrive(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 6-node cluster")
+	}
+	t.Parallel()
+	cl := redistest.StartCluster(t, 3, 1)
+	prefix := redistest.Prefix(t)
+	local := LocalConfig{MaxEntries: 100, TTL: time.Minute} // interval 1 s, window 2 s
+	caches := make([]*Cache, 2)
+	for i := range caches {
+		c, err := storefx.New("default", storefx.Config{Addrs: cl.Addrs()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		caches[i] = newCache(t, c, Config{KeyPrefix: prefix, Local: local})
+	}
+	writer, reader := caches[0], caches[1]
+	ctx := context.Background()
+	master, err := cl.Client().MasterForKey(ctx, writer.bcast.channel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var replica *redistest.Server
+	for _, n := range cl.Nodes {
+		info := n.Client().Info(ctx, "replication").Val()
+		if strings.Contains(info, "role:slave") && strings.Contains(info, "master_port:"+master.Options().Addr[strings.LastIndex(master.Options().Addr, ":")+1:]) {
+			replica = n
+		}
+	}
+	if replica == nil {
+		t.Fatal("the channel's master has no replica")
+	}
+	if err := replica.Client().Do(ctx, "CLUSTER", "FAILOVER", "TAKEOVER").Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 10*time.Second, func() bool {
+		return strings.Contains(replica.Client().Info(ctx, "replication").Val(), "role:master")
+	})
+	keys := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
+	for _, k := range keys {
+		if err := writer.Set(ctx, k, []byte("old"), time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		if v, _, err := reader.Get(ctx, k); string(v) != "old" {
+			t.Fatalf("reader Get(%s) = %q, %v", k, v, err)
+		}
+		if err := writer.Set(ctx, k, []byte("new"), time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	written := time.Now()
+	waitUntil(t, 15*time.Second, func() bool { return reader.bcast.proofAfter(written) })
+	for _, k := range keys {
+		if v, _, err := reader.Get(ctx, k); string(v) != "new" {
+			t.Fatalf("reader Get(%s) = %q, %v after the failover, its subscription proven since the write of %q", k, v, err, "new")
+		}
 	}
 }
