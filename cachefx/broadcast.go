@@ -52,6 +52,10 @@ type broadcaster struct {
 	// connection whose subscription Redis ended or refused still answers
 	// pings. Read and written by start, then by run only.
 	live bool
+	// refusals counts the subscriptions Redis ended or refused since the
+	// last confirmation: each resubscription waits longer (a channel the
+	// ACL denies must not churn connections).
+	refusals int
 
 	mu     sync.Mutex
 	ps     *redis.PubSub
@@ -114,7 +118,7 @@ func (b *broadcaster) trusted() bool {
 // reaches this process in order.
 func (b *broadcaster) confirmed() {
 	b.local.clear()
-	b.live = true
+	b.live, b.refusals = true, 0
 	b.proved(b.elapsed())
 }
 
@@ -228,18 +232,25 @@ func (b *broadcaster) ended() {
 // Cluster the channel's slot may have moved: the client's view of the
 // slots is reloaded first, and the new subscription waits a moment for
 // it (if it still reaches the old node, that node refuses it and this
-// runs again).
+// runs again, after twice the wait, up to maxResubscribeWait).
 func (b *broadcaster) resubscribe(ps *redis.PubSub) {
 	if cc := clusterClient(b.rdb); cc != nil {
 		cc.ReloadState(background)
 	}
+	wait := min(b.interval, 100*time.Millisecond) << min(b.refusals, 8)
+	b.refusals++
 	select {
 	case <-b.stop:
 		return
-	case <-time.After(min(b.interval, 100*time.Millisecond)):
+	case <-time.After(min(wait, maxResubscribeWait)):
 	}
 	b.replace(ps)
 }
+
+// maxResubscribeWait bounds the wait between refused subscriptions: the
+// layer answers nothing meanwhile, so it is only how soon it comes back
+// once Redis accepts the subscription again (a fixed ACL).
+const maxResubscribeWait = 5 * time.Second
 
 // replace closes ps and subscribes on a new connection; its confirmation
 // clears the layer.

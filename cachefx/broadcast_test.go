@@ -3,6 +3,7 @@ package cachefx
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -282,5 +283,51 @@ func TestLocalLayer_StopsAnsweringWhenTheSubscriptionBreaks(t *testing.T) {
 			t.Fatalf("%v after Redis was killed the first layer answered %q (found %v, err %v)", time.Since(killed), v, found, err)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Redis refuses the resubscription of a channel the ACL no longer allows
+// (after ACL SETUSER resetchannels it also closes the subscribed
+// connection). The refused connection still answered pings, and their
+// pongs trusted the layer with no subscription. Now the layer answers
+// nothing until a subscription is confirmed, and the refusals are retried
+// with a growing wait, not by churning connections.
+func TestLocalLayer_RefusedSubscription_AnswersNothingAndBacksOff(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartPrivate(t)
+	admin := srv.Client()
+	ctx := context.Background()
+	if err := admin.Do(ctx, "ACL", "SETUSER", "app", "on", ">pw", "~*", "&*", "+@all").Err(); err != nil {
+		t.Fatal(err)
+	}
+	c, err := storefx.New("default", storefx.Config{URL: "redis://app:pw@" + srv.Addr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	cache := newCache(t, c, Config{Local: LocalConfig{MaxEntries: 10, TTL: 400 * time.Millisecond}}) // interval 100 ms, window 200 ms
+	if !cache.bcast.trusted() {
+		t.Fatal("not trusted after Start")
+	}
+	if err := admin.Do(ctx, "ACL", "SETUSER", "app", "resetchannels").Err(); err != nil {
+		t.Fatal(err)
+	}
+	dialled := func() int64 {
+		info := admin.Info(ctx, "stats").Val()
+		var n int64
+		if i := strings.Index(info, "total_connections_received:"); i >= 0 {
+			_, _ = fmt.Sscanf(info[i:], "total_connections_received:%d", &n)
+		}
+		return n
+	}
+	waitUntil(t, 2*time.Second, func() bool { return !cache.bcast.trusted() }) // the subscription closed, or refused
+	before := dialled()
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if cache.bcast.trusted() {
+			t.Fatal("the layer is trusted while Redis refuses its subscription")
+		}
+	}
+	if n := dialled() - before; n > 6 {
+		t.Fatalf("%d connections in 2 s while the subscription was refused: churn", n)
 	}
 }
