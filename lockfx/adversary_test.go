@@ -416,3 +416,96 @@ func TestAcquire_CallerGaveUpDuringScript_LockNotLeftHeld(t *testing.T) {
 		})
 	}
 }
+
+// While a lock's slot migrates between Cluster masters (SETSLOT
+// MIGRATING/IMPORTING, its keys moved one by one), Redis refuses a script
+// whose keys are split between the two nodes with TRYAGAIN. Acquire
+// returned that error on its first attempt and Release too, leaving the
+// lock held until its TTL (WithLock drops Release's error). Now both try
+// again, Acquire within Attempts and WaitTimeout, Release while the lease
+// lasts, and the migration's end frees the lock at once.
+func TestCluster_SlotMigration_AcquireAndReleaseWaitForIt(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 3-master cluster")
+	}
+	t.Parallel()
+	cl := redistest.StartCluster(t, 3, 0)
+	ctx := context.Background()
+	cfg := Config{KeyPrefix: redistest.Prefix(t), TTL: 20 * time.Second, WaitTimeout: 6 * time.Second, Attempts: 1000}
+	lockers := make([]*Locker, 2)
+	for i := range lockers {
+		c, err := storefx.New("default", storefx.Config{Addrs: cl.Addrs()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		if lockers[i], err = New(c, cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, b := lockers[0], lockers[1]
+	held, err := a.Acquire(ctx, "n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, _ := a.keysOf("n")
+	node := func(addr string) *redistest.Server {
+		for _, n := range cl.Nodes {
+			if n.Addr() == addr {
+				return n
+			}
+		}
+		t.Fatalf("no node %s", addr)
+		return nil
+	}
+	m, err := cl.Client().MasterForKey(ctx, keys.lock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	source := node(m.Options().Addr)
+	target := cl.Nodes[0]
+	if target == source {
+		target = cl.Nodes[1]
+	}
+	slot := source.Client().ClusterKeySlot(ctx, keys.lock).Val()
+	srcID, tgtID := source.Client().Do(ctx, "CLUSTER", "MYID").Val(), target.Client().Do(ctx, "CLUSTER", "MYID").Val()
+	host, port, _ := strings.Cut(target.Addr(), ":")
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(target.Client().Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", srcID).Err())
+	must(source.Client().Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", tgtID).Err())
+	must(source.Client().Do(ctx, "MIGRATE", host, port, keys.lock, 0, 5000).Err()) // the fence stays behind: the keys are split
+	released, acquired := make(chan error, 1), make(chan *Lock, 1)
+	go func() { released <- held.Release(ctx) }()
+	go func() {
+		l, err := b.Acquire(ctx, "n")
+		if err != nil {
+			t.Errorf("Acquire during the migration: %v", err)
+		}
+		acquired <- l
+	}()
+	time.Sleep(1500 * time.Millisecond) // the migration lasts longer than go-redis's own few retries
+	select {
+	case err := <-released:
+		t.Fatalf("Release returned %v while the keys were split", err)
+	default:
+	}
+	for _, k := range source.Client().ClusterGetKeysInSlot(ctx, int(slot), 100).Val() {
+		must(source.Client().Do(ctx, "MIGRATE", host, port, k, 0, 5000).Err())
+	}
+	for _, n := range []*redistest.Server{target, source} {
+		must(n.Client().Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", tgtID).Err())
+	}
+	if err := <-released; err != nil {
+		t.Fatalf("Release after the migration: %v", err)
+	}
+	if l := <-acquired; l == nil || l.Token <= held.Token {
+		t.Fatalf("after the migration B holds %+v, want a token above %d", l, held.Token)
+	} else {
+		_ = l.Release(ctx)
+	}
+}

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/redisfx/redisfx"
 )
 
@@ -178,11 +180,19 @@ func (k *Lock) Release(ctx context.Context) error {
 	k.released = true
 	k.checkValidityLocked()
 	wasLost := k.err != nil
+	var retryUntil time.Time // while the lease lasts: a release refused for a migration is worth trying again
+	if !wasLost {
+		retryUntil = k.validUntil
+	}
 	k.endLocked(ErrNotOwner)
 	k.mu.Unlock()
 
 	ctx, span := k.l.obs.startRelease(ctx, k.name)
-	n, err := releaseScript.Run(ctx, k.l.rdb, []string{k.keys.lock, k.keys.abandoned(k.owner)}, k.owner, k.l.markerTTL().Milliseconds()).Int()
+	var n int
+	err := whileMigrating(ctx, retryUntil, func() (err error) {
+		n, err = releaseScript.Run(ctx, k.l.rdb, []string{k.keys.lock, k.keys.abandoned(k.owner)}, k.owner, k.l.markerTTL().Milliseconds()).Int()
+		return err
+	})
 	switch {
 	case err != nil:
 		err = fmt.Errorf("lockfx: release %s: %w", k.l.cfg.KeyAttribute.Quote(k.name), err)
@@ -210,7 +220,11 @@ func (k *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		return err
 	}
 	sent := time.Now()
-	owned, err := k.extend(ctx, ttl)
+	var owned bool
+	err := whileMigrating(ctx, k.ValidUntil(), func() (err error) {
+		owned, err = k.extend(ctx, ttl)
+		return err
+	})
 	switch {
 	case err != nil:
 		return fmt.Errorf("lockfx: extend %s: %w", k.l.cfg.KeyAttribute.Quote(k.name), err)
@@ -240,4 +254,27 @@ func (k *Lock) extendOnANewConnection(ctx context.Context, ttl time.Duration) (b
 func (k *Lock) extend(ctx context.Context, ttl time.Duration) (bool, error) {
 	n, err := extendScript.Run(ctx, k.l.rdb, []string{k.keys.lock}, k.owner, ttl.Milliseconds()).Int()
 	return n == 1, err
+}
+
+// whileMigrating runs call again while Redis refuses it with TRYAGAIN (the
+// lock's slot is migrating between Cluster nodes and the script's keys are
+// on both; Redis ran nothing), until ctx ends or until would pass: a
+// migration's keys move in moments, go-redis's own few retries may not
+// outlast it. It returns call's last error.
+func whileMigrating(ctx context.Context, until time.Time, call func() error) error {
+	wait := 10 * time.Millisecond
+	for {
+		err := call()
+		if !redis.IsTryAgainError(err) || !time.Now().Add(wait).Before(until) {
+			return err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		wait = min(2*wait, 100*time.Millisecond)
+	}
 }

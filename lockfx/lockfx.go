@@ -178,8 +178,9 @@ func (l *Locker) Acquire(ctx context.Context, name string) (*Lock, error) {
 	callCtx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	backoff := l.cfg.Backoff
-	held := false // Redis answered at least once that another owner holds it
-	late := false // Redis granted it at least once, but answered after the validity
+	held := false     // Redis answered at least once that another owner holds it
+	late := false     // Redis granted it at least once, but answered after the validity
+	var refused error // the latest TRYAGAIN: the lock's slot is migrating
 	for attempt := 1; ; attempt++ {
 		l.obs.attempt()
 		// Each attempt is an owner of its own: an attempt that heard
@@ -213,6 +214,11 @@ func (l *Locker) Acquire(ctx context.Context, name string) (*Lock, error) {
 			l.obs.timeout(span)
 			l.obs.endAcquire(span, false, attempt-1, time.Since(began), err)
 			return nil, err
+		case redis.IsTryAgainError(err):
+			// The lock's slot is migrating between Cluster nodes and the
+			// script's keys are on both: Redis ran nothing. Tried again
+			// within Attempts and WaitTimeout, as for "held".
+			refused = fmt.Errorf("lockfx: acquire %s: %w", l.cfg.KeyAttribute.Quote(name), err)
 		case err != nil:
 			err = fmt.Errorf("lockfx: acquire %s: %w", l.cfg.KeyAttribute.Quote(name), err)
 			l.obs.endAcquire(span, false, attempt-1, time.Since(began), err) // the span's exception is the error returned
@@ -237,14 +243,18 @@ func (l *Locker) Acquire(ctx context.Context, name string) (*Lock, error) {
 			}
 			return lock, nil
 		}
-		held = held || token <= 0
+		held = held || err == nil && token <= 0
 		wait := backoff/2 + rand.N(backoff/2+1) // jitter: contenders spread out
 		if attempt >= l.cfg.Attempts || time.Now().Add(wait).After(deadline) {
 			var err error = ErrNotAcquired
-			if late && !held {
+			switch {
+			case held:
+			case late:
 				// Redis only ever granted it, too slowly to be of use:
 				// nothing says anyone else holds it.
 				err = fmt.Errorf("lockfx: acquire %s: Redis granted the lock but answered after its validity ended: %w", l.cfg.KeyAttribute.Quote(name), context.DeadlineExceeded)
+			case refused != nil:
+				err = refused // a store error: nothing says anyone holds it
 			}
 			l.obs.timeout(span)
 			l.obs.endAcquire(span, false, attempt-1, time.Since(began), err)
