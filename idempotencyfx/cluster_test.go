@@ -231,3 +231,119 @@ func slotsOf(t *testing.T, cc *redis.ClusterClient, addr string) map[int64]bool 
 	}
 	return slots
 }
+
+// With ReplicaAcks the claim and the completion run on a dedicated
+// connection to the key's master (WAIT covers only its own connection's
+// writes), and that connection did not follow the Cluster's redirections:
+// while the key's slot migrated (every node up) a new key got 500 under
+// fail-closed and ran twice under fail-open, and a record migrated while
+// its handler ran could not be completed (the handler ran again once the
+// lease expired). They follow ASK and MOVED now, as the Cluster client
+// does for its own commands.
+func TestCluster_ReplicaAcks_FollowsTheSlotWhileItMigrates(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 6-node cluster")
+	}
+	t.Parallel()
+	cl := redistest.StartCluster(t, 3, 1)
+	client, err := storefx.New("default", storefx.Config{Addrs: cl.Addrs()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.Close() })
+	prefix := redistest.Prefix(t)
+	svc, err := New(client, Config{KeyPrefix: prefix, DefaultTTL: time.Minute, ReplicaAcks: 1, ReplicaAckTimeout: time.Second,
+		LockTimeout: 2 * time.Second, ErrorPolicy: FailClosed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = svc.Close() })
+	if err := svc.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var runs sync.Map // key -> *atomic.Int64
+	started, release := make(chan string, 1), make(chan struct{})
+	h := svc.Install(Idempotent()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		k := r.Header.Get("Idempotency-Key")
+		n, _ := runs.LoadOrStore(k, new(atomic.Int64))
+		n.(*atomic.Int64).Add(1)
+		if strings.HasPrefix(k, "held") {
+			started <- k
+			<-release
+		}
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write([]byte("paid " + k))
+	})))
+	post := func(k string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest(http.MethodPost, "/pay", strings.NewReader(`{"a":1}`))
+		r.Header.Set("Idempotency-Key", k)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w
+	}
+	ctx := context.Background()
+	cc := cl.Client()
+	// Two keys of one slot: one that is new while the slot migrates, one
+	// whose record migrates while its handler runs.
+	slotOf := func(k string) int64 { return cc.ClusterKeySlot(ctx, prefix+k).Val() }
+	fresh, held := "new-0", ""
+	for i := 0; held == ""; i++ {
+		if k := "held-" + strconv.Itoa(i); slotOf(k) == slotOf(fresh) {
+			held = k
+		}
+	}
+	slot := slotOf(fresh)
+	m, err := cc.MasterForKey(ctx, prefix+fresh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var source, target *redistest.Server
+	for _, n := range cl.Nodes {
+		switch info := n.Client().Info(ctx, "replication").Val(); {
+		case n.Addr() == m.Options().Addr:
+			source = n
+		case target == nil && strings.Contains(info, "role:master"):
+			target = n
+		}
+	}
+	id := func(s *redistest.Server) string { return s.Client().Do(ctx, "CLUSTER", "MYID").Val().(string) }
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	host, port, _ := net.SplitHostPort(target.Addr())
+	heldDone := make(chan *httptest.ResponseRecorder, 1)
+	go func() { heldDone <- post(held) }()
+	<-started // its record is claimed on the source
+	must(target.Client().Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", id(source)).Err())
+	must(source.Client().Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", id(target)).Err())
+	// A new key of the migrating slot: no record on the source, so Redis
+	// answers ASK and the claim goes to the importing master.
+	for _, what := range []string{"request", "retry"} {
+		if w := post(fresh); w.Code != http.StatusCreated {
+			t.Fatalf("%s of a new key while its slot migrates: %d %s", what, w.Code, w.Body)
+		}
+	}
+	// The running request's record moves; its completion follows it.
+	must(source.Client().Migrate(ctx, host, port, prefix+held, 0, 5*time.Second).Err())
+	close(release)
+	if w := <-heldDone; w.Code != http.StatusCreated {
+		t.Fatalf("the request whose record migrated while it ran: %d %s", w.Code, w.Body)
+	}
+	for _, k := range cc.ClusterGetKeysInSlot(ctx, int(slot), 100).Val() {
+		_ = source.Client().Migrate(ctx, host, port, k, 0, 5*time.Second).Err()
+	}
+	for _, n := range cl.Nodes { // the migration ends: a stale slot map now meets MOVED
+		_ = n.Client().Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", id(target)).Err()
+	}
+	for _, k := range []string{fresh, held} {
+		if w := post(k); w.Code != http.StatusCreated || w.Header().Get("Idempotent-Replayed") != "true" {
+			t.Fatalf("retry of %s after the migration: %d replayed=%q %s", k, w.Code, w.Header().Get("Idempotent-Replayed"), w.Body)
+		}
+		if n, _ := runs.Load(k); n.(*atomic.Int64).Load() != 1 {
+			t.Fatalf("%s ran %d times", k, n.(*atomic.Int64).Load())
+		}
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redisfx/redisfx/internal/idemscript"
+	"github.com/redisfx/redisfx/internal/nodeclient"
 )
 
 // State is the state of an idempotency record.
@@ -83,27 +84,17 @@ func (s store) claim(ctx context.Context, key, fp, owner string, lease time.Dura
 	if wait {
 		w = "1"
 	}
-	var runner redis.Scripter = s.rdb
-	var conn *redis.Conn
-	if s.acks > 0 {
-		// WAIT covers the writes of its own connection: claim and WAIT
-		// must share one.
-		dedicated, err := s.connFor(ctx, key)
-		if err != nil {
-			return claim{}, false, err
-		}
-		conn = dedicated
-		defer conn.Close()
-		runner = conn
+	wrote := func(cmd *redis.Cmd) bool {
+		v, _ := cmd.Slice()
+		return len(v) > 0 && (v[0] == string(claimNew) || v[0] == string(claimTakeover))
 	}
-	v, err := idemscript.Claim.Run(ctx, runner, []string{key}, fp, owner, lease.Milliseconds(), w).Slice()
+	cmd, unreplicated, err := s.run(ctx, idemscript.Claim, key, []any{fp, owner, lease.Milliseconds(), w}, wrote)
 	if err != nil {
 		return claim{}, false, err
 	}
-	if conn != nil && len(v) > 0 && (v[0] == string(claimNew) || v[0] == string(claimTakeover)) {
-		if acked, err := conn.Wait(ctx, s.acks, s.ackTimeout).Result(); err != nil || acked < int64(s.acks) {
-			unreplicated = true
-		}
+	v, err := cmd.Slice()
+	if err != nil {
+		return claim{}, false, err
 	}
 	if len(v) == 0 {
 		return claim{}, false, errors.New("idempotencyfx: empty claim reply")
@@ -131,23 +122,86 @@ func (s store) claim(ctx context.Context, key, fp, owner string, lease time.Dura
 	return c, unreplicated, nil
 }
 
-// connFor returns a dedicated connection to the master that holds key.
-func (s store) connFor(ctx context.Context, key string) (*redis.Conn, error) {
-	rdb := s.rdb
-	if w, ok := rdb.(interface{ Unwrap() redis.UniversalClient }); ok { // a storefx.Client
+// run runs script on key. With ReplicaAcks it runs on a dedicated
+// connection to the master that holds key and, when wrote says the script
+// wrote, WAITs there (WAIT covers the writes of its own connection only);
+// unreplicated reports a WAIT that fell short. The Cluster client follows
+// Redis's redirections for its own commands, not for such a connection:
+// run does, as the Cluster client would, while a slot moves (MOVED: the
+// slot has another master, and the client's slot map is reloaded; ASK:
+// the slot is migrating and the key has left, so ASKING and the script go
+// to the importing master), up to maxRedirects times. A redirected script
+// did not run, so running it elsewhere runs it once.
+func (s store) run(ctx context.Context, script *redis.Script, key string, args []any, wrote func(*redis.Cmd) bool) (cmd *redis.Cmd, unreplicated bool, err error) {
+	if s.acks == 0 {
+		cmd = script.Run(ctx, s.rdb, []string{key}, args...)
+		return cmd, false, cmd.Err()
+	}
+	node, err := nodeclient.ForKey(ctx, s.rdb, key)
+	if err != nil {
+		return nil, false, err
+	}
+	if node == nil {
+		return nil, false, fmt.Errorf("idempotencyfx: ReplicaAcks needs a standalone, Sentinel or Cluster client, not %T", s.rdb)
+	}
+	conn := node.Conn()
+	var redirected *redis.Client // of the node Redis sent the script to
+	defer func() {
+		_ = conn.Close()
+		if redirected != nil {
+			_ = redirected.Close()
+		}
+	}()
+	asking := false
+	for redirects := 0; ; redirects++ {
+		if asking {
+			_, _ = conn.Pipelined(ctx, func(p redis.Pipeliner) error {
+				p.Do(ctx, "ASKING")
+				cmd = script.Eval(ctx, p, []string{key}, args...) // EVAL: a pipeline does not fall back from EVALSHA
+				return nil
+			})
+		} else {
+			cmd = script.Run(ctx, conn, []string{key}, args...)
+		}
+		movedTo, moved := redis.IsMovedError(cmd.Err())
+		askedTo, asked := redis.IsAskError(cmd.Err())
+		if !moved && !asked || redirects == maxRedirects {
+			break
+		}
+		if moved {
+			reloadSlots(s.rdb)
+		}
+		_ = conn.Close()
+		if redirected != nil {
+			_ = redirected.Close()
+		}
+		redirected = nodeclient.OneConn(node, movedTo+askedTo)
+		conn, asking = redirected.Conn(), asked
+	}
+	if err := cmd.Err(); err != nil {
+		return cmd, false, err
+	}
+	if wrote(cmd) {
+		if acked, err := conn.Wait(ctx, s.acks, s.ackTimeout).Result(); err != nil || acked < int64(s.acks) {
+			unreplicated = true
+		}
+	}
+	return cmd, unreplicated, nil
+}
+
+// maxRedirects bounds the redirections run follows, as go-redis's
+// ClusterOptions.MaxRedirects (3) does for its own commands.
+const maxRedirects = 3
+
+// reloadSlots has a Cluster client reload its slot map (in the
+// background) after a MOVED that it did not see itself.
+func reloadSlots(rdb redis.UniversalClient) {
+	if w, ok := rdb.(interface{ Unwrap() redis.UniversalClient }); ok {
 		rdb = w.Unwrap()
 	}
-	switch c := rdb.(type) {
-	case *redis.Client:
-		return c.Conn(), nil
-	case *redis.ClusterClient:
-		m, err := c.MasterForKey(ctx, key)
-		if err != nil {
-			return nil, err
-		}
-		return m.Conn(), nil
+	if c, ok := rdb.(*redis.ClusterClient); ok {
+		c.ReloadState(context.Background())
 	}
-	return nil, fmt.Errorf("idempotencyfx: ReplicaAcks needs a standalone, Sentinel or Cluster client, not %T", s.rdb)
 }
 
 // abandon runs the Abandon script: true when the claim had landed and was
@@ -177,26 +231,19 @@ const (
 // let a retry run the work again); unreplicated reports a WAIT that fell
 // short: the outcome stands.
 func (s store) complete(ctx context.Context, key, owner string, state State, resp []byte, ttl time.Duration) (done completion, unreplicated bool, err error) {
-	var runner redis.Scripter = s.rdb
-	var conn *redis.Conn
-	if s.acks > 0 {
-		if conn, err = s.connFor(ctx, key); err != nil {
-			return completionRefused, false, err
-		}
-		defer conn.Close()
-		runner = conn
+	wrote := func(cmd *redis.Cmd) bool {
+		n, _ := cmd.Int()
+		return completion(n) != completionRefused
 	}
-	n, err := idemscript.Complete.Run(ctx, runner, []string{key}, owner, string(state), resp, ttl.Milliseconds()).Int()
+	cmd, unreplicated, err := s.run(ctx, idemscript.Complete, key, []any{owner, string(state), resp, ttl.Milliseconds()}, wrote)
 	if err != nil {
 		return completionRefused, false, err
 	}
-	done = completion(n)
-	if conn != nil && done != completionRefused {
-		if acked, werr := conn.Wait(ctx, s.acks, s.ackTimeout).Result(); werr != nil || acked < int64(s.acks) {
-			unreplicated = true
-		}
+	n, err := cmd.Int()
+	if err != nil {
+		return completionRefused, false, err
 	}
-	return done, unreplicated, nil
+	return completion(n), unreplicated, nil
 }
 
 // Record is a stored idempotency record, as read by Service.Get.

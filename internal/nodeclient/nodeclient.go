@@ -1,0 +1,58 @@
+// Package nodeclient makes go-redis clients of one fresh connection to one
+// Redis node, for the few calls that must not go through a client's pool
+// or its Cluster routing: a lock renewal hedge that must not wait on a
+// stalled pooled connection, a claim whose WAIT must follow it on the
+// node Redis redirected it to.
+package nodeclient
+
+import (
+	"context"
+	"net"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+)
+
+// ForKey is the client of the node that serves key: rdb itself for a
+// standalone (or Sentinel) client, the key's master for a Cluster client
+// (a storefx.Client is unwrapped). nil when rdb is neither (a Ring, a
+// mock).
+func ForKey(ctx context.Context, rdb redis.UniversalClient, key string) (*redis.Client, error) {
+	if w, ok := rdb.(interface{ Unwrap() redis.UniversalClient }); ok { // a storefx.Client
+		rdb = w.Unwrap()
+	}
+	switch c := rdb.(type) {
+	case *redis.Client:
+		return c, nil
+	case *redis.ClusterClient:
+		return c.MasterForKey(ctx, key)
+	}
+	return nil, nil //nolint:nilnil // no node client is no error: callers fall back to rdb
+}
+
+// OneConn is a client of one fresh connection with node's options
+// (credentials, TLS, dialer, timeouts) at addr (node's own address when
+// addr is ""; a redirection's address without a host takes node's host).
+// It has none of node's hooks (its commands are in no metric or span),
+// nor its Limiter or client-side cache, and it makes one try. Close it
+// after use.
+func OneConn(node *redis.Client, addr string) *redis.Client {
+	o := *node.Options()
+	if addr != "" {
+		if host, port, err := net.SplitHostPort(addr); err == nil && host == "" {
+			if nodeHost, _, err := net.SplitHostPort(o.Addr); err == nil {
+				addr = net.JoinHostPort(nodeHost, port)
+			}
+		}
+		o.Addr = addr
+	}
+	o.PoolSize, o.MinIdleConns, o.MaxIdleConns, o.MaxActiveConns = 1, 0, 1, 1
+	o.PipelinePoolSize = -1
+	o.MaxRetries = -1 // one try: the caller decides what a failure means
+	o.Limiter = nil
+	o.AutoPipelineOptions = nil
+	o.ClientSideCache, o.ClientSideCacheConfig = nil, nil
+	o.PushNotificationProcessor = nil // its own, not the node's
+	o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	return redis.NewClient(&o)
+}
