@@ -292,33 +292,11 @@ func TestCluster_ReplicaAcks_FollowsTheSlotWhileItMigrates(t *testing.T) {
 			held = k
 		}
 	}
-	slot := slotOf(fresh)
-	m, err := cc.MasterForKey(ctx, prefix+fresh)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var source, target *redistest.Server
-	for _, n := range cl.Nodes {
-		switch info := n.Client().Info(ctx, "replication").Val(); {
-		case n.Addr() == m.Options().Addr:
-			source = n
-		case target == nil && strings.Contains(info, "role:master"):
-			target = n
-		}
-	}
-	id := func(s *redistest.Server) string { return s.Client().Do(ctx, "CLUSTER", "MYID").Val().(string) }
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	host, port, _ := net.SplitHostPort(target.Addr())
+	source := cl.MasterOf(prefix + fresh)
 	heldDone := make(chan *httptest.ResponseRecorder, 1)
 	go func() { heldDone <- post(held) }()
 	<-started // its record is claimed on the source
-	must(target.Client().Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", id(source)).Err())
-	must(source.Client().Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", id(target)).Err())
+	migration := cl.BeginMigration(slotOf(fresh), source, cl.OtherMaster(source))
 	// A new key of the migrating slot: no record on the source, so Redis
 	// answers ASK and the claim goes to the importing master.
 	for _, what := range []string{"request", "retry"} {
@@ -327,17 +305,12 @@ func TestCluster_ReplicaAcks_FollowsTheSlotWhileItMigrates(t *testing.T) {
 		}
 	}
 	// The running request's record moves; its completion follows it.
-	must(source.Client().Migrate(ctx, host, port, prefix+held, 0, 5*time.Second).Err())
+	migration.Move(prefix + held)
 	close(release)
 	if w := <-heldDone; w.Code != http.StatusCreated {
 		t.Fatalf("the request whose record migrated while it ran: %d %s", w.Code, w.Body)
 	}
-	for _, k := range cc.ClusterGetKeysInSlot(ctx, int(slot), 100).Val() {
-		_ = source.Client().Migrate(ctx, host, port, k, 0, 5*time.Second).Err()
-	}
-	for _, n := range cl.Nodes { // the migration ends: a stale slot map now meets MOVED
-		_ = n.Client().Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", id(target)).Err()
-	}
+	migration.End() // a stale slot map now meets MOVED
 	for _, k := range []string{fresh, held} {
 		if w := post(k); w.Code != http.StatusCreated || w.Header().Get("Idempotent-Replayed") != "true" {
 			t.Fatalf("retry of %s after the migration: %d replayed=%q %s", k, w.Code, w.Header().Get("Idempotent-Replayed"), w.Body)

@@ -449,36 +449,9 @@ func TestCluster_SlotMigration_AcquireAndReleaseWaitForIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	keys, _ := a.keysOf("n")
-	node := func(addr string) *redistest.Server {
-		for _, n := range cl.Nodes {
-			if n.Addr() == addr {
-				return n
-			}
-		}
-		t.Fatalf("no node %s", addr)
-		return nil
-	}
-	m, err := cl.Client().MasterForKey(ctx, keys.lock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	source := node(m.Options().Addr)
-	target := cl.Nodes[0]
-	if target == source {
-		target = cl.Nodes[1]
-	}
-	slot := source.Client().ClusterKeySlot(ctx, keys.lock).Val()
-	srcID, tgtID := source.Client().Do(ctx, "CLUSTER", "MYID").Val(), target.Client().Do(ctx, "CLUSTER", "MYID").Val()
-	host, port, _ := strings.Cut(target.Addr(), ":")
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	must(target.Client().Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", srcID).Err())
-	must(source.Client().Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", tgtID).Err())
-	must(source.Client().Do(ctx, "MIGRATE", host, port, keys.lock, 0, 5000).Err()) // the fence stays behind: the keys are split
+	source := cl.MasterOf(keys.lock)
+	migration := cl.BeginMigration(cl.Client().ClusterKeySlot(ctx, keys.lock).Val(), source, cl.OtherMaster(source))
+	migration.Move(keys.lock) // the fence stays behind: the keys are split
 	released, acquired := make(chan error, 1), make(chan *Lock, 1)
 	go func() { released <- held.Release(ctx) }()
 	go func() {
@@ -494,12 +467,7 @@ func TestCluster_SlotMigration_AcquireAndReleaseWaitForIt(t *testing.T) {
 		t.Fatalf("Release returned %v while the keys were split", err)
 	default:
 	}
-	for _, k := range source.Client().ClusterGetKeysInSlot(ctx, int(slot), 100).Val() {
-		must(source.Client().Do(ctx, "MIGRATE", host, port, k, 0, 5000).Err())
-	}
-	for _, n := range []*redistest.Server{target, source} {
-		must(n.Client().Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", tgtID).Err())
-	}
+	migration.End()
 	if err := <-released; err != nil {
 		t.Fatalf("Release after the migration: %v", err)
 	}

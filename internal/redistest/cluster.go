@@ -2,6 +2,8 @@ package redistest
 
 import (
 	"context"
+	"fmt"
+	"net"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -79,4 +81,134 @@ func (c *Cluster) Client() *redis.ClusterClient {
 	})
 	c.t.Cleanup(func() { _ = cl.Close() })
 	return cl
+}
+
+// NodeAt is the node listening at addr.
+func (c *Cluster) NodeAt(addr string) *Server {
+	c.t.Helper()
+	for _, s := range c.Nodes {
+		if s.Addr() == addr {
+			return s
+		}
+	}
+	c.t.Fatalf("redistest: no cluster node at %s", addr)
+	return nil
+}
+
+// MasterOf is the node that is master of key's slot now.
+func (c *Cluster) MasterOf(key string) *Server {
+	c.t.Helper()
+	m, err := c.Client().MasterForKey(context.Background(), key)
+	if err != nil {
+		c.t.Fatalf("redistest: master of %q: %v", key, err)
+	}
+	return c.NodeAt(m.Options().Addr)
+}
+
+// OtherMaster is a master other than not.
+func (c *Cluster) OtherMaster(not *Server) *Server {
+	c.t.Helper()
+	for _, s := range c.Nodes {
+		if s != not && strings.Contains(s.Client().Info(context.Background(), "replication").Val(), "role:master") {
+			return s
+		}
+	}
+	c.t.Fatal("redistest: no other master")
+	return nil
+}
+
+// ClusterID is the node's id in its Cluster.
+func (s *Server) ClusterID() string {
+	id, err := s.Client().Do(context.Background(), "CLUSTER", "MYID").Text()
+	if err != nil {
+		panic(fmt.Sprintf("redistest: CLUSTER MYID of %s: %v", s.Addr(), err))
+	}
+	return id
+}
+
+// Migration moves one slot between masters step by step, as redis-cli
+// --cluster reshard does, so that a test can act between the steps: while
+// the slot migrates, a command whose keys have all left the source is
+// redirected with ASK, one whose keys are split is refused with TRYAGAIN.
+type Migration struct {
+	c        *Cluster
+	slot     int64
+	from, to *Server
+}
+
+// BeginMigration marks slot as importing on to and migrating on from.
+func (c *Cluster) BeginMigration(slot int64, from, to *Server) *Migration {
+	c.t.Helper()
+	ctx := context.Background()
+	for _, step := range []struct {
+		on   *Server
+		args []any
+	}{{to, []any{"CLUSTER", "SETSLOT", slot, "IMPORTING", from.ClusterID()}}, {from, []any{"CLUSTER", "SETSLOT", slot, "MIGRATING", to.ClusterID()}}} {
+		if err := step.on.Client().Do(ctx, step.args...).Err(); err != nil {
+			c.t.Fatalf("redistest: %v: %v", step.args, err)
+		}
+	}
+	return &Migration{c: c, slot: slot, from: from, to: to}
+}
+
+// Move migrates keys (every key of the slot still on the source when none
+// is given) to the importing master.
+func (m *Migration) Move(keys ...string) {
+	m.c.t.Helper()
+	ctx := context.Background()
+	if len(keys) == 0 {
+		keys = m.from.Client().ClusterGetKeysInSlot(ctx, int(m.slot), 1000).Val()
+	}
+	host, port, _ := net.SplitHostPort(m.to.Addr())
+	for _, k := range keys {
+		if err := m.from.Client().Migrate(ctx, host, port, k, 0, 5*time.Second).Err(); err != nil {
+			m.c.t.Fatalf("redistest: MIGRATE %s: %v", k, err)
+		}
+	}
+}
+
+// End moves the keys left and gives the slot to the importing master on
+// every master (the replicas learn it from them; a client with the old
+// slot map then meets MOVED).
+func (m *Migration) End() {
+	m.c.t.Helper()
+	m.Move()
+	ctx := context.Background()
+	for _, s := range m.c.Nodes {
+		sc := s.Client()
+		if !strings.Contains(sc.Info(ctx, "replication").Val(), "role:master") {
+			continue
+		}
+		if err := sc.Do(ctx, "CLUSTER", "SETSLOT", m.slot, "NODE", m.to.ClusterID()).Err(); err != nil {
+			m.c.t.Fatalf("redistest: SETSLOT NODE on %s: %v", s.Addr(), err)
+		}
+	}
+}
+
+// TakeOver promotes a replica of master with CLUSTER FAILOVER TAKEOVER
+// (which needs no agreement, so it completes right after the Cluster
+// starts, where a plain CLUSTER FAILOVER may not) and returns it once it
+// is master. master stays up, as a replica.
+func (c *Cluster) TakeOver(master *Server) *Server {
+	c.t.Helper()
+	ctx := context.Background()
+	port := master.Addr()[strings.LastIndex(master.Addr(), ":")+1:]
+	for _, s := range c.Nodes {
+		sc := s.Client()
+		info := sc.Info(ctx, "replication").Val()
+		if !strings.Contains(info, "role:slave") || !strings.Contains(info, "master_port:"+port+"\r\n") {
+			continue
+		}
+		if err := sc.Do(ctx, "CLUSTER", "FAILOVER", "TAKEOVER").Err(); err != nil {
+			c.t.Fatalf("redistest: CLUSTER FAILOVER TAKEOVER on %s: %v", s.Addr(), err)
+		}
+		for deadline := time.Now().Add(10 * time.Second); !strings.Contains(sc.Info(ctx, "replication").Val(), "role:master"); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				c.t.Fatalf("redistest: %s did not take over from %s", s.Addr(), master.Addr())
+			}
+		}
+		return s
+	}
+	c.t.Fatalf("redistest: %s has no replica", master.Addr())
+	return nil
 }
