@@ -5,6 +5,7 @@ package lockfx
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/redisfx/redisfx/internal/faultproxy"
 	"github.com/redisfx/redisfx/internal/obstest"
@@ -432,18 +434,21 @@ func TestCluster_SlotMigration_AcquireAndReleaseWaitForIt(t *testing.T) {
 	cl := redistest.StartCluster(t, 3, 0)
 	ctx := context.Background()
 	cfg := Config{KeyPrefix: redistest.Prefix(t), TTL: 20 * time.Second, WaitTimeout: 6 * time.Second, Attempts: 1000}
-	lockers := make([]*Locker, 2)
+	lockers := make([]*Locker, 3)
 	for i := range lockers {
 		c, err := storefx.New("default", storefx.Config{Addrs: cl.Addrs()})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = c.Close() })
+		if i == 2 {
+			cfg.WaitTimeout = 300 * time.Millisecond // shorter than the migration
+		}
 		if lockers[i], err = New(c, cfg); err != nil {
 			t.Fatal(err)
 		}
 	}
-	a, b := lockers[0], lockers[1]
+	a, b, impatient := lockers[0], lockers[1], lockers[2]
 	held, err := a.Acquire(ctx, "n")
 	if err != nil {
 		t.Fatal(err)
@@ -461,6 +466,13 @@ func TestCluster_SlotMigration_AcquireAndReleaseWaitForIt(t *testing.T) {
 		}
 		acquired <- l
 	}()
+	// A WaitTimeout that the migration outlasts ends in a store error:
+	// TRYAGAIN, or a timeout when go-redis's own retries of TRYAGAIN were
+	// still sleeping; never ErrNotAcquired (nobody was heard holding it).
+	if l, err := impatient.Acquire(ctx, "n"); l != nil || errors.Is(err, ErrNotAcquired) ||
+		!redis.IsTryAgainError(err) && !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Acquire with a WaitTimeout the migration outlasts: %v, %v", l, err)
+	}
 	time.Sleep(1500 * time.Millisecond) // the migration lasts longer than go-redis's own few retries
 	select {
 	case err := <-released:
