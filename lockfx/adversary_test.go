@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/redisfx/redisfx/internal/faultproxy"
 	"github.com/redisfx/redisfx/internal/obstest"
@@ -467,10 +466,11 @@ func TestCluster_SlotMigration_AcquireAndReleaseWaitForIt(t *testing.T) {
 		acquired <- l
 	}()
 	// A WaitTimeout that the migration outlasts ends in a store error:
-	// TRYAGAIN, or a timeout when go-redis's own retries of TRYAGAIN were
-	// still sleeping; never ErrNotAcquired (nobody was heard holding it).
+	// the migration's refusal, or a timeout when go-redis's own retries of
+	// it were still sleeping; never ErrNotAcquired (nobody was heard
+	// holding it).
 	if l, err := impatient.Acquire(ctx, "n"); l != nil || errors.Is(err, ErrNotAcquired) ||
-		!redis.IsTryAgainError(err) && !errors.Is(err, context.DeadlineExceeded) {
+		!slotMoving(err) && !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("Acquire with a WaitTimeout the migration outlasts: %v, %v", l, err)
 	}
 	time.Sleep(1500 * time.Millisecond) // the migration lasts longer than go-redis's own few retries

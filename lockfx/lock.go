@@ -256,16 +256,15 @@ func (k *Lock) extend(ctx context.Context, ttl time.Duration) (bool, error) {
 	return n == 1, err
 }
 
-// whileMigrating runs call again while Redis refuses it with TRYAGAIN (the
-// lock's slot is migrating between Cluster nodes and the script's keys are
-// on both; Redis ran nothing), until ctx ends or until would pass: a
-// migration's keys move in moments, go-redis's own few retries may not
-// outlast it. It returns call's last error.
+// whileMigrating runs call again while the lock's slot moves between
+// Cluster nodes (slotMoving: Redis ran nothing), until ctx ends or until
+// would pass: a migration's keys move in moments, go-redis's own few
+// retries may not outlast it. It returns call's last error.
 func whileMigrating(ctx context.Context, until time.Time, call func() error) error {
 	wait := 10 * time.Millisecond
 	for {
 		err := call()
-		if !redis.IsTryAgainError(err) || !time.Now().Add(wait).Before(until) {
+		if !slotMoving(err) || !time.Now().Add(wait).Before(until) {
 			return err
 		}
 		t := time.NewTimer(wait)
@@ -277,4 +276,18 @@ func whileMigrating(ctx context.Context, until time.Time, call func() error) err
 		}
 		wait = min(2*wait, 100*time.Millisecond)
 	}
+}
+
+// slotMoving reports a refusal of a script while its slot moves between
+// Cluster masters, after which Redis ran nothing: TRYAGAIN (its keys are
+// split between the two nodes), or the MOVED or ASK that go-redis returns
+// once its own redirections (ClusterOptions.MaxRedirects, which its
+// TRYAGAIN retries use up too) run out.
+func slotMoving(err error) bool {
+	if err == nil {
+		return false
+	}
+	_, moved := redis.IsMovedError(err)
+	_, ask := redis.IsAskError(err)
+	return moved || ask || redis.IsTryAgainError(err)
 }

@@ -214,10 +214,11 @@ func (l *Locker) Acquire(ctx context.Context, name string) (*Lock, error) {
 			l.obs.timeout(span)
 			l.obs.endAcquire(span, false, attempt-1, time.Since(began), err)
 			return nil, err
-		case redis.IsTryAgainError(err):
-			// The lock's slot is migrating between Cluster nodes and the
-			// script's keys are on both: Redis ran nothing. Tried again
-			// within Attempts and WaitTimeout, as for "held".
+		case slotMoving(err):
+			// The lock's slot is migrating between Cluster nodes (the
+			// script's keys are on both, or go-redis ran out of
+			// redirections): Redis ran nothing. Tried again within
+			// Attempts and WaitTimeout, as for "held".
 			refused = fmt.Errorf("lockfx: acquire %s: %w", l.cfg.KeyAttribute.Quote(name), err)
 		case err != nil:
 			err = fmt.Errorf("lockfx: acquire %s: %w", l.cfg.KeyAttribute.Quote(name), err)
