@@ -22,7 +22,7 @@ import (
 	"github.com/redisfx/redisfx/tracingfx"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(redistest.ForExamples(m)) }
 
 func newLocker(t *testing.T, cfg Config, opts ...Option) *Locker {
 	t.Helper()

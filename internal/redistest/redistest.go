@@ -65,7 +65,7 @@ func WithArgs(args ...string) Option {
 // redis-server that is killed when t ends.
 func Start(t testing.TB, opts ...Option) *Server {
 	t.Helper()
-	if addr := os.Getenv("REDIS_ADDR"); addr != "" && len(opts) == 0 {
+	if addr := os.Getenv("REDIS_ADDR"); addr != "" && addr != examplesAddr && len(opts) == 0 {
 		s := &Server{t: t, addr: addr}
 		t.Cleanup(s.forgetKeys)
 		return s
@@ -171,16 +171,25 @@ func ping(addr string, args []string) error {
 }
 
 func freePort(t testing.TB) int {
+	port, err := pickPort()
+	if err != nil {
+		t.Fatalf("redistest: %v", err)
+	}
+	return port
+}
+
+// pickPort returns a loopback port that was free a moment ago.
+func pickPort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatalf("redistest: no free port: %v", err)
+		return 0, fmt.Errorf("no free port: %w", err)
 	}
 	defer l.Close()
 	addr, ok := l.Addr().(*net.TCPAddr)
 	if !ok {
-		t.Fatalf("redistest: %v is not a TCP address", l.Addr())
+		return 0, fmt.Errorf("%v is not a TCP address", l.Addr())
 	}
-	return addr.Port
+	return addr.Port, nil
 }
 
 func lastLines(s string, n int) string {
