@@ -26,8 +26,7 @@ type Provider struct {
 	// It is nil when the application brings its own (UseTracerProvider) and
 	// when OTEL_SDK_DISABLED=true; TracerProvider is never nil. With the
 	// exporter none, TracerProvider's spans are id-only and do not pass
-	// through it; with an exporter, neither do the spans of unsampled
-	// traces, unless Sampling keeps their errors or slow spans.
+	// through it.
 	Tracer *sdktrace.TracerProvider
 	logs   *logPipeline // nil unless logs are exported
 	traces trace.TracerProvider
@@ -82,22 +81,15 @@ func newProvider(ctx context.Context, cfg Config, getenv func(string) string) (*
 			p.logs = &logPipeline{res: res, exp: &logExporter{Exporter: logExp, abort: p.abort}}
 		}
 	}
+	if proc != nil {
+		opts = append(opts, sdktrace.WithSpanProcessor(s.wrapProcessor(proc)))
+	}
+	p.Tracer = sdktrace.NewTracerProvider(opts...)
+	p.traces = p.Tracer
 	if proc == nil {
 		// The exporter none: spans with ids and nothing recorded.
-		p.Tracer = sdktrace.NewTracerProvider(opts...)
 		p.traces = newIDsOnly(s.sampler)
-		return p, nil
 	}
-	opts = append(opts, sdktrace.WithSpanProcessor(s.wrapProcessor(proc)))
-	if keeps(s.Sampling) {
-		// Unsampled spans are recorded, to keep their errors or slow ones:
-		// the SDK makes every span.
-		p.Tracer = sdktrace.NewTracerProvider(opts...)
-		p.traces = p.Tracer
-		return p, nil
-	}
-	p.Tracer = sdktrace.NewTracerProvider(append(opts, sdktrace.WithIDGenerator(chosenIDs{}))...)
-	p.traces = &sampleFirst{sdk: p.Tracer, sampler: s.sampler}
 	return p, nil
 }
 
