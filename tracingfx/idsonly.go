@@ -40,13 +40,18 @@ type idsTracer struct {
 // Start implements trace.Tracer: a span that records nothing.
 func (t *idsTracer) Start(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
 	cfg := trace.NewSpanStartConfig(opts...)
+	if ctx == nil {
+		ctx = context.Background() // as the SDK: a nil context is no parent, not a panic
+	}
 	s := &idSpan{sc: decide(ctx, name, &cfg, t.sampler), provider: t.provider}
 	return trace.ContextWithSpan(ctx, s), s
 }
 
 // decide gives a new span its ids and its sampled flag, as the SDK's tracer
 // does: the parent's trace id (or a new one), a new span id, and the
-// sampler's decision on them.
+// sampler's decision on them. A parent with a trace id but no span id (an
+// application's own, no propagator makes one) keeps its trace id, as in
+// the SDK, so the logs show the trace the caller named.
 func decide(ctx context.Context, name string, cfg *trace.SpanConfig, sampler sdktrace.Sampler) trace.SpanContext {
 	parentCtx := ctx
 	if cfg.NewRoot() {
@@ -54,7 +59,7 @@ func decide(ctx context.Context, name string, cfg *trace.SpanConfig, sampler sdk
 	}
 	parent := trace.SpanContextFromContext(parentCtx)
 	var tid trace.TraceID
-	if parent.IsValid() {
+	if parent.TraceID().IsValid() {
 		tid = parent.TraceID()
 	} else {
 		tid = newTraceID()

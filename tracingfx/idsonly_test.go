@@ -49,3 +49,34 @@ func TestIDsOnly_SamplesLikeTheSDK(t *testing.T) {
 		t.Fatalf("%d of %d roots sampled at 25 %%", sampled, n)
 	}
 }
+
+// Found by an adversary (helper-63): the id-only tracer of the default
+// exporter panicked on a nil context, which the SDK takes for no parent,
+// and gave a parent holding a trace id but no span id (an application's
+// own; no propagator makes one) a new trace id, where the SDK keeps the
+// caller's trace. Both must give what the SDK alone gives, on the same
+// sampler: the same trace id and the same sampled flag.
+func TestIDsOnly_OddParents_AsTheSDK(t *testing.T) {
+	for _, sampler := range []sdktrace.Sampler{sdktrace.TraceIDRatioBased(0.5), sdktrace.ParentBased(sdktrace.TraceIDRatioBased(0.5))} {
+		ids := newIDsOnly(sampler).Tracer("t")
+		sdk := sdktrace.NewTracerProvider(sdktrace.WithSampler(sampler))
+		ref := sdk.Tracer("t")
+		for i := 0; i < 200; i++ {
+			tid := newTraceID()
+			parent := trace.ContextWithSpanContext(context.Background(), trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid}))
+			_, got := ids.Start(parent, "op")
+			_, want := ref.Start(parent, "op")
+			g, w := got.SpanContext(), want.SpanContext()
+			if g.TraceID() != w.TraceID() || g.IsSampled() != w.IsSampled() {
+				t.Fatalf("%s, parent with trace id %s only: id-only span trace %s sampled %v; the SDK's trace %s sampled %v",
+					sampler.Description(), tid, g.TraceID(), g.IsSampled(), w.TraceID(), w.IsSampled())
+			}
+		}
+		//nolint:staticcheck // SA1012: a nil context is what is tested
+		ctx, s := ids.Start(nil, "op")
+		if ctx == nil || !s.SpanContext().IsValid() {
+			t.Fatalf("%s: Start(nil) gave context %v, span %v", sampler.Description(), ctx, s.SpanContext())
+		}
+		_ = sdk.Shutdown(context.Background())
+	}
+}
