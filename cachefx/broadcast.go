@@ -15,6 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redisfx/redisfx/internal/nodeclient"
 	"github.com/redisfx/redisfx/internal/randid"
 	"github.com/redisfx/redisfx/plugintrace"
 )
@@ -234,7 +235,7 @@ func (b *broadcaster) ended() {
 // it (if it still reaches the old node, that node refuses it and this
 // runs again, after twice the wait, up to maxResubscribeWait).
 func (b *broadcaster) resubscribe(ps *redis.PubSub) {
-	if cc := clusterClient(b.rdb); cc != nil {
+	if cc := nodeclient.Cluster(b.rdb); cc != nil {
 		cc.ReloadState(background)
 	}
 	wait := min(b.interval, 100*time.Millisecond) << min(b.refusals, 8)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/redisfx/redisfx"
 	"github.com/redisfx/redisfx/internal/clientcheck"
+	"github.com/redisfx/redisfx/internal/nodeclient"
 	"github.com/redisfx/redisfx/internal/scripts"
 	"github.com/redisfx/redisfx/plugintrace"
 	"github.com/redisfx/redisfx/storefx"
@@ -69,16 +70,7 @@ func singleNode(rdb redis.UniversalClient) bool {
 }
 
 // isCluster reports whether rdb is a Cluster client.
-func isCluster(rdb redis.UniversalClient) bool { return clusterClient(rdb) != nil }
-
-// clusterClient is rdb's Cluster client, or nil if it has none.
-func clusterClient(rdb redis.UniversalClient) *redis.ClusterClient {
-	if c, ok := rdb.(*storefx.Client); ok {
-		rdb = c.UniversalClient
-	}
-	cc, _ := rdb.(*redis.ClusterClient)
-	return cc
-}
+func isCluster(rdb redis.UniversalClient) bool { return nodeclient.Cluster(rdb) != nil }
 
 // ValueTooLargeError refuses a value above Config.MaxValueBytes.
 type ValueTooLargeError struct {

@@ -196,10 +196,7 @@ const maxRedirects = 3
 // reloadSlots has a Cluster client reload its slot map (in the
 // background) after a MOVED that it did not see itself.
 func reloadSlots(rdb redis.UniversalClient) {
-	if w, ok := rdb.(interface{ Unwrap() redis.UniversalClient }); ok {
-		rdb = w.Unwrap()
-	}
-	if c, ok := rdb.(*redis.ClusterClient); ok {
+	if c := nodeclient.Cluster(rdb); c != nil {
 		c.ReloadState(context.Background())
 	}
 }

@@ -13,15 +13,27 @@ import (
 	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
+// unwrap is the go-redis client under a storefx.Client (rdb otherwise).
+func unwrap(rdb redis.UniversalClient) redis.UniversalClient {
+	if w, ok := rdb.(interface{ Unwrap() redis.UniversalClient }); ok {
+		return w.Unwrap()
+	}
+	return rdb
+}
+
+// Cluster is rdb's *redis.ClusterClient (a storefx.Client is unwrapped),
+// nil when rdb is not a Cluster client.
+func Cluster(rdb redis.UniversalClient) *redis.ClusterClient {
+	cc, _ := unwrap(rdb).(*redis.ClusterClient)
+	return cc
+}
+
 // ForKey is the client of the node that serves key: rdb itself for a
 // standalone (or Sentinel) client, the key's master for a Cluster client
 // (a storefx.Client is unwrapped). nil when rdb is neither (a Ring, a
 // mock).
 func ForKey(ctx context.Context, rdb redis.UniversalClient, key string) (*redis.Client, error) {
-	if w, ok := rdb.(interface{ Unwrap() redis.UniversalClient }); ok { // a storefx.Client
-		rdb = w.Unwrap()
-	}
-	switch c := rdb.(type) {
+	switch c := unwrap(rdb).(type) {
 	case *redis.Client:
 		return c, nil
 	case *redis.ClusterClient:
