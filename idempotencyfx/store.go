@@ -175,7 +175,11 @@ func (s store) run(ctx context.Context, script *redis.Script, key string, args [
 		if redirected != nil {
 			_ = redirected.Close()
 		}
-		redirected = nodeclient.OneConn(node, movedTo+askedTo)
+		to := movedTo
+		if asked {
+			to = askedTo
+		}
+		redirected = nodeclient.OneConn(node, to)
 		conn, asking = redirected.Conn(), asked
 	}
 	if err := cmd.Err(); err != nil {

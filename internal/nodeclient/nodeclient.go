@@ -39,7 +39,7 @@ func ForKey(ctx context.Context, rdb redis.UniversalClient, key string) (*redis.
 	case *redis.ClusterClient:
 		return c.MasterForKey(ctx, key)
 	}
-	return nil, nil //nolint:nilnil // no node client is no error: callers fall back to rdb
+	return nil, nil //nolint:nilnil // no node client is no error: the caller decides (lockfx's hedge uses the pool, ReplicaAcks refuses)
 }
 
 // OneConn is a client of one fresh connection with node's options

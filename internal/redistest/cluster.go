@@ -192,7 +192,7 @@ func (m *Migration) End() {
 func (c *Cluster) TakeOver(master *Server) *Server {
 	c.t.Helper()
 	ctx := context.Background()
-	port := master.Addr()[strings.LastIndex(master.Addr(), ":")+1:]
+	_, port, _ := net.SplitHostPort(master.Addr())
 	for _, s := range c.Nodes {
 		sc := s.Client()
 		info := sc.Info(ctx, "replication").Val()
