@@ -127,6 +127,35 @@ func TestCommandSpans_ArgsAndResultWhenEnabled_Truncated(t *testing.T) {
 	}
 }
 
+// go-redis writes an argument given as a pointer (to a string or a number)
+// as the value it points to; the statement shows what Redis received, not
+// an address.
+func TestCommandSpans_PointerArgumentsShownAsSent(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c, m := tracedClient(t, srv.URL(), SpanConfig{IncludeArgs: true}, nil)
+	key, value, ttl := redistest.Prefix(t)+"k", "pointed-to", int64(60000)
+	var nilString *string
+	if err := c.Do(context.Background(), "SET", &key, &value, "PX", &ttl).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Do(context.Background(), "SET", &key, nilString).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c.Get(context.Background(), key).Result(); err != nil || got != "" {
+		t.Fatalf("a nil *string is written as %q (%v), want the empty string", got, err)
+	}
+	spans := m.named("redis.SET")
+	if len(spans) != 2 {
+		t.Fatalf("%d SET spans, want 2", len(spans))
+	}
+	for i, want := range []string{key + " pointed-to PX 60000", key + " "} {
+		if got := attrsOf(spans[i])["db.statement.args"].AsString(); got != want {
+			t.Errorf("SET %d: db.statement.args = %q, want %q", i, got, want)
+		}
+	}
+}
+
 func TestCommandSpans_ExcludedCommands(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)

@@ -82,6 +82,13 @@ func TestRedact_ErrorText(t *testing.T) {
 			t.Errorf("errorText(%q) = %q, want %q", tc.msg, got, tc.want)
 		}
 	}
+	// An argument go-redis writes through a pointer (idempotencyfx's
+	// scripts pass theirs so) is found as the value it points to.
+	secret := "secret-owner"
+	byPointer := redis.NewCmd(context.Background(), "evalsha", "sha", 1, "k", &secret)
+	if got := h.errorText(serverError("ERR owner secret-owner unknown"), "ERR", byPointer); got != "ERR" {
+		t.Errorf("errorText of a pointer-held argument = %q, want %q", got, "ERR")
+	}
 	shown := &commandHook{spans: SpanConfig{IncludeArgs: true}}
 	if got := shown.errorText(serverError("ERR x 'secret-key'"), "ERR", cmd); got != "ERR x 'secret-key'" {
 		t.Errorf("with IncludeArgs the message is whole, got %q", got)

@@ -2,6 +2,7 @@ package tracingfx
 
 import (
 	"fmt"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -40,11 +41,18 @@ func joinArgs(args []any) string {
 	return strings.Join(parts, " ")
 }
 
-// argString is an argument as Redis receives it (as go-redis writes it).
+// argString is an argument as Redis receives it (as go-redis writes it,
+// which writes a pointer to a string, a number, a bool, a time or a
+// duration as the value it points to, and a nil one as its zero value).
 func argString(v any) string {
 	switch x := v.(type) {
 	case string:
 		return x
+	case *string:
+		if x == nil {
+			return ""
+		}
+		return *x
 	case []byte:
 		return string(x)
 	case int:
@@ -57,6 +65,12 @@ func argString(v any) string {
 		return x.String()
 	case bool:
 		return strconv.FormatBool(x)
+	}
+	if p := reflect.ValueOf(v); p.Kind() == reflect.Pointer && p.Type().Elem().Kind() != reflect.Struct {
+		if p.IsNil() {
+			return argString(reflect.Zero(p.Type().Elem()).Interface())
+		}
+		return argString(p.Elem().Interface())
 	}
 	return strings.TrimSpace(strings.ReplaceAll(strings.ReplaceAll(fmt.Sprint(v), "\n", " "), "\r", " "))
 }
