@@ -124,7 +124,10 @@ func (f *front) wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { f.serve(w, r, next) })
 }
 
-var serverKind = trace.WithSpanKind(trace.SpanKindServer)
+// serverKind is the SERVER span's start options, as a slice made once: a
+// variadic argument list passed to an interface method (Tracer.Start) is
+// allocated on every call, one allocation per request.
+var serverKind = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer)}
 
 // TracerName is the instrumentation scope of the SERVER spans (every other
 // span redisfx makes has plugintrace.ScopeName).
@@ -147,7 +150,7 @@ func (f *front) serve(w http.ResponseWriter, r *http.Request, next http.Handler)
 			prop = otel.GetTextMapPropagator()
 		}
 		ctx = prop.Extract(ctx, requestCarrier(r.Header))
-		ctx, span = f.tracer.Start(ctx, spanMethod(r.Method), serverKind)
+		ctx, span = f.tracer.Start(ctx, spanMethod(r.Method), serverKind...)
 		defer span.End()
 		if span.IsRecording() {
 			span.SetAttributes(requestAttributes(r)...)

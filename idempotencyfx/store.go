@@ -80,15 +80,17 @@ type claim struct {
 // ReplicaAcks replicas in time: the claim stands (the lease is ours), but
 // the failover window stays open for it.
 func (s store) claim(ctx context.Context, key, fp, owner string, lease time.Duration, wait bool) (c claim, unreplicated bool, err error) {
+	call := &scriptCall{keys: [1]string{key}, strs: [2]string{fp, owner}, num: lease.Milliseconds()}
 	w := "0"
 	if wait {
 		w = "1"
 	}
+	call.args = [4]any{&call.strs[0], &call.strs[1], &call.num, w}
 	wrote := func(cmd *redis.Cmd) bool {
 		v, _ := cmd.Slice()
 		return len(v) > 0 && (v[0] == string(claimNew) || v[0] == string(claimTakeover))
 	}
-	cmd, unreplicated, err := s.run(ctx, idemscript.Claim, key, []any{fp, owner, lease.Milliseconds(), w}, wrote)
+	cmd, unreplicated, err := s.run(ctx, idemscript.Claim, call, wrote)
 	if err != nil {
 		return claim{}, false, err
 	}
@@ -127,14 +129,29 @@ func (s store) claim(ctx context.Context, key, fp, owner string, lease time.Dura
 // wrote, WAITs there (WAIT covers the writes of its own connection only);
 // unreplicated reports a WAIT that fell short. The Cluster client follows
 // Redis's redirections for its own commands, not for such a connection:
+// scriptCall is a record script's key and arguments in one allocation, for
+// the claim and the completion that every keyed request sends: go-redis
+// takes them as a []string and a []any, and an interface holding a string
+// or a number allocates a copy of it, one allocation per argument; one
+// holding a pointer does not, and go-redis writes a *string or *int64
+// argument as the value it points to (tracingfx's statements and error
+// redaction read them the same way).
+type scriptCall struct {
+	keys [1]string
+	args [4]any
+	strs [2]string // the string arguments args points to
+	num  int64     // the number argument args points to
+}
+
 // run does, as the Cluster client would, while a slot moves (MOVED: the
 // slot has another master, and the client's slot map is reloaded; ASK:
 // the slot is migrating and the key has left, so ASKING and the script go
 // to the importing master), up to maxRedirects times. A redirected script
 // did not run, so running it elsewhere runs it once.
-func (s store) run(ctx context.Context, script *redis.Script, key string, args []any, wrote func(*redis.Cmd) bool) (cmd *redis.Cmd, unreplicated bool, err error) {
+func (s store) run(ctx context.Context, script *redis.Script, call *scriptCall, wrote func(*redis.Cmd) bool) (cmd *redis.Cmd, unreplicated bool, err error) {
+	key, keys, args := call.keys[0], call.keys[:], call.args[:]
 	if s.acks == 0 {
-		cmd = script.Run(ctx, s.rdb, []string{key}, args...)
+		cmd = script.Run(ctx, s.rdb, keys, args...)
 		return cmd, false, cmd.Err()
 	}
 	node, err := nodeclient.ForKey(ctx, s.rdb, key)
@@ -157,11 +174,11 @@ func (s store) run(ctx context.Context, script *redis.Script, key string, args [
 		if asking {
 			_, _ = conn.Pipelined(ctx, func(p redis.Pipeliner) error {
 				p.Do(ctx, "ASKING")
-				cmd = script.Eval(ctx, p, []string{key}, args...) // EVAL: a pipeline does not fall back from EVALSHA
+				cmd = script.Eval(ctx, p, keys, args...) // EVAL: a pipeline does not fall back from EVALSHA
 				return nil
 			})
 		} else {
-			cmd = script.Run(ctx, conn, []string{key}, args...)
+			cmd = script.Run(ctx, conn, keys, args...)
 		}
 		movedTo, moved := redis.IsMovedError(cmd.Err())
 		askedTo, asked := redis.IsAskError(cmd.Err())
@@ -236,7 +253,9 @@ func (s store) complete(ctx context.Context, key, owner string, state State, res
 		n, _ := cmd.Int()
 		return completion(n) != completionRefused
 	}
-	cmd, unreplicated, err := s.run(ctx, idemscript.Complete, key, []any{owner, string(state), resp, ttl.Milliseconds()}, wrote)
+	call := &scriptCall{keys: [1]string{key}, strs: [2]string{owner, string(state)}, num: ttl.Milliseconds()}
+	call.args = [4]any{&call.strs[0], &call.strs[1], resp, &call.num}
+	cmd, unreplicated, err := s.run(ctx, idemscript.Complete, call, wrote)
 	if err != nil {
 		return completionRefused, false, err
 	}

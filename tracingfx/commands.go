@@ -149,7 +149,7 @@ func (h *commandHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		// exclusion is about trace volume, not about the metrics and alerts.
 		if !h.exclude[name] && h.traced(ctx, name) {
 			names = commandNames(name, cmd.Args())
-			ctx, span = h.tracer.Start(ctx, names.span, clientKind)
+			ctx, span = h.tracer.Start(ctx, names.span, clientKind...)
 		}
 		began := time.Now()
 		err := next(ctx, cmd)
@@ -192,7 +192,7 @@ func (h *commandHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 		}
 		var span trace.Span
 		if h.traced(ctx, "") {
-			ctx, span = h.tracer.Start(ctx, "redis."+op, clientKind)
+			ctx, span = h.tracer.Start(ctx, "redis."+op, clientKind...)
 		}
 		began := time.Now()
 		err := next(ctx, cmds)
@@ -281,7 +281,10 @@ func isTransaction(cmds []redis.Cmder) bool {
 	return false
 }
 
-var clientKind = trace.WithSpanKind(trace.SpanKindClient)
+// clientKind is the command spans' start options, as a slice made once: a
+// variadic argument list passed to an interface method (Tracer.Start) is
+// allocated on every call.
+var clientKind = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient)}
 
 // outcome is what a command's error means for its span and the metrics.
 type outcome struct {

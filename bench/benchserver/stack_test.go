@@ -30,7 +30,7 @@ const stackBody = `{"amount":1250,"currency":"EUR","card":"4242424242424242"}`
 
 // stackRouter starts the stack on a private Redis, with the production
 // logger (JSON, sampled as zap.NewProduction samples) writing nowhere.
-func stackRouter(b *testing.B, tracing bool, env ...string) http.Handler {
+func stackRouter(b testing.TB, tracing bool, env ...string) http.Handler {
 	b.Helper()
 	for _, k := range []string{"OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
 		"OTEL_TRACES_SAMPLER", "OTEL_TRACES_SAMPLER_ARG", "OTEL_SDK_DISABLED", "TRACING_EXPORTER"} {
@@ -177,4 +177,47 @@ func BenchmarkStack_NoKeyOTLP100(b *testing.B) {
 
 func BenchmarkStack_ReplayOTLP100(b *testing.B) {
 	serveStack(b, stackRouter(b, true, otlpReceiver(b, "1")...), func(int) string { return "replayed" })
+}
+
+// The allocations of one request through the README stack (tracing at its
+// default), held at what they are: an allocation is a few hundred
+// instructions of its own and, in a server whose heap is small, about as
+// many again of the garbage collector's, so a change that adds one to
+// every request should be seen and weighed here (docs/performance.md).
+// The counts include the test's own request and recorder, as the
+// benchmarks' allocs/op do, averaged over 1000 requests; each budget is
+// the count measured (2026-11-27) plus one, because zap's sampler writes
+// every access-log line of the first hundred each second, so a slow
+// machine logs a larger share of the requests.
+func TestStack_AllocationsPerRequest(t *testing.T) {
+	h := stackRouter(t, true)
+	for _, tc := range []struct {
+		path   string
+		key    func(i int) string
+		budget float64 // without -race, with it
+		race   float64
+	}{
+		{"no key", func(int) string { return "" }, 32 + 1, 34 + 1},
+		{"new key", func(i int) string { return "alloc-new-" + strconv.Itoa(i) }, 88 + 1, 94 + 1},
+		{"replay", func(int) string { return "alloc-replayed" }, 61 + 1, 68 + 1},
+	} {
+		if raceDetector {
+			tc.budget = tc.race
+		}
+		i := 0
+		serve := func() {
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, stackRequest(tc.key(i)))
+			i++
+			if w.Code != http.StatusCreated {
+				t.Fatalf("%s: status %d: %s", tc.path, w.Code, w.Body)
+			}
+		}
+		serve() // the replay's record, the pool's connection
+		got := testing.AllocsPerRun(1000, serve)
+		t.Logf("%s: %.0f allocations per request", tc.path, got)
+		if got > tc.budget {
+			t.Errorf("%s: %.0f allocations per request, budget %.0f", tc.path, got, tc.budget)
+		}
+	}
 }
