@@ -1,7 +1,9 @@
 package idempotencyfx
 
 import (
+	"maps"
 	"net/http"
+	"net/http/httptest"
 	"runtime"
 	"strings"
 	"testing"
@@ -70,4 +72,43 @@ func TestHostileBodies(t *testing.T) {
 		t.Error("a binary body was not replayed")
 	}
 	_ = http.StatusOK
+}
+
+// net/http writes header names in canonical form, but a request built in
+// process (a batch endpoint's sub-request, a test) may hold the key under
+// another spelling. Found by an adversary: the lower-case name bypassed the
+// layer (the handler ran on every send), and the key under two spellings
+// was not refused as sent twice.
+func TestKeyHeader_AnySpellingOfTheNameInProcess(t *testing.T) {
+	e := newEnv(t, Config{}, nil)
+	h := e.http.Config.Handler
+	send := func(header http.Header) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(http.MethodPost, "/payments", strings.NewReader(`{"amount":1}`))
+		req.Header.Set("Content-Type", "application/json")
+		maps.Copy(req.Header, header)
+		rr := httptest.NewRecorder()
+		h.ServeHTTP(rr, req)
+		return rr
+	}
+	key := "spelled"
+	first := send(http.Header{"idempotency-key": {key}})
+	second := send(http.Header{"IDEMPOTENCY-KEY": {key}})
+	if n := e.calls.Load(); n != 1 {
+		t.Fatalf("handler ran %d times for one key sent under two spellings of the name, want 1", n)
+	}
+	if second.Header().Get(ReplayedHeader) != "true" || second.Body.String() != first.Body.String() {
+		t.Errorf("the second send is not a replay of the first: %d %q %s", second.Code, second.Header().Get(ReplayedHeader), second.Body)
+	}
+	for _, twice := range []http.Header{
+		{"Idempotency-Key": {key + "-a"}, "idempotency-key": {key + "-b"}},
+		{"Idempotency-Key": {key + "-c"}, "idempotency-key": {key + "-c"}},
+	} {
+		rr := send(twice)
+		if rr.Code != http.StatusBadRequest || !strings.Contains(rr.Body.String(), CodeKeyInvalid) {
+			t.Errorf("key sent twice (%v) answered %d %s, want 400 %s", twice, rr.Code, rr.Body, CodeKeyInvalid)
+		}
+	}
+	if n := e.calls.Load(); n != 1 {
+		t.Errorf("handler ran %d times, want 1: a key sent twice runs nothing", n)
+	}
 }

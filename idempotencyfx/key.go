@@ -87,10 +87,21 @@ func invalidKey(msg string) error {
 	return &IdempotencyKeyInvalidError{BaseError: redisfx.BaseError{Code: CodeKeyInvalid, Message: msg}}
 }
 
-// keyFromRequest reads the key header without allocating: header is the
-// canonical header name.
+// keyFromRequest reads the key header: header is the canonical header
+// name. net/http writes the names of every request it reads in canonical
+// form, but a request built in process (a batch endpoint dispatching
+// sub-requests, a test) may hold the name in any spelling, or in two:
+// every spelling is read, so that such a request is neither let through
+// unprotected nor, holding two keys, taken for one that has a single key.
+// The request's value slices are never appended to.
 func keyFromRequest(r *http.Request, header string) (key string, present bool, err error) {
 	values, ok := r.Header[header]
+	for name, vs := range r.Header {
+		if len(name) == len(header) && name != header && strings.EqualFold(name, header) {
+			values = append(values[:len(values):len(values)], vs...)
+			ok = true
+		}
+	}
 	if !ok {
 		return "", false, nil
 	}
