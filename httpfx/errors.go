@@ -85,12 +85,40 @@ const StatusClientClosedRequest = 499
 
 // Render writes the problem for err. When err is the client having gone
 // away, it writes only StatusClientClosedRequest.
+//
+// Before writing, Render tells the first writer down w's Unwrap chain that
+// implements ErrorNoter which error the answer renders.
 func (e *Errors) Render(w http.ResponseWriter, r *http.Request, err error) {
 	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
 		w.WriteHeader(StatusClientClosedRequest) // no body: nobody reads the answer
 		return
 	}
+	noteError(w, err)
 	e.Problem(err, r).Write(w)
+}
+
+// ErrorNoter is a response writer that wants to know which error the answer
+// written to it renders, where the status alone cannot say: idempotencyfx's
+// recorder does not keep as a request's outcome an idempotency error of
+// other work that asks the client to retry later. Render calls NoteError
+// before it writes the problem.
+type ErrorNoter interface {
+	NoteError(err error)
+}
+
+// noteError tells the first ErrorNoter down w's Unwrap chain about err.
+func noteError(w http.ResponseWriter, err error) {
+	for {
+		if n, ok := w.(ErrorNoter); ok {
+			n.NoteError(err)
+			return
+		}
+		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
+		if !ok {
+			return
+		}
+		w = u.Unwrap()
+	}
 }
 
 // ProblemError is an error that carries its own problem; the default filter

@@ -1,7 +1,10 @@
 package httpfx_test
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
+	"net/http"
 	"net/http/httptest"
 	"testing"
 
@@ -33,5 +36,39 @@ func TestProblemWithAnExtensionThatDoesNotMarshal(t *testing.T) {
 	p.Write(w)
 	if got := w.Body.String(); got != `{"type":"about:blank","title":"Bad Request","status":400,"detail":"x","code":"bad"}`+"\n" || w.Code != 400 {
 		t.Fatalf("%d %s", w.Code, got)
+	}
+}
+
+// noted is a writer that records the errors Render tells it about.
+type noted struct {
+	http.ResponseWriter
+	errs []error
+}
+
+func (n *noted) NoteError(err error) { n.errs = append(n.errs, err) }
+
+// unwrapping is a middleware's writer wrap that hides the methods of the
+// writer below it but for Unwrap.
+type unwrapping struct{ http.ResponseWriter }
+
+func (u unwrapping) Unwrap() http.ResponseWriter { return u.ResponseWriter }
+
+// Render tells the first ErrorNoter down the Unwrap chain which error the
+// answer renders (idempotencyfx's recorder relies on it), but not a client
+// that left, whose 499 renders nothing.
+func TestRender_TellsTheErrorNoterBelowWrappers(t *testing.T) {
+	errs := httpfx.NewErrors(nil)
+	n := &noted{ResponseWriter: httptest.NewRecorder()}
+	boom := errors.New("boom")
+	errs.Render(unwrapping{n}, httptest.NewRequest(http.MethodGet, "/", nil), boom)
+	if len(n.errs) != 1 || !errors.Is(n.errs[0], boom) {
+		t.Fatalf("noted %v, want [boom]", n.errs)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	gone := &noted{ResponseWriter: httptest.NewRecorder()}
+	errs.Render(unwrapping{gone}, httptest.NewRequest(http.MethodGet, "/", nil).WithContext(ctx), context.Canceled)
+	if len(gone.errs) != 0 {
+		t.Fatalf("a client that left: noted %v, want nothing", gone.errs)
 	}
 }

@@ -178,9 +178,10 @@ func (s *Service) runOwned(w http.ResponseWriter, r *http.Request, next http.Han
 	state := StateCompleted
 	var blob []byte
 	switch {
-	case rec.failed || failureStatus(rec.finishedStatus()):
+	case rec.failed || rec.retryLater || failureStatus(rec.finishedStatus()):
 		// rec.failed: an error status after the answer began, which is how
-		// a returned error arrives after a partial write.
+		// a returned error arrives after a partial write. rec.retryLater:
+		// the answer asks to retry later (see recorder.NoteError).
 		state = failedUnlessAnswered(rec)
 	case !rec.passing:
 		var ok bool

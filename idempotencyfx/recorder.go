@@ -2,6 +2,7 @@ package idempotencyfx
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -24,7 +25,26 @@ type recorder struct {
 	body    []byte
 	passing bool // streaming straight to w; nothing more is buffered
 	failed  bool // an error status came after the answer began
-	reason  string
+	// retryLater: the answer renders an idempotency error of other work
+	// (Service.Do inside the handler) that asks the client to retry later;
+	// see NoteError.
+	retryLater bool
+	reason     string
+}
+
+// NoteError implements httpfx.ErrorNoter. A handler whose own idempotent
+// work (Service.Do, a nested route) met an earlier failed attempt or one
+// still in progress answers 409 with Retry-After: kept as this request's
+// completed outcome, that 409 would be replayed to every retry it invites,
+// until DefaultTTL. It is a failure of this request's work instead: retries
+// get 409 idempotency_previous_failed until LockTimeout, and then run the
+// handler again.
+func (rec *recorder) NoteError(err error) {
+	var failed *IdempotencyFailedError
+	var timeout *IdempotencyTimeoutError
+	if errors.As(err, &failed) || errors.As(err, &timeout) {
+		rec.retryLater = true
+	}
 }
 
 func newRecorder(w http.ResponseWriter, limit int) *recorder {
