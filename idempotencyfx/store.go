@@ -124,11 +124,6 @@ func (s store) claim(ctx context.Context, key, fp, owner string, lease time.Dura
 	return c, unreplicated, nil
 }
 
-// run runs script on key. With ReplicaAcks it runs on a dedicated
-// connection to the master that holds key and, when wrote says the script
-// wrote, WAITs there (WAIT covers the writes of its own connection only);
-// unreplicated reports a WAIT that fell short. The Cluster client follows
-// Redis's redirections for its own commands, not for such a connection:
 // scriptCall is a record script's key and arguments in one allocation, for
 // the claim and the completion that every keyed request sends: go-redis
 // takes them as a []string and a []any, and an interface holding a string
@@ -143,7 +138,12 @@ type scriptCall struct {
 	num  int64     // the number argument args points to
 }
 
-// run does, as the Cluster client would, while a slot moves (MOVED: the
+// run runs the script call. With ReplicaAcks it runs on a dedicated
+// connection to the master that holds the call's key and, when wrote says
+// the script wrote, WAITs there (WAIT covers the writes of its own
+// connection only); unreplicated reports a WAIT that fell short. The
+// Cluster client follows Redis's redirections for its own commands, not
+// for such a connection: run does, as the Cluster client would, while a slot moves (MOVED: the
 // slot has another master, and the client's slot map is reloaded; ASK:
 // the slot is migrating and the key has left, so ASKING and the script go
 // to the importing master), up to maxRedirects times. A redirected script
