@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"net/url"
 	"strconv"
 	"strings"
 	"testing"
@@ -152,6 +153,30 @@ func TestCommandSpans_PointerArgumentsShownAsSent(t *testing.T) {
 	for i, want := range []string{key + " pointed-to PX 60000", key + " "} {
 		if got := attrsOf(spans[i])["db.statement.args"].AsString(); got != want {
 			t.Errorf("SET %d: db.statement.args = %q, want %q", i, got, want)
+		}
+	}
+}
+
+// argString says what Redis receives: each argument is echoed back by a
+// real Redis (ECHO returns its argument's bytes as received) and compared.
+func TestArgString_IsWhatRedisReceives(t *testing.T) {
+	t.Parallel()
+	c := redis.NewClient(&redis.Options{Addr: redistest.Start(t).Addr()})
+	defer c.Close()
+	s, n, yes, d := "text", int64(60000), true, 1500*time.Millisecond
+	when := time.Date(2026, 11, 27, 2, 40, 0, 123456789, time.UTC)
+	var nilString *string
+	var nilInt *int64
+	var nilTime *time.Time
+	where, _ := url.Parse("redis://host:6379/0")
+	for _, arg := range []any{"plain", []byte("bytes"), 42, int64(-7), uint8(200), 1e21, float32(0.1), 0.5, true, false,
+		d, when, where, &s, &n, &yes, &d, &when, nilString, nilInt, nilTime} {
+		got, err := c.Echo(context.Background(), arg).Result()
+		if err != nil {
+			t.Fatalf("ECHO %T: %v", arg, err)
+		}
+		if want := argString(arg); want != got {
+			t.Errorf("argString(%T %v) = %q, Redis received %q", arg, arg, want, got)
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package tracingfx
 
 import (
+	"encoding"
 	"fmt"
 	"reflect"
 	"strconv"
@@ -41,9 +42,12 @@ func joinArgs(args []any) string {
 	return strings.Join(parts, " ")
 }
 
-// argString is an argument as Redis receives it (as go-redis writes it,
-// which writes a pointer to a string, a number, a bool, a time or a
-// duration as the value it points to, and a nil one as its zero value).
+// argString is an argument as Redis receives it, as go-redis writes it: a
+// bool as 1 or 0, a duration in nanoseconds, a time in RFC 3339, a
+// BinaryMarshaler as its bytes, and a pointer to any of these (idempotencyfx
+// passes its script arguments so) as the value it points to, a nil one as
+// the zero value. TestArgString_IsWhatRedisReceives echoes each through a
+// real Redis.
 func argString(v any) string {
 	switch x := v.(type) {
 	case string:
@@ -59,14 +63,30 @@ func argString(v any) string {
 		return strconv.Itoa(x)
 	case int64:
 		return strconv.FormatInt(x, 10)
+	case float32:
+		return strconv.FormatFloat(float64(x), 'f', -1, 64)
 	case float64:
-		return strconv.FormatFloat(x, 'g', -1, 64)
-	case time.Duration:
-		return x.String()
+		return strconv.FormatFloat(x, 'f', -1, 64)
 	case bool:
-		return strconv.FormatBool(x)
+		if x {
+			return "1"
+		}
+		return "0"
+	case time.Duration:
+		return strconv.FormatInt(x.Nanoseconds(), 10)
+	case time.Time:
+		return x.Format(time.RFC3339Nano)
+	case *time.Time:
+		if x == nil {
+			return time.Time{}.Format(time.RFC3339Nano)
+		}
+		return x.Format(time.RFC3339Nano)
+	case encoding.BinaryMarshaler:
+		if b, err := x.MarshalBinary(); err == nil {
+			return string(b)
+		}
 	}
-	if p := reflect.ValueOf(v); p.Kind() == reflect.Pointer && p.Type().Elem().Kind() != reflect.Struct {
+	if p := reflect.ValueOf(v); p.Kind() == reflect.Pointer {
 		if p.IsNil() {
 			return argString(reflect.Zero(p.Type().Elem()).Interface())
 		}
