@@ -141,9 +141,11 @@ func (p *Proxy) Subscribers() []*Conn {
 	return out
 }
 
-// Sent is the number of bytes of the clients written to the target so far:
-// a command counted here is in the server's socket, even while the server
-// sleeps.
+// Sent is the number of bytes of the clients passed on to the target so
+// far: a command counted here is being written to the server's socket, past
+// every mode check (no Freeze or Blackhole set later holds it back), even
+// while the server sleeps; and once a command's answer came back, its bytes
+// are counted.
 func (p *Proxy) Sent() int64 { return p.sent.Load() }
 
 // Accepted is the number of connections accepted so far.
@@ -288,11 +290,15 @@ func (c *Conn) pipe(dst, src net.Conn, fromClient bool) {
 			case -1:
 				return
 			}
+			if fromClient {
+				// Counted before the write: counted after it, the server's
+				// reply could reach the client before the count did, and a
+				// test reading Sent after its command's answer would see
+				// that command's bytes arrive later.
+				c.p.sent.Add(int64(len(chunk)))
+			}
 			if _, werr := dst.Write(chunk); werr != nil {
 				return
-			}
-			if fromClient {
-				c.p.sent.Add(int64(len(chunk)))
 			}
 		}
 		if err != nil {
