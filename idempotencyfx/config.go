@@ -78,6 +78,9 @@ type Config struct {
 	// Content-Length, Set-Cookie. Hop-by-hop headers are never recorded.
 	SkipHeaders []string
 	// StoreTimeout bounds each Redis call on the request path. Default 2s.
+	// Claims and recorded outcomes that start within a sixty-fourth of it
+	// share one deadline (one timer for all of them), rounded down: each
+	// is given at least 63/64 of StoreTimeout and never more.
 	StoreTimeout time.Duration
 	// ReplicaAcks, when above 0, makes every claim that creates or takes over
 	// a record, and every recorded outcome, wait (WAIT) until that many

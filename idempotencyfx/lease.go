@@ -130,7 +130,7 @@ func (l *lease) stop() {
 // (completeLate), so that the client need not wait for Redis to come back.
 func (l *lease) complete(parent context.Context, state State, resp []byte, ttl time.Duration) (done completion, err error) {
 	l.stop()
-	parent = context.WithoutCancel(parent)
+	parent = storefx.BypassBreaker(parent)
 	for attempt := 0; attempt < 2; attempt++ {
 		if done, err = l.try(parent, state, resp, ttl); err == nil {
 			return done, nil
@@ -142,9 +142,7 @@ func (l *lease) complete(parent context.Context, state State, resp []byte, ttl t
 // try sends the completion once, bounded by StoreTimeout and past the
 // circuit breaker: it ends a lease that was granted.
 func (l *lease) try(parent context.Context, state State, resp []byte, ttl time.Duration) (completion, error) {
-	ctx, cancel := context.WithTimeout(storefx.BypassBreaker(parent), l.s.cfg.StoreTimeout)
-	defer cancel()
-	done, unreplicated, err := l.s.store.complete(ctx, l.key, l.owner, state, resp, ttl)
+	done, unreplicated, err := l.s.store.complete(l.s.calls.Context(parent), l.key, l.owner, state, resp, ttl)
 	if unreplicated {
 		l.s.obs.count(OutcomeUnreplicatedCompletion)
 	}

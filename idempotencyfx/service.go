@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/redisfx/redisfx/httpfx"
+	"github.com/redisfx/redisfx/internal/detach"
 	"github.com/redisfx/redisfx/internal/idemscript"
 	"github.com/redisfx/redisfx/internal/randid"
 	"github.com/redisfx/redisfx/internal/scripts"
@@ -28,6 +29,7 @@ import (
 type Service struct {
 	cfg    *settings
 	store  store
+	calls  *detach.Timeouts // StoreTimeout contexts of claims and completions
 	notify *notifier
 	late   *lateCompletions
 	log    *zap.Logger
@@ -76,6 +78,7 @@ func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Service, error
 		store:          store{rdb: rdb, acks: st.ReplicaAcks, ackTimeout: st.ReplicaAckTimeout},
 		log:            o.log,
 		late:           newLateCompletions(),
+		calls:          detach.New(st.StoreTimeout),
 	}
 	s.obs, err = newObserver(o.registerer, o.tracer)
 	if err != nil {
@@ -244,13 +247,10 @@ func (s *Service) claimOnce(ctx context.Context, storeKey, fp, owner string, wai
 	}
 	// Once sent, a claim is let finish (within StoreTimeout) even if the
 	// client goes away meanwhile: one cut off in flight may still land and
-	// leave a record that no one owns until its lease runs out. A context
-	// that cannot be cancelled is also cheaper: its timer does not register
-	// with the request's context, which would take a lock and a map on
-	// every request.
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StoreTimeout)
-	c, unreplicated, err := s.store.claim(cctx, storeKey, fp, owner, s.cfg.LockTimeout, waiting)
-	cancel()
+	// leave a record that no one owns until its lease runs out. A detached
+	// context is also cheaper: it does not register with the request's,
+	// and its deadline is shared with the other calls of its moment.
+	c, unreplicated, err := s.store.claim(s.calls.Context(ctx), storeKey, fp, owner, s.cfg.LockTimeout, waiting)
 	if unreplicated {
 		s.obs.outcome(ctx, OutcomeUnreplicated)
 	}
