@@ -79,7 +79,7 @@ func fingerprint(r *http.Request, body []byte, ignore *ignoreSet) (string, error
 		_, _ = f.h.Write(body)
 	}
 	var digest [2 * sha256.Size]byte
-	hex.Encode(digest[:], f.h.Sum(f.buf[:0]))
+	hex.Encode(digest[:], f.h.Sum(f.sum[:0]))
 	return string(digest[:]), nil
 }
 
@@ -115,6 +115,7 @@ func requestTarget(r *http.Request) (path, query string) {
 type fingerprinter struct {
 	h   hash.Hash
 	buf []byte
+	sum [sha256.Size]byte // Sum appends here: buf may be too short, and growing it allocates
 }
 
 var fingerprinters = sync.Pool{New: func() any { return &fingerprinter{h: sha256.New()} }}
@@ -176,6 +177,9 @@ func (b byName) Swap(i, j int) {
 // isJSON reports whether a Content-Type is application/json or a +json
 // type, parameters and case ignored (without mime.ParseMediaType's map).
 func isJSON(contentType string) bool {
+	if contentType == "application/json" { // what nearly every JSON client sends
+		return true
+	}
 	mt, _, _ := strings.Cut(contentType, ";")
 	mt = strings.TrimSpace(mt)
 	if len(mt) <= len("application/") || !strings.EqualFold(mt[:len("application/")], "application/") {

@@ -198,8 +198,8 @@ func TestStack_AllocationsPerRequest(t *testing.T) {
 		race   float64
 	}{
 		{"no key", func(int) string { return "" }, 32 + 1, 34 + 1},
-		{"new key", func(i int) string { return "alloc-new-" + strconv.Itoa(i) }, 82 + 1, 89 + 1},
-		{"replay", func(int) string { return "alloc-replayed" }, 58 + 1, 64 + 1},
+		{"new key", func(i int) string { return "alloc-new-" + strconv.Itoa(i) }, 81 + 1, 87 + 1},
+		{"replay", func(int) string { return "alloc-replayed" }, 57 + 1, 63 + 1},
 	} {
 		if raceDetector {
 			tc.budget = tc.race
