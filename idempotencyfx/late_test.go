@@ -15,6 +15,7 @@ import (
 
 	"github.com/redisfx/redisfx/internal/faultproxy"
 	"github.com/redisfx/redisfx/internal/redistest"
+	"github.com/redisfx/redisfx/storefx"
 )
 
 // stallAfterHandler is an env behind a fault proxy whose handler cuts Redis
@@ -328,5 +329,66 @@ func TestLease_WorkEndsWhenTheHandlerReturns_NotWhenRecorded(t *testing.T) {
 	}
 	if r := <-answered; r.status != http.StatusCreated {
 		t.Fatalf("first: %d %s", r.status, r.body)
+	}
+}
+
+// The background tries of a completion go past the client's circuit
+// breaker, as the request's own tries do: a breaker opened by the
+// application's other Redis calls during the stall, and not probed again
+// before the record would expire, must not cost the outcome. Found by an
+// adversary when the bypass moved from lease.try to the request's tries
+// only: every background try was refused without being sent, the outcome
+// was lost and the retry ran the work a second time.
+func TestLateCompletion_PastAnOpenBreaker_RunsOnce(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartPrivate(t)
+	proxy := faultproxy.Start(t, srv.Addr())
+	client, err := storefx.New("default", storefx.Config{URL: "redis://" + proxy.Addr(), ConnectTimeout: time.Second,
+		ReadTimeout: time.Second, DialTimeout: 200 * time.Millisecond,
+		Breaker: storefx.BreakerConfig{ProbeInterval: 10 * time.Second}}) // no second probe while the record lives
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.Close() })
+	svc, err := New(client, Config{KeyPrefix: redistest.Prefix(t), StoreTimeout: 200 * time.Millisecond,
+		LockTimeout: time.Second, DefaultTTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = svc.Start(context.Background())
+	t.Cleanup(func() { _ = svc.Close() })
+
+	calls := 0
+	work := func(context.Context) ([]byte, error) {
+		calls++
+		if calls == 1 {
+			proxy.SetMode(faultproxy.Blackhole)
+			for range 6 { // the application's other calls fail meanwhile: the breaker opens
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+				_ = client.Get(ctx, "other").Err()
+				cancel()
+			}
+			if st := client.Breaker().State; st == storefx.BreakerClosed {
+				t.Errorf("breaker %v after six failed calls, want open", st)
+			}
+		}
+		return []byte("charged"), nil
+	}
+	if _, _, err := svc.Do(context.Background(), "k", "fp", work); err != nil {
+		t.Fatalf("first Do: %v", err)
+	}
+	if b := client.Breaker(); b.State == storefx.BreakerClosed {
+		t.Fatalf("breaker %+v after the request, want open", b)
+	}
+	proxy.SetMode(faultproxy.Forward) // Redis is back; the breaker stays open
+	// Polled through the breaker: a call that passed it and reached Redis
+	// would close it, which is the background try's part to play.
+	waitFor(t, func() bool {
+		rec, err := svc.Get(context.Background(), "", "k")
+		return err == nil && rec != nil && rec.State == StateCompleted
+	})
+	out, replayed, err := svc.Do(context.Background(), "k", "fp", work)
+	if err != nil || !replayed || string(out) != "charged" || calls != 1 {
+		t.Fatalf("retry: %q replayed=%v err=%v, work ran %d times; want the first outcome replayed, one run", out, replayed, err, calls)
 	}
 }

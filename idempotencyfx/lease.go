@@ -130,7 +130,6 @@ func (l *lease) stop() {
 // (completeLate), so that the client need not wait for Redis to come back.
 func (l *lease) complete(parent context.Context, state State, resp []byte, ttl time.Duration) (done completion, err error) {
 	l.stop()
-	parent = storefx.BypassBreaker(parent)
 	for attempt := 0; attempt < 2; attempt++ {
 		if done, err = l.try(parent, state, resp, ttl); err == nil {
 			return done, nil
@@ -140,9 +139,11 @@ func (l *lease) complete(parent context.Context, state State, resp []byte, ttl t
 }
 
 // try sends the completion once, bounded by StoreTimeout and past the
-// circuit breaker: it ends a lease that was granted.
+// circuit breaker: it ends a lease that was granted. The request's tries
+// and the background ones (completeLate) all come through here, so the
+// breaker is bypassed here and not by a caller.
 func (l *lease) try(parent context.Context, state State, resp []byte, ttl time.Duration) (completion, error) {
-	done, unreplicated, err := l.s.store.complete(l.s.calls.Context(parent), l.key, l.owner, state, resp, ttl)
+	done, unreplicated, err := l.s.store.complete(l.s.calls.Context(storefx.BypassBreaker(parent)), l.key, l.owner, state, resp, ttl)
 	if unreplicated {
 		l.s.obs.count(OutcomeUnreplicatedCompletion)
 	}

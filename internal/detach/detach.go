@@ -63,7 +63,10 @@ type deadlineKey struct{}
 // when it is this grain's, else a new one (the first call of a grain makes
 // it; racing calls may each make one, and all are correct).
 func (t *Timeouts) deadline() *deadline {
-	n := int64((time.Since(t.epoch) + t.timeout) / t.grain)
+	// Time arithmetic, not Durations: Sub saturates where a sum of
+	// Durations would overflow, so a timeout too long to count from the
+	// epoch (near math.MaxInt64) ends about 292 years after it.
+	n := int64(time.Now().Add(t.timeout).Sub(t.epoch) / t.grain)
 	cur := t.current.Load()
 	if cur != nil && cur.grain == n {
 		return cur

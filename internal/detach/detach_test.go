@@ -3,6 +3,7 @@ package detach
 import (
 	"context"
 	"errors"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -129,4 +130,21 @@ func TestNew_RefusesANonPositiveTimeout(t *testing.T) {
 		}
 	}()
 	New(0)
+}
+
+// A timeout too long to add to the time since New without overflowing a
+// Duration (math.MaxInt64, as a configuration may say for "no limit") still
+// gives a deadline in the future and a live context. Found by an
+// adversary: the sum overflowed, the deadline fell in 1739 and every call
+// failed at once.
+func TestContext_HugeTimeoutsDoNotOverflow(t *testing.T) {
+	for _, timeout := range []time.Duration{math.MaxInt64, math.MaxInt64 - time.Millisecond, math.MaxInt64 / 2} {
+		tt := New(timeout)
+		tt.epoch = tt.epoch.Add(-time.Hour) // made an hour ago: the sum with the timeout overflows
+		ctx := tt.Context(context.Background())
+		at, _ := ctx.Deadline()
+		if min := time.Now().Add(100 * 365 * 24 * time.Hour); at.Before(min) || ctx.Err() != nil {
+			t.Fatalf("timeout %v: deadline %v, Err %v; want a live context ending after %v", timeout, at, ctx.Err(), min)
+		}
+	}
 }
