@@ -40,12 +40,10 @@ func New(timeout time.Duration) *Timeouts {
 	return &Timeouts{timeout: timeout, grain: max(timeout/grains, time.Nanosecond), epoch: time.Now()}
 }
 
-// Timeout is the timeout the contexts are made with.
-func (t *Timeouts) Timeout() time.Duration { return t.timeout }
-
 // Context returns a context with parent's values that parent's cancellation
-// does not reach, done when its deadline passes: at most Timeout from now,
-// at least Timeout minus a sixty-fourth of it. Nothing needs releasing.
+// does not reach, done when its deadline passes: at most the timeout from
+// now, at least the timeout minus a sixty-fourth of it. Nothing needs
+// releasing.
 func (t *Timeouts) Context(parent context.Context) context.Context {
 	d := t.deadline()
 	// The values are looked up through a WithValue over the WithoutCancel:
