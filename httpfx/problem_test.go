@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/redisfx/redisfx/httpfx"
 )
@@ -70,5 +71,32 @@ func TestRender_TellsTheErrorNoterBelowWrappers(t *testing.T) {
 	errs.Render(unwrapping{gone}, httptest.NewRequest(http.MethodGet, "/", nil).WithContext(ctx), context.Canceled)
 	if len(gone.errs) != 0 {
 		t.Fatalf("a client that left: noted %v, want nothing", gone.errs)
+	}
+}
+
+// Write writes what json.Marshal makes of the problem, byte for byte, with
+// text that encoding/json escapes (HTML characters, U+2028, invalid UTF-8)
+// in every string member and in an extension.
+func TestProblemWrite_IsJSONMarshalsOutput(t *testing.T) {
+	odd := "<a href=\"x\">&</a> \u2028 \xff tab\t"
+	p := httpfx.Problem{Type: "https://example.com/" + odd, Title: odd, Status: 409, Detail: odd, Instance: odd, Code: odd,
+		Extensions: map[string]any{"note": odd, "n": 1.5}}
+	want, err := json.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := httptest.NewRecorder()
+	p.Write(w)
+	if got := w.Body.String(); got != string(want)+"\n" {
+		t.Fatalf("body\n%q\nwant\n%q", got, string(want)+"\n")
+	}
+}
+
+func BenchmarkProblem_Write(b *testing.B) {
+	p := httpfx.NewProblem(http.StatusInternalServerError, "idempotency_store_unavailable", "the idempotency store is unavailable; retry later")
+	p.RetryAfter = time.Second
+	b.ReportAllocs()
+	for b.Loop() {
+		p.Write(httptest.NewRecorder())
 	}
 }
