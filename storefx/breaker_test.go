@@ -387,7 +387,7 @@ func TestBreaker_ReopenedWhileAProbeHangs_ProbesStayOneAtATime(t *testing.T) {
 	proxy := faultproxy.Start(t, srv.Addr())
 	g := &probeGauge{}
 	c, err := storefx.New("default", storefx.Config{URL: "redis://" + proxy.Addr(), DialTimeout: 200 * time.Millisecond,
-		Breaker: storefx.BreakerConfig{Failures: 1, ProbeInterval: 50 * time.Millisecond, ProbeTimeout: 1500 * time.Millisecond}}, g.instrumentation)
+		Breaker: storefx.BreakerConfig{Failures: 1, ProbeInterval: 50 * time.Millisecond, ProbeTimeout: 3 * time.Second}}, g.instrumentation)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -397,7 +397,11 @@ func TestBreaker_ReopenedWhileAProbeHangs_ProbesStayOneAtATime(t *testing.T) {
 	}()
 	key := redistest.Prefix(t) + "list"
 	// idleConns leaves n fresh connections idle in the pool: n blocking
-	// commands at once, passing the breaker.
+	// commands at once, passing the breaker. Each blocks for a second, so
+	// that all n overlap (and so take n connections) even when the loaded
+	// machine starts one late: with 0.3 s, one started after another had
+	// returned reused its connection, the probe then dialled a working one
+	// and succeeded instead of hanging (CI, 2026-11-27).
 	idleConns := func(n int) {
 		var wg sync.WaitGroup
 		for range n {
@@ -405,7 +409,7 @@ func TestBreaker_ReopenedWhileAProbeHangs_ProbesStayOneAtATime(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				ctx := storefx.BypassBreaker(context.WithValue(context.Background(), sentByTest{}, true))
-				if err := c.Do(ctx, "BLPOP", key, "0.3").Err(); !errors.Is(err, redis.Nil) {
+				if err := c.Do(ctx, "BLPOP", key, "1").Err(); !errors.Is(err, redis.Nil) {
 					t.Errorf("BLPOP: %v", err)
 				}
 			}()
