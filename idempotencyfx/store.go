@@ -143,11 +143,12 @@ type scriptCall struct {
 // the script wrote, WAITs there (WAIT covers the writes of its own
 // connection only); unreplicated reports a WAIT that fell short. The
 // Cluster client follows Redis's redirections for its own commands, not
-// for such a connection: run does, as the Cluster client would, while a slot moves (MOVED: the
-// slot has another master, and the client's slot map is reloaded; ASK:
-// the slot is migrating and the key has left, so ASKING and the script go
-// to the importing master), up to maxRedirects times. A redirected script
-// did not run, so running it elsewhere runs it once.
+// for such a connection: run does, as the Cluster client would, while a
+// slot moves (MOVED: the slot has another master, and the client's slot
+// map is reloaded; ASK: the slot is migrating and the key has left, so
+// ASKING and the script go to the importing master), up to maxRedirects
+// times. A redirected script did not run, so running it elsewhere runs it
+// once.
 func (s store) run(ctx context.Context, script *redis.Script, call *scriptCall, wrote func(*redis.Cmd) bool) (cmd *redis.Cmd, unreplicated bool, err error) {
 	key, keys, args := call.keys[0], call.keys[:], call.args[:]
 	if s.acks == 0 {
