@@ -24,17 +24,19 @@ const RequestIDHeader = "X-Request-Id"
 // requestState is what the router keeps about one request: its id, the
 // application's error chain, and whether the router's not-found or
 // method-not-allowed handler answered it. It is itself the request's
-// context node, which also answers the router's ContextValues: one
-// allocation, where a context.WithValue per value (and a request copy per
-// middleware that adds one) would cost several on every request.
+// context node, which also answers the router's ContextValues, and holds
+// the wrap of the response writer: one allocation, where a
+// context.WithValue per value (and a request copy per middleware that adds
+// one) and a writer wrap would cost several on every request.
 type requestState struct {
 	context.Context // the request's context as the front middleware got it
 	id              string
 	errors          *Errors
 	values          []ContextValue // the router's, shared by its requests, never modified
 	unmatched       bool
-	status          int  // set by the recovery when it answered past the writer wrap
-	aborted         bool // the connection was aborted: no complete answer went out
+	status          int            // set by the recovery when it answered past the writer wrap
+	aborted         bool           // the connection was aborted: no complete answer went out
+	writer          responseWriter // the wrap of the request's writer (writer.go)
 
 	// The response's X-Request-Id value and a generated id's digits live
 	// in the state, so that neither needs an allocation of its own.

@@ -197,9 +197,9 @@ func TestStack_AllocationsPerRequest(t *testing.T) {
 		budget float64 // without -race, with it
 		race   float64
 	}{
-		{"no key", func(int) string { return "" }, 32 + 1, 34 + 1},
-		{"new key", func(i int) string { return "alloc-new-" + strconv.Itoa(i) }, 81 + 1, 87 + 1},
-		{"replay", func(int) string { return "alloc-replayed" }, 57 + 1, 63 + 1},
+		{"no key", func(int) string { return "" }, 30 + 1, 32 + 1},
+		{"new key", func(i int) string { return "alloc-new-" + strconv.Itoa(i) }, 79 + 1, 85 + 1},
+		{"replay", func(int) string { return "alloc-replayed" }, 55 + 1, 62 + 1},
 	} {
 		if raceDetector {
 			tc.budget = tc.race

@@ -1,0 +1,168 @@
+package httpfx
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"net/http"
+)
+
+// responseWriter is the front middleware's wrap of a request's writer: it
+// measures the final status and the bytes written, for the span, the route
+// metrics and the access log. It lives inside the request's state, so the
+// wrap costs no allocation of its own (chi's middleware.WrapResponseWriter,
+// used before, cost two on every request).
+//
+// The handler gets it through one of the small types below, each adding
+// exactly the optional interfaces (http.Flusher, http.Hijacker,
+// io.ReaderFrom, http.Pusher) the wrapped writer has, as chi's wrap does:
+// a handler or http.ResponseController probing for one finds it only where
+// it works. Each is a struct of one pointer, which an interface holds
+// without allocating.
+type responseWriter struct {
+	w           http.ResponseWriter
+	code        int // the final status written, 0 before
+	bytes       int
+	wroteHeader bool
+}
+
+// Header implements http.ResponseWriter.
+func (rw *responseWriter) Header() http.Header { return rw.w.Header() }
+
+// WriteHeader implements http.ResponseWriter. An informational status
+// (1xx but 101) goes out and is not the answer's status: the final one
+// comes after it.
+func (rw *responseWriter) WriteHeader(code int) {
+	if code >= 100 && code <= 199 && code != http.StatusSwitchingProtocols {
+		rw.w.WriteHeader(code)
+		return
+	}
+	if !rw.wroteHeader {
+		rw.code, rw.wroteHeader = code, true
+		rw.w.WriteHeader(code)
+	}
+}
+
+// Write implements http.ResponseWriter.
+func (rw *responseWriter) Write(b []byte) (int, error) {
+	if !rw.wroteHeader {
+		rw.WriteHeader(http.StatusOK)
+	}
+	n, err := rw.w.Write(b)
+	rw.bytes += n
+	return n, err
+}
+
+// Status is the final status written, 0 before one was.
+func (rw *responseWriter) Status() int { return rw.code }
+
+// BytesWritten is the number of body bytes written.
+func (rw *responseWriter) BytesWritten() int { return rw.bytes }
+
+// Unwrap returns the wrapped writer, for http.ResponseController.
+func (rw *responseWriter) Unwrap() http.ResponseWriter { return rw.w }
+
+// The optional interfaces' work. Each is offered only where rw.w has the
+// interface (wrap), so the checks below never fail; they are there so
+// that a wrong offer would answer http.ErrNotSupported, not panic.
+
+func (rw *responseWriter) flush() {
+	if !rw.wroteHeader {
+		rw.WriteHeader(http.StatusOK)
+	}
+	if f, ok := rw.w.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (rw *responseWriter) hijack() (net.Conn, *bufio.ReadWriter, error) {
+	if h, ok := rw.w.(http.Hijacker); ok {
+		return h.Hijack()
+	}
+	return nil, nil, http.ErrNotSupported
+}
+
+// readFrom keeps net/http's sendfile path for io.Copy into the answer.
+func (rw *responseWriter) readFrom(r io.Reader) (int64, error) {
+	if !rw.wroteHeader {
+		rw.WriteHeader(http.StatusOK)
+	}
+	rf, ok := rw.w.(io.ReaderFrom)
+	if !ok {
+		return 0, http.ErrNotSupported
+	}
+	n, err := rf.ReadFrom(r)
+	rw.bytes += int(n)
+	return n, err
+}
+
+func (rw *responseWriter) push(target string, opts *http.PushOptions) error {
+	if p, ok := rw.w.(http.Pusher); ok {
+		return p.Push(target, opts)
+	}
+	return http.ErrNotSupported
+}
+
+// The writer a handler gets, by what the wrapped writer can do. net/http's
+// HTTP/1 writer is a fancyWriter, its HTTP/2 writer an http2Writer.
+type (
+	basicWriter       struct{ *responseWriter }
+	flushWriter       struct{ *responseWriter }
+	hijackWriter      struct{ *responseWriter }
+	flushHijackWriter struct{ *responseWriter }
+	fancyWriter       struct{ *responseWriter } // Flusher, Hijacker, ReaderFrom
+	http2Writer       struct{ *responseWriter } // Flusher, Pusher
+)
+
+// Flush implements http.Flusher.
+func (w flushWriter) Flush() { w.flush() }
+
+// Flush implements http.Flusher.
+func (w flushHijackWriter) Flush() { w.flush() }
+
+// Flush implements http.Flusher.
+func (w fancyWriter) Flush() { w.flush() }
+
+// Flush implements http.Flusher.
+func (w http2Writer) Flush() { w.flush() }
+
+// Hijack implements http.Hijacker.
+func (w hijackWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) { return w.hijack() }
+
+// Hijack implements http.Hijacker.
+func (w flushHijackWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) { return w.hijack() }
+
+// Hijack implements http.Hijacker.
+func (w fancyWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) { return w.hijack() }
+
+// ReadFrom implements io.ReaderFrom.
+func (w fancyWriter) ReadFrom(r io.Reader) (int64, error) { return w.readFrom(r) }
+
+// Push implements http.Pusher.
+func (w http2Writer) Push(target string, opts *http.PushOptions) error { return w.push(target, opts) }
+
+// wrap starts measuring w and returns the writer the handler gets.
+func (rw *responseWriter) wrap(w http.ResponseWriter, protoMajor int) http.ResponseWriter {
+	rw.w = w
+	_, fl := w.(http.Flusher)
+	if protoMajor == 2 {
+		if _, ps := w.(http.Pusher); fl && ps {
+			return http2Writer{rw}
+		}
+	} else {
+		_, hj := w.(http.Hijacker)
+		_, rf := w.(io.ReaderFrom)
+		switch {
+		case fl && hj && rf:
+			return fancyWriter{rw}
+		case fl && hj:
+			return flushHijackWriter{rw}
+		case hj:
+			return hijackWriter{rw}
+		}
+	}
+	if fl {
+		return flushWriter{rw}
+	}
+	return basicWriter{rw}
+}
