@@ -170,3 +170,26 @@ func TestCanonicalJSON_AdversarialShapesWithin10xOfEncodingJSON(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkDefaultFingerprint_Typical fingerprints what keyed requests
+// usually carry: a small payment and an order of a few hundred bytes, as
+// every keyed request pays it.
+func BenchmarkDefaultFingerprint_Typical(b *testing.B) {
+	for _, body := range []struct{ name, json string }{
+		{"payment", `{"amount":1250,"currency":"EUR","card":"4242424242424242"}`},
+		{"order", `{"customer_id":"cus_9s6XKzkNRiz8i3","currency":"usd","items":[{"sku":"sku_1001","quantity":2,"unit_amount":1999,"description":"Blue mug, 350 ml"},{"sku":"sku_2002","quantity":1,"unit_amount":4500,"description":"Tea sampler"}],"shipping":{"name":"Ada Lovelace","address":{"line1":"12 St James's Square","city":"London","postal_code":"SW1Y 4JH","country":"GB"},"method":"standard"},"metadata":{"channel":"web","campaign":"autumn-2026"},"note":null,"gift":false}`},
+	} {
+		req, _ := http.NewRequest(http.MethodPost, "/orders", nil)
+		req.Header.Set("Content-Type", "application/json")
+		data := []byte(body.json)
+		b.Run(body.name, func(b *testing.B) {
+			b.SetBytes(int64(len(data)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := DefaultFingerprint(req, data); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

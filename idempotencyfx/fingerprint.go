@@ -62,7 +62,7 @@ func fingerprint(r *http.Request, body []byte, ignore *ignoreSet) (string, error
 	f.field(canonicalQuery(query))
 	f.flush()
 	json := false
-	if isJSON(r.Header.Get("Content-Type")) {
+	if isJSON(contentType(r.Header)) {
 		switch err := canonical(f.h, body, ignore); { // writes nothing unless it succeeds
 		case err == nil:
 			json = true
@@ -172,6 +172,16 @@ func (b byName) Less(i, j int) bool { return b.names[i] < b.names[j] }
 func (b byName) Swap(i, j int) {
 	b.parts[i], b.parts[j] = b.parts[j], b.parts[i]
 	b.names[i], b.names[j] = b.names[j], b.names[i]
+}
+
+// contentType is the first Content-Type value, read under its canonical
+// name as Header.Get reads it, without Get's canonicalisation of the name
+// on every call (~400 instructions per keyed request).
+func contentType(h http.Header) string {
+	if v := h["Content-Type"]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
 }
 
 // isJSON reports whether a Content-Type is application/json or a +json
