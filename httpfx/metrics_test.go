@@ -41,7 +41,7 @@ func TestRequestMetrics_ConcurrentFirstRequestsAllCounted(t *testing.T) {
 	close(start)
 	wg.Wait()
 
-	if got := len(*m.children.Load()); got != 5*len(methods)*len(codes) {
+	if got := m.children.Len(); got != 5*len(methods)*len(codes) {
 		t.Errorf("%d cached children, want %d", got, 5*len(methods)*len(codes))
 	}
 	for r := range 5 {
