@@ -31,15 +31,17 @@ func (rw *responseWriter) Header() http.Header { return rw.w.Header() }
 
 // WriteHeader implements http.ResponseWriter. An informational status
 // (1xx but 101) goes out and is not the answer's status: the final one
-// comes after it.
+// comes after it. A status is taken as written only once the server's
+// writer has taken it: net/http panics on an invalid code before sending
+// anything, and the recovery's 500 must then still go out through here.
 func (rw *responseWriter) WriteHeader(code int) {
 	if code >= 100 && code <= 199 && code != http.StatusSwitchingProtocols {
 		rw.w.WriteHeader(code)
 		return
 	}
 	if !rw.wroteHeader {
-		rw.code, rw.wroteHeader = code, true
 		rw.w.WriteHeader(code)
+		rw.code, rw.wroteHeader = code, true
 	}
 }
 
@@ -66,13 +68,21 @@ func (rw *responseWriter) Unwrap() http.ResponseWriter { return rw.w }
 // interface (wrap), so the checks below never fail; they are there so
 // that a wrong offer would answer http.ErrNotSupported, not panic.
 
-func (rw *responseWriter) flush() {
+// flushError flushes as http.ResponseController does: through the wrapped
+// writer's FlushError when it has one (net/http's writers do), so that a
+// write error (the client gone) reaches the handler, else its Flush.
+func (rw *responseWriter) flushError() error {
 	if !rw.wroteHeader {
 		rw.WriteHeader(http.StatusOK)
 	}
-	if f, ok := rw.w.(http.Flusher); ok {
+	switch f := rw.w.(type) {
+	case interface{ FlushError() error }:
+		return f.FlushError()
+	case http.Flusher:
 		f.Flush()
+		return nil
 	}
+	return http.ErrNotSupported
 }
 
 func (rw *responseWriter) hijack() (net.Conn, *bufio.ReadWriter, error) {
@@ -115,16 +125,32 @@ type (
 )
 
 // Flush implements http.Flusher.
-func (w flushWriter) Flush() { w.flush() }
+func (w flushWriter) Flush() { _ = w.flushError() }
 
 // Flush implements http.Flusher.
-func (w flushHijackWriter) Flush() { w.flush() }
+func (w flushHijackWriter) Flush() { _ = w.flushError() }
 
 // Flush implements http.Flusher.
-func (w fancyWriter) Flush() { w.flush() }
+func (w fancyWriter) Flush() { _ = w.flushError() }
 
 // Flush implements http.Flusher.
-func (w http2Writer) Flush() { w.flush() }
+func (w http2Writer) Flush() { _ = w.flushError() }
+
+// FlushError flushes and reports a write error; http.ResponseController's
+// Flush calls it.
+func (w flushWriter) FlushError() error { return w.flushError() }
+
+// FlushError flushes and reports a write error; http.ResponseController's
+// Flush calls it.
+func (w flushHijackWriter) FlushError() error { return w.flushError() }
+
+// FlushError flushes and reports a write error; http.ResponseController's
+// Flush calls it.
+func (w fancyWriter) FlushError() error { return w.flushError() }
+
+// FlushError flushes and reports a write error; http.ResponseController's
+// Flush calls it.
+func (w http2Writer) FlushError() error { return w.flushError() }
 
 // Hijack implements http.Hijacker.
 func (w hijackWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) { return w.hijack() }
