@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"runtime/debug"
-	"strings"
 	"unsafe"
 
 	"go.opentelemetry.io/otel/codes"
@@ -34,7 +33,6 @@ type requestState struct {
 	errors          *Errors
 	values          []ContextValue // the router's, shared by its requests, never modified
 	unmatched       bool
-	status          int            // set by the recovery when it answered past the writer wrap
 	aborted         bool           // the connection was aborted: no complete answer went out
 	writer          responseWriter // the wrap of the request's writer (writer.go)
 
@@ -162,30 +160,16 @@ func recoverer(log *zap.Logger) func(http.Handler) http.Handler {
 					}
 					panic(http.ErrAbortHandler)
 				}
-				answer := w
-				if invalidStatus(p) {
-					// net/http refused the handler's status before sending
-					// anything, but the writer wraps above it took that
-					// status as written and would drop ours (the client
-					// would get an implicit 200): answer through the
-					// innermost writer, and tell the front middleware.
-					answer = innermost(w)
-					if st := stateFrom(r.Context()); st != nil {
-						st.status = http.StatusInternalServerError
-					}
-				}
-				NewProblem(http.StatusInternalServerError, "internal_error", "The server could not complete the request.").Write(answer)
+				// Also when net/http refused the handler's status (invalid
+				// WriteHeader code) before sending anything: the front
+				// middleware's wrap takes a status as written only once
+				// the server's writer has taken it, so this 500 goes out
+				// through it, measured like any answer.
+				NewProblem(http.StatusInternalServerError, "internal_error", "The server could not complete the request.").Write(w)
 			}()
 			next.ServeHTTP(w, r)
 		})
 	}
-}
-
-// invalidStatus reports whether p is net/http's panic on an invalid status
-// passed to WriteHeader, raised before anything was sent.
-func invalidStatus(p any) bool {
-	s, ok := p.(string)
-	return ok && strings.HasPrefix(s, "invalid WriteHeader code")
 }
 
 // sentStatus is the status the front middleware's writer wrap saw written,
@@ -213,15 +197,4 @@ func nothingSent(w http.ResponseWriter) bool {
 	}
 	code := ww.Status()
 	return (code < 100 || code > 999) && ww.BytesWritten() == 0
-}
-
-// innermost is the writer at the bottom of w's Unwrap chain (net/http's).
-func innermost(w http.ResponseWriter) http.ResponseWriter {
-	for {
-		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
-		if !ok {
-			return w
-		}
-		w = u.Unwrap()
-	}
 }
