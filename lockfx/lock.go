@@ -230,7 +230,7 @@ func (k *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		return fmt.Errorf("lockfx: extend %s: %w", k.l.cfg.KeyAttribute.Quote(k.name), err)
 	case !owned:
 		k.lose()
-		return ErrLockLost
+		return k.Err() // ErrLockLost, or ErrNotOwner if Release ran meanwhile
 	case !k.confirm(sent, ttl):
 		return k.Err()
 	}

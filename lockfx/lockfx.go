@@ -157,7 +157,8 @@ func unanswered(callCtx context.Context, err error) bool {
 // came after the grant's validity had ended, and never said it is held.
 //
 // When a call may have taken the lock but its answer was not received (the
-// caller gave up, or the connection failed), the lock is given back in the
+// caller gave up, the connection failed, or Redis answered a retry of it
+// with an error), the lock is given back in the
 // background, and the call is stopped from taking it should Redis run it
 // later: a lock is never left held by an owner that gave up. Each attempt
 // is an owner of its own, and an attempt told "held", like a released
@@ -190,9 +191,15 @@ func (l *Locker) Acquire(ctx context.Context, name string) (*Lock, error) {
 		sent := time.Now() // before the call: Redis starts the lease no earlier
 		token, err := acquireScript.Run(callCtx, l.rdb, []string{keys.lock, keys.fence, keys.abandoned(owner)},
 			owner, l.cfg.TTL.Milliseconds(), fenceTTL.Milliseconds(), l.markerTTL().Milliseconds()).Int64()
-		var redisErr redis.Error
-		if err != nil && !errors.As(err, &redisErr) && !errors.Is(err, storefx.ErrCircuitOpen) {
-			l.abandon(keys, owner) // the script may have run (a refused one was never sent)
+		if err != nil && !errors.Is(err, storefx.ErrCircuitOpen) {
+			// The script may have run: the call failed, or Redis answered
+			// an error to it, but go-redis retries a call whose answer was
+			// lost, and the error may be the retry's (LOADING after a
+			// restart, READONLY after a failover) while the first send
+			// took the lock. Giving back an acquire that never ran only
+			// leaves its owner's marker. A call the breaker refused was
+			// never sent.
+			l.abandon(keys, owner)
 		}
 		switch {
 		case err != nil && ctx.Err() != nil:

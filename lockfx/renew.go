@@ -82,13 +82,17 @@ func (k *Lock) renew() {
 		case r := <-results:
 			inFlight--
 			switch {
+			case r.err == nil && !r.owned:
+				// Lost, whenever the renewal was sent: even one overtaken
+				// by a later confirmed renewal is Redis saying that the
+				// lock was not this owner's when it ran, and the first
+				// such answer ends the lock (docs/locks.md).
+				k.lose()
+				return
 			case r.sent.Before(lastConfirmed):
 				// overtaken by a later renewal that was confirmed
 			case r.err != nil:
 				next.Reset(ttl / renewRetry)
-			case !r.owned:
-				k.lose()
-				return
 			case !k.confirm(r.sent, ttl):
 				return
 			default:
