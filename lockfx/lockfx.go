@@ -291,6 +291,15 @@ func (l *Locker) markerTTL() time.Duration { return l.cfg.TTL + abandonedTTL }
 // give-back lands. Such a try costs no round trip.
 const giveBackPause = 20 * time.Millisecond
 
+// giveBackRefusedPause is the longest pause between two tries of a
+// give-back that Redis answered with an error (loading after a restart, a
+// read-only replica before a failover ends, a slot migrating between
+// Cluster nodes): Redis is up and answering, so no try needs to be waiting
+// the moment it recovers, and a give-back per failed acquire trying every
+// 20 ms would load a Redis that refuses them all (an adversary measured
+// 535 TRYAGAIN answers a second from one acquire's give-backs).
+const giveBackRefusedPause = 500 * time.Millisecond
+
 // Stop gives up the give-backs still trying (see Acquire) and waits for
 // them until ctx ends. A lock that Redis grants later to such an acquire
 // is held by nobody and expires at most TTL after, as a crashed holder's
@@ -351,10 +360,15 @@ func (l *Locker) giveBack(keys lockKeys, owner string) {
 			// acquire run first, is freed within a round trip.
 			continue
 		}
-		if !ctxsleep.Sleep(l.stopped, wait) { // refused at once (Redis down): back off
+		if !ctxsleep.Sleep(l.stopped, wait) { // refused at once: back off
 			return
 		}
-		wait = min(wait*2, giveBackPause)
+		var redisErr redis.Error
+		if errors.As(err, &redisErr) {
+			wait = min(max(wait, giveBackPause)*2, giveBackRefusedPause)
+		} else { // Redis down: a connection refused or reset
+			wait = min(wait*2, giveBackPause)
+		}
 	}
 }
 

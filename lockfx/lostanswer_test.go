@@ -6,6 +6,8 @@ package lockfx
 import (
 	"context"
 	"errors"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redisfx/redisfx/internal/redistest"
+	"github.com/redisfx/redisfx/storefx"
 )
 
 // scriptGate is a go-redis hook on one script's EVALSHA: once armed, it
@@ -185,5 +188,105 @@ func TestExtend_RacingRelease_IsErrNotOwner(t *testing.T) {
 	close(g.release)
 	if err := <-extended; !errors.Is(err, ErrNotOwner) {
 		t.Fatalf("Extend that ran after Release: %v, want ErrNotOwner", err)
+	}
+}
+
+// The give-backs that failed acquires leave (every failed call is given
+// back, above) must not outlive Redis's first answer to them. Under
+// maxmemory, Redis refused the acquire scripts (OOM at their SET NX:
+// nothing ran) and then every try of their give-backs too, whose marker
+// SET came first: 200 failed acquires kept 200 give-backs sending 9,400
+// EVALSHA a second for TTL + 1 minute (found by an adversary). The marker
+// is written with pcall now, so the first try lands.
+func TestGiveBack_RedisOutOfMemory_LandsAtOnce(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartPrivate(t)
+	ctx := context.Background()
+	l := lockerOn(t, srv.Addr(), Config{TTL: 10 * time.Second, Attempts: 1})
+	admin := srv.Client()
+	if err := admin.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		if lock, err := l.Acquire(ctx, "job-"+strconv.Itoa(i)); err == nil || !strings.Contains(err.Error(), "OOM") {
+			t.Fatalf("Acquire under maxmemory: %v, %v; want Redis's OOM", lock, err)
+		}
+	}
+	giveBacksDone(t, l, 5*time.Second) // still out of memory
+	if err := admin.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 { // nothing was left held, and no marker blocks a new owner
+		lock, err := l.Acquire(ctx, "job-"+strconv.Itoa(i))
+		if err != nil {
+			t.Fatalf("Acquire after the memory was freed: %v", err)
+		}
+		_ = lock.Release(ctx)
+	}
+}
+
+// While a lock's slot is split between two Cluster nodes, Redis answers
+// TRYAGAIN to every script on it, the give-backs' included: they back off
+// to giveBackRefusedPause instead of trying every 20 ms (one acquire's
+// give-backs drew 535 TRYAGAIN a second for as long as the migration
+// lasted: found by an adversary), and land soon after it ends, leaving the
+// holder's lock alone.
+func TestGiveBack_SlotMigrating_BacksOffAndLandsAfter(t *testing.T) {
+	t.Parallel()
+	cl := redistest.StartCluster(t, 3, 0)
+	c, err := storefx.New("default", storefx.Config{Addrs: cl.Addrs()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	l, err := New(c, Config{KeyPrefix: "lock:", TTL: 10 * time.Second, WaitTimeout: 2 * time.Second, Attempts: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	held, err := l.Acquire(ctx, "n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := mustKeys(t, l, "n")
+	source := cl.MasterOf(keys.lock)
+	target := cl.OtherMaster(source)
+	migration := cl.BeginMigration(cl.Client().ClusterKeySlot(ctx, keys.lock).Val(), source, target)
+	migration.Move(keys.lock) // the fence counter stays behind: the script's keys are split
+	if _, err := l.Acquire(ctx, "n"); err == nil || !strings.Contains(err.Error(), "TRYAGAIN") {
+		t.Fatalf("Acquire during the split: %v, want TRYAGAIN", err)
+	}
+	tryAgains := func() (n int64) {
+		for _, s := range []*redistest.Server{source, target} {
+			for _, line := range strings.Split(s.Client().Info(ctx, "errorstats").Val(), "\n") {
+				if v, ok := strings.CutPrefix(strings.TrimSpace(line), "errorstat_TRYAGAIN:count="); ok {
+					c, _ := strconv.ParseInt(v, 10, 64)
+					n += c
+				}
+			}
+		}
+		return n
+	}
+	time.Sleep(time.Second) // the give-backs' pauses grow to their bound
+	before, began := tryAgains(), time.Now()
+	time.Sleep(2 * time.Second)
+	rate := float64(tryAgains()-before) / time.Since(began).Seconds()
+	migration.End()
+	ended := time.Now()
+	giveBacksDone(t, l, 5*time.Second)
+	t.Logf("%.0f TRYAGAIN a second while the slot was split; the give-backs landed %v after it ended", rate, time.Since(ended).Round(time.Millisecond))
+	// At most Attempts give-backs, each trying about twice a second once
+	// backed off: 40 a second; every 20 ms they were 500 and more.
+	if rate > 100 {
+		t.Errorf("the give-backs drew %.0f TRYAGAIN a second while the slot was split", rate)
+	}
+	if held.Err() != nil {
+		t.Fatalf("the holder's lock ended: %v", held.Err())
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatalf("the holder's Release after the give-backs: %v", err)
 	}
 }

@@ -95,10 +95,14 @@ return 1
 // abandonScript gives up an acquire whose outcome the caller did not
 // learn: it frees the lock if that acquire took it, and leaves the owner's
 // marker, which stops it from taking it should it arrive later (commands
-// on different connections may run in any order).
+// on different connections may run in any order). The marker is written
+// with pcall, as releaseScript's: a Redis out of memory still frees the
+// lock and answers, instead of refusing every try of the give-back for
+// its whole life (an acquire delivered later is refused its SET NX while
+// the memory lasts out, too).
 // KEYS[1] lock, KEYS[2] give-up marker; ARGV[1] owner, ARGV[2] marker ms.
 var abandonScript = redis.NewScript(`
-redis.call('SET', KEYS[2], '1', 'PX', ARGV[2])
+redis.pcall('SET', KEYS[2], '1', 'PX', ARGV[2])
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
 end
