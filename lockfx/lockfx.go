@@ -239,7 +239,7 @@ func (l *Locker) Acquire(ctx context.Context, name string) (*Lock, error) {
 				// owner), else in the background. Not a sign that anyone
 				// else holds it.
 				late = true
-				if abandonScript.Run(callCtx, l.rdb, []string{keys.lock, keys.abandoned(owner)}, owner, l.markerTTL().Milliseconds()).Err() != nil {
+				if marked, err := abandonScript.Run(callCtx, l.rdb, []string{keys.lock, keys.abandoned(owner)}, owner, l.markerTTL().Milliseconds()).Int(); err != nil || marked == 0 {
 					l.abandon(keys, owner)
 				}
 				break
@@ -300,6 +300,10 @@ const giveBackPause = 20 * time.Millisecond
 // 535 TRYAGAIN answers a second from one acquire's give-backs).
 const giveBackRefusedPause = 500 * time.Millisecond
 
+// errMarkerRefused is a give-back try whose marker Redis refused (see
+// abandonScript).
+var errMarkerRefused = errors.New("lockfx: the give-up marker was refused")
+
 // Stop gives up the give-backs still trying (see Acquire) and waits for
 // them until ctx ends. A lock that Redis grants later to such an acquire
 // is held by nobody and expires at most TTL after, as a crashed holder's
@@ -349,8 +353,14 @@ func (l *Locker) giveBack(keys lockKeys, owner string) {
 	for {
 		began := time.Now()
 		ctx, cancel := context.WithTimeout(storefx.BypassBreaker(l.stopped), perTry)
-		err := abandonScript.Run(ctx, l.rdb, []string{keys.lock, keys.abandoned(owner)}, owner, l.markerTTL().Milliseconds()).Err()
+		marked, err := abandonScript.Run(ctx, l.rdb, []string{keys.lock, keys.abandoned(owner)}, owner, l.markerTTL().Milliseconds()).Int()
 		cancel()
+		if err == nil && marked == 0 {
+			// Redis freed the lock if the acquire had taken it, but
+			// refused the marker (out of memory): the acquire, delivered
+			// later, could still take it. Tried again as a refusal.
+			err = errMarkerRefused
+		}
 		if err == nil || errors.Is(err, redis.ErrClosed) || l.stopped.Err() != nil || time.Now().After(deadline) {
 			return
 		}
@@ -364,7 +374,7 @@ func (l *Locker) giveBack(keys lockKeys, owner string) {
 			return
 		}
 		var redisErr redis.Error
-		if errors.As(err, &redisErr) {
+		if errors.As(err, &redisErr) || errors.Is(err, errMarkerRefused) {
 			wait = min(max(wait, giveBackPause)*2, giveBackRefusedPause)
 		} else { // Redis down: a connection refused or reset
 			wait = min(wait*2, giveBackPause)

@@ -96,15 +96,19 @@ return 1
 // learn: it frees the lock if that acquire took it, and leaves the owner's
 // marker, which stops it from taking it should it arrive later (commands
 // on different connections may run in any order). The marker is written
-// with pcall, as releaseScript's: a Redis out of memory still frees the
-// lock and answers, instead of refusing every try of the give-back for
-// its whole life (an acquire delivered later is refused its SET NX while
-// the memory lasts out, too).
+// with pcall: a Redis out of memory refuses it but still frees the lock
+// (DEL is allowed), so that the lock is not held for the whole time memory
+// lasts out. Returns 1 when the marker was written, 0 when it was refused:
+// the give-back then tries again until it is (giveBack), since the
+// acquire, delivered once memory is freed, could take the lock.
 // KEYS[1] lock, KEYS[2] give-up marker; ARGV[1] owner, ARGV[2] marker ms.
 var abandonScript = redis.NewScript(`
-redis.pcall('SET', KEYS[2], '1', 'PX', ARGV[2])
+local marked = redis.pcall('SET', KEYS[2], '1', 'PX', ARGV[2])
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
 end
-return 0
+if type(marked) == 'table' and marked.err then
+  return 0
+end
+return 1
 `)
