@@ -373,3 +373,29 @@ func TestGiveBack_SlotMigrating_BacksOffAndLandsAfter(t *testing.T) {
 		t.Fatalf("the holder's Release after the give-backs: %v", err)
 	}
 }
+
+// A give-back whose marker is already there (an earlier try wrote it and
+// its answer was lost) ends at the next answer, even from a Redis out of
+// memory, which refuses the SET: it kept trying twice a second until
+// memory was freed (found by an adversary).
+func TestGiveBack_MarkerAlreadyThere_EndsUnderOutOfMemory(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartPrivate(t)
+	ctx := context.Background()
+	l := lockerOn(t, srv.Addr(), Config{TTL: 10 * time.Second, Attempts: 1})
+	keys := mustKeys(t, l, "m")
+	const owner = "0123456789abcdef0123456789abcdef"
+	admin := srv.Client()
+	if err := admin.Set(ctx, keys.abandoned(owner), "1", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.ConfigSet(context.Background(), "maxmemory", "0").Err() })
+	l.abandon(keys, owner)
+	giveBacksDone(t, l, 3*time.Second) // still out of memory
+}

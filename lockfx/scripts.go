@@ -98,7 +98,8 @@ return 1
 // on different connections may run in any order). The marker is written
 // with pcall: a Redis out of memory refuses it but still frees the lock
 // (DEL is allowed), so that the lock is not held for the whole time memory
-// lasts out. Returns 1 when the marker was written, 0 when it was refused:
+// lasts out. Returns 1 when the marker is there (written now, or by an
+// earlier try whose answer was lost), 0 when it was refused and is not:
 // the give-back then tries again until it is (giveBack), since the
 // acquire, delivered once memory is freed, could take the lock.
 // KEYS[1] lock, KEYS[2] give-up marker; ARGV[1] owner, ARGV[2] marker ms.
@@ -107,7 +108,7 @@ local marked = redis.pcall('SET', KEYS[2], '1', 'PX', ARGV[2])
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
 end
-if type(marked) == 'table' and marked.err then
+if type(marked) == 'table' and marked.err and redis.call('EXISTS', KEYS[2]) == 0 then
   return 0
 end
 return 1
