@@ -205,39 +205,22 @@ func TestGiveBack_RedisOutOfMemory_BacksOffThenLands(t *testing.T) {
 	srv := redistest.StartPrivate(t)
 	ctx := context.Background()
 	l := lockerOn(t, srv.Addr(), Config{TTL: 10 * time.Second, Attempts: 1})
-	admin := srv.Client()
-	if err := admin.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := admin.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
-		t.Fatal(err)
-	}
+	outOfMemory(t, srv)
 	const failed = 20
 	for i := range failed {
 		if lock, err := l.Acquire(ctx, "job-"+strconv.Itoa(i)); err == nil || !strings.Contains(err.Error(), "OOM") {
 			t.Fatalf("Acquire under maxmemory: %v, %v; want Redis's OOM", lock, err)
 		}
 	}
-	scriptCalls := func() int64 {
-		for _, line := range strings.Split(admin.Info(ctx, "commandstats").Val(), "\n") {
-			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:calls="); ok {
-				n, _ := strconv.ParseInt(strings.SplitN(v, ",", 2)[0], 10, 64)
-				return n
-			}
-		}
-		return 0
-	}
 	time.Sleep(time.Second) // the give-backs' pauses grow to their bound
-	before, began := scriptCalls(), time.Now()
+	before, began := evalshaCalls(t, srv), time.Now()
 	time.Sleep(2 * time.Second)
-	rate := float64(scriptCalls()-before) / time.Since(began).Seconds()
+	rate := float64(evalshaCalls(t, srv)-before) / time.Since(began).Seconds()
 	t.Logf("%d give-backs sent %.0f calls a second to the out-of-memory Redis", failed, rate)
 	if rate > 4*failed { // about two a second each; every 20 ms was 940
 		t.Errorf("%d give-backs sent %.0f calls a second to a Redis that refuses them", failed, rate)
 	}
-	if err := admin.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
-		t.Fatal(err)
-	}
+	memoryFreed(t, srv)
 	giveBacksDone(t, l, 5*time.Second) // memory freed: the markers land
 	for i := range failed {            // nothing left held, and no marker blocks a new owner
 		lock, err := l.Acquire(ctx, "job-"+strconv.Itoa(i))
@@ -269,12 +252,7 @@ func TestGiveBack_RedisOutOfMemory_LateDeliveryFreedSoon(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = l.Stop(context.Background()) })
 	admin := srv.Client()
-	if err := admin.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := admin.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
-		t.Fatal(err)
-	}
+	outOfMemory(t, srv)
 	conns := proxy.Conns()
 	for _, c := range conns { // the idle connections: the acquire stalls on one
 		c.SetMode(faultproxy.Freeze)
@@ -290,13 +268,12 @@ func TestGiveBack_RedisOutOfMemory_LateDeliveryFreedSoon(t *testing.T) {
 			t.Fatal("the lock is held before the stalled acquire was delivered")
 		}
 	}
-	if err := admin.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range conns {
-		c.SetMode(faultproxy.Forward) // the stalled acquire is delivered now
-	}
+	memoryFreed(t, srv)
+	thawAndAwaitDelivery(t, srv, conns) // the stalled acquire is delivered now
 	giveBacksDone(t, l, 5*time.Second)
+	if admin.Exists(ctx, keys.fence).Val() == 0 { // the acquire script sets it only when it grants
+		t.Fatal("the late acquire did not take the lock: the test proves nothing")
+	}
 	if owner, err := admin.Get(ctx, keys.lock).Result(); !errors.Is(err, redis.Nil) {
 		t.Fatalf("the lock is held (owner %q, pttl %v) by an acquire whose caller gave up, after its give-back ended",
 			owner, admin.PTTL(ctx, keys.lock).Val())
@@ -389,13 +366,28 @@ func TestGiveBack_MarkerAlreadyThere_EndsUnderOutOfMemory(t *testing.T) {
 	if err := admin.Set(ctx, keys.abandoned(owner), "1", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := admin.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := admin.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = admin.ConfigSet(context.Background(), "maxmemory", "0").Err() })
+	outOfMemory(t, srv)
 	l.abandon(keys, owner)
 	giveBacksDone(t, l, 3*time.Second) // still out of memory
+}
+
+// outOfMemory makes srv refuse every write that needs memory (maxmemory 1
+// byte, no eviction) until memoryFreed or the end of the test.
+func outOfMemory(t *testing.T, srv *redistest.Server) {
+	t.Helper()
+	ctx := context.Background()
+	for _, kv := range [][2]string{{"maxmemory-policy", "noeviction"}, {"maxmemory", "1"}} {
+		if err := srv.Client().ConfigSet(ctx, kv[0], kv[1]).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { _ = srv.Client().ConfigSet(context.Background(), "maxmemory", "0").Err() })
+}
+
+// memoryFreed ends outOfMemory.
+func memoryFreed(t *testing.T, srv *redistest.Server) {
+	t.Helper()
+	if err := srv.Client().ConfigSet(context.Background(), "maxmemory", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
 }
