@@ -80,3 +80,69 @@ func TestIDsOnly_OddParents_AsTheSDK(t *testing.T) {
 		_ = sdk.Shutdown(context.Background())
 	}
 }
+
+// The default sampler's decision is made without asking it (followParent):
+// for every kind of parent it must give what the SDK's tracer gives on
+// ParentBased(AlwaysSample()): the parent's trace id when it has one, its
+// flags with the sampled bit decided alike, and its trace state.
+func TestFollowParent_DecidesAsTheDefaultSampler(t *testing.T) {
+	sampler, _, err := envSamplerOf(func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	provider := newIDsOnly(sampler)
+	if !provider.tracer.followsParent {
+		t.Fatalf("the default sampler %q does not take the fast path", sampler.Description())
+	}
+	if newIDsOnly(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(0.5))).tracer.followsParent ||
+		newIDsOnly(recordAll{sampler}).tracer.followsParent || newIDsOnly(sdktrace.AlwaysSample()).tracer.followsParent {
+		t.Fatal("a sampler other than the default takes the fast path")
+	}
+	sdk := sdktrace.NewTracerProvider(sdktrace.WithSampler(sampler))
+	defer func() { _ = sdk.Shutdown(context.Background()) }()
+	ids, ref := provider.Tracer("t"), sdk.Tracer("t")
+
+	state, err := trace.ParseTraceState("vendor=abc,other=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tid, sid := newTraceID(), newSpanID()
+	parent := func(remote bool, flags trace.TraceFlags, spanID trace.SpanID) context.Context {
+		sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: spanID, TraceFlags: flags, TraceState: state, Remote: remote})
+		if remote {
+			return trace.ContextWithRemoteSpanContext(context.Background(), sc)
+		}
+		return trace.ContextWithSpanContext(context.Background(), sc)
+	}
+	cases := map[string]context.Context{
+		"no parent":                      context.Background(),
+		"remote sampled":                 parent(true, trace.FlagsSampled, sid),
+		"remote unsampled":               parent(true, 0, sid),
+		"remote sampled, random flag":    parent(true, trace.FlagsSampled|trace.FlagsRandom, sid),
+		"remote unsampled, random flag":  parent(true, trace.FlagsRandom, sid),
+		"local sampled":                  parent(false, trace.FlagsSampled, sid),
+		"local unsampled":                parent(false, 0, sid),
+		"trace id only, unsampled flags": parent(false, 0, trace.SpanID{}),
+		"trace id only, sampled flags":   parent(true, trace.FlagsSampled, trace.SpanID{}),
+	}
+	for name, ctx := range cases {
+		for _, opts := range [][]trace.SpanStartOption{nil, {trace.WithSpanKind(trace.SpanKindServer)}, {trace.WithNewRoot()}} {
+			_, got := ids.Start(ctx, "op", opts...)
+			_, want := ref.Start(ctx, "op", opts...)
+			g, w := got.SpanContext(), want.SpanContext()
+			cfg := trace.NewSpanStartConfig(opts...)
+			newTrace := !trace.SpanContextFromContext(ctx).TraceID().IsValid() || cfg.NewRoot()
+			if (!newTrace && g.TraceID() != w.TraceID()) || (newTrace && g.TraceID() == tid) {
+				t.Errorf("%s %d options: trace %s, the SDK's %s", name, len(opts), g.TraceID(), w.TraceID())
+			}
+			if g.TraceFlags() != w.TraceFlags() || g.TraceState().String() != w.TraceState().String() || !g.SpanID().IsValid() || g.SpanID() == sid {
+				t.Errorf("%s %d options: flags %v state %q span %s; the SDK's flags %v state %q",
+					name, len(opts), g.TraceFlags(), g.TraceState(), g.SpanID(), w.TraceFlags(), w.TraceState())
+			}
+		}
+	}
+	//nolint:staticcheck // SA1012: a nil context is what is tested
+	if _, s := ids.Start(nil, "op"); !s.SpanContext().IsSampled() {
+		t.Error("a span without parent (nil context) is not sampled")
+	}
+}
