@@ -11,6 +11,7 @@ import (
 	"runtime/debug"
 	"unsafe"
 
+	"github.com/go-chi/chi/v5"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
@@ -33,6 +34,7 @@ type requestState struct {
 	errors          *Errors
 	values          []ContextValue // the router's, shared by its requests, never modified
 	unmatched       bool
+	routing         *chi.Context   // the root router's, filled as the request is routed
 	aborted         bool           // the connection was aborted: no complete answer went out
 	writer          responseWriter // the wrap of the request's writer (writer.go)
 
