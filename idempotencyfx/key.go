@@ -23,7 +23,7 @@ func ParseKey(values []string) (string, error) {
 		return "", invalidKey("the idempotency key header must be sent exactly once")
 	}
 	v := values[0]
-	if len(v) >= 2 && v[0] == '"' {
+	if v != "" && v[0] == '"' { // a lone `"` too: an sf-string with no closing quote
 		return unquote(v)
 	}
 	if v == "" {
@@ -42,7 +42,7 @@ func ParseKey(values []string) (string, error) {
 
 // unquote decodes an RFC 8941 sf-string.
 func unquote(v string) (string, error) {
-	if v[len(v)-1] != '"' {
+	if len(v) < 2 || v[len(v)-1] != '"' {
 		return "", invalidKey("the quoted idempotency key has no closing quote")
 	}
 	inner := v[1 : len(v)-1]

@@ -117,6 +117,9 @@ func TestKeySyntax(t *testing.T) {
 		{"non-ascii", []string{"clé"}, false},
 		{"two lines", []string{"a", "b"}, false},
 		{"unterminated quote", []string{`"abc`}, false},
+		{"stray quote", []string{`"a"b"`}, false},
+		{"lone quote", []string{`"`}, false}, // helper-72: was taken as a plain key
+		{"bad escape", []string{`"a\qb"`}, false},
 	}
 	for _, c := range cases {
 		before := e.cmds.n.Load()
