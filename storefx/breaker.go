@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redisfx/redisfx/internal/handshake"
 	"github.com/redisfx/redisfx/plugintrace"
 )
 
@@ -37,7 +38,12 @@ const (
 // pool timeout. Every reply of a server — redis.Nil, a script's error,
 // WRONGTYPE, NOSCRIPT, and also LOADING, MASTERDOWN or CLUSTERDOWN, which
 // come back at once and which a PING would not see — and a cancelled
-// context are not failures; they and every success reset the count.
+// context are not failures; they and every success reset the count. The
+// count is of the caller's commands: the handshake go-redis sends on a new
+// connection (HELLO, AUTH, SELECT, CLIENT SETNAME / SETINFO) neither
+// counts nor resets it. A Cluster node's breaker counts every command sent
+// to its node, go-redis's retries of a Cluster command included, so it may
+// open after fewer commands of the caller.
 //
 // While the breaker is open every command and pipeline of the client fails
 // with ErrCircuitOpen without being sent (no command span is made for it).
@@ -316,6 +322,17 @@ func (b *breaker) DialHook(next redis.DialHook) redis.DialHook { return next }
 // ProcessHook implements redis.Hook.
 func (b *breaker) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
+		// go-redis's own handshake of a new connection, inside the
+		// command that needed it (which passed already): not the caller's,
+		// neither counted nor refused. Counted, a frozen Redis's HELLO
+		// timeouts opened the breaker after 3 of the caller's commands
+		// instead of 5, and under CLIENT PAUSE WRITE, where PING and HELLO
+		// answer but writes wait, the successful HELLO of each timed-out
+		// write's new connection reset the count: the breaker never opened
+		// (helper-73).
+		if handshake.Command(cmd.Name()) {
+			return next(ctx, cmd)
+		}
 		if !b.allow(ctx) {
 			cmd.SetErr(ErrCircuitOpen)
 			return ErrCircuitOpen
@@ -329,6 +346,9 @@ func (b *breaker) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // ProcessPipelineHook implements redis.Hook.
 func (b *breaker) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if handshake.Pipeline(cmds) {
+			return next(ctx, cmds)
+		}
 		if !b.allow(ctx) {
 			for _, cmd := range cmds {
 				cmd.SetErr(ErrCircuitOpen)

@@ -453,3 +453,63 @@ func TestBreaker_ReopenedWhileAProbeHangs_ProbesStayOneAtATime(t *testing.T) {
 		t.Fatalf("%d probes were in flight at once, want one at a time (%+v)", m, c.Breaker())
 	}
 }
+
+// Found by an adversary (helper-73): go-redis sends the handshake of every
+// new connection (HELLO, CLIENT SETINFO) inside the command that needed the
+// connection, through the client's hooks. The breaker counted it: with
+// writes paused (CLIENT PAUSE WRITE: PING and HELLO answer, writes wait),
+// each timed-out write's replacement connection said HELLO successfully,
+// which reset the count, and the breaker never opened; with Redis frozen,
+// the HELLO timeouts counted as failures of their own, and it opened after
+// 3 of the caller's commands. Each of the caller's commands counts once.
+func TestBreaker_CountsTheCallersCommandsNotHandshakes(t *testing.T) {
+	const timeout = 200 * time.Millisecond
+	expectOpenedAfterFive := func(t *testing.T, c *storefx.Client, command func(i int) error) {
+		t.Helper()
+		for i := 1; i <= storefx.DefaultBreakerFailures; i++ {
+			if err := command(i); !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("command %d: %v, want its deadline exceeded", i, err)
+			}
+			opened := c.Breaker().Opened
+			if i < storefx.DefaultBreakerFailures && opened != 0 {
+				t.Fatalf("the breaker opened after %d failed commands, not %d", i, storefx.DefaultBreakerFailures)
+			}
+			if i == storefx.DefaultBreakerFailures && opened != 1 {
+				t.Fatalf("the breaker did not open after %d failed commands: %+v", i, c.Breaker())
+			}
+		}
+	}
+	t.Run("writes paused", func(t *testing.T) {
+		srv := redistest.StartPrivate(t)
+		c, sent := newBreakerClient(t, srv.Addr(), storefx.BreakerConfig{})
+		ctx := context.Background()
+		if err := c.Set(ctx, "k", "v", time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+		admin := srv.Client()
+		if err := admin.Do(ctx, "CLIENT", "PAUSE", 20000, "WRITE").Err(); err != nil {
+			t.Fatal(err)
+		}
+		defer admin.Do(ctx, "CLIENT", "UNPAUSE")
+		expectOpenedAfterFive(t, c, func(i int) error {
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			defer cancel()
+			return c.Set(ctx, "paused-"+strconv.Itoa(i), "v", time.Minute).Err()
+		})
+		if sent.count("hello") < 2 {
+			t.Fatalf("%d HELLOs: the timed-out writes' connections were not replaced, the case is not tested", sent.count("hello"))
+		}
+	})
+	t.Run("Redis frozen", func(t *testing.T) {
+		srv := redistest.StartPrivate(t)
+		c, sent := newBreakerClient(t, srv.Addr(), storefx.BreakerConfig{ProbeTimeout: 50 * time.Millisecond})
+		if err := get(c, "k", time.Second); !errors.Is(err, redis.Nil) {
+			t.Fatal(err)
+		}
+		srv.Sleep(20 * time.Second) // killed at the test's end
+		expectOpenedAfterFive(t, c, func(int) error { return get(c, "k", timeout) })
+		if sent.count("hello") < 2 {
+			t.Fatalf("%d HELLOs: the timed-out commands' connections were not replaced, the case is not tested", sent.count("hello"))
+		}
+	})
+}

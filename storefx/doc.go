@@ -56,7 +56,9 @@
 // # Circuit breaker
 //
 // Every client has a circuit breaker (Config.Breaker; one per node of a
-// Cluster client). After 5 consecutive failed commands it opens: commands
+// Cluster client). After 5 consecutive failed commands of the caller's (not
+// go-redis's connection handshakes; on a Cluster, each try sent to the
+// node) it opens: commands
 // then fail at once with ErrCircuitOpen, without being sent, instead of
 // waiting for a dead or frozen Redis; a background PING, sent as it opens and
 // then every 250ms, or a successful health check closes it. Every module on

@@ -16,6 +16,7 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/redisfx/redisfx/internal/handshake"
 	"github.com/redisfx/redisfx/plugintrace"
 	"github.com/redisfx/redisfx/storefx"
 )
@@ -31,11 +32,6 @@ const (
 	dbStatementArgsKey   = attribute.Key("db.statement.args")
 	dbStatementResultKey = attribute.Key("db.statement.result")
 )
-
-// handshake commands are sent by go-redis when it opens a connection. They
-// make no spans and no metrics: they are noise, and AUTH and HELLO carry
-// credentials.
-var handshake = map[string]bool{"hello": true, "auth": true, "select": true, "readonly": true, "client": true}
 
 // bookkeeping commands are what a Cluster client sends on its own to learn
 // the slot map and the command table. Without a parent span they are the
@@ -140,7 +136,7 @@ func (h *commandHook) traced(ctx context.Context, name string) bool {
 func (h *commandHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		name := cmd.Name()
-		if handshake[name] {
+		if handshake.Command(name) { // no span, no metric: noise, and AUTH and HELLO carry credentials
 			return next(ctx, cmd)
 		}
 		var span trace.Span
@@ -183,7 +179,7 @@ func (h *commandHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // ProcessPipelineHook implements redis.Hook.
 func (h *commandHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if len(cmds) == 0 || handshake[cmds[0].Name()] {
+		if len(cmds) == 0 || handshake.Pipeline(cmds) {
 			return next(ctx, cmds)
 		}
 		op := "PIPELINE"
