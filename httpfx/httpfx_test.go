@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -710,5 +711,53 @@ func TestReadinessCheck_NilCheckFailsStartUp(t *testing.T) {
 		fx.Provide(httpfx.AsReadinessCheck(func() httpfx.ReadinessCheck { return httpfx.ReadinessCheck{Name: "ledger"} }))).Err()
 	if err == nil || !strings.Contains(err.Error(), `httpfx: readiness check "ledger" has no Check func`) {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+// The SERVER span of a sampled request carries the HTTP semantic
+// conventions' request and response attributes, read from the request as
+// net/http gives it (the headers by their canonical names).
+func TestSpans_ServerAttributes(t *testing.T) {
+	t.Parallel()
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+	a, srv, _ := app(t, fx.Provide(func() trace.TracerProvider { return tp }))
+	req, _ := http.NewRequest(http.MethodGet, srv.URL()+"/items/7", nil)
+	req.Header.Set("User-Agent", "payments-client/2.1")
+	req.Header.Set("X-Forwarded-For", " 203.0.113.7 , 10.0.0.1")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	a.RequireStop()
+	spans := exp.GetSpans()
+	if len(spans) != 1 {
+		t.Fatalf("%d spans", len(spans))
+	}
+	got := map[string]string{}
+	for _, kv := range spans[0].Attributes {
+		got[string(kv.Key)] = kv.Value.Emit()
+	}
+	host, port, _ := net.SplitHostPort(strings.TrimPrefix(srv.URL(), "http://"))
+	want := map[string]string{
+		"http.request.method": "GET", "url.scheme": "http", "url.path": "/items/7",
+		"server.address": host, "server.port": port, "network.peer.address": "127.0.0.1",
+		"client.address": "203.0.113.7", "user_agent.original": "payments-client/2.1",
+		"network.protocol.version": "1.1", "http.route": "/items/{id}",
+		"http.response.status_code": "200", "http.response.body.size": strconv.Itoa(len(body)),
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %q, want %q", k, got[k], v)
+		}
+	}
+	if p, err := strconv.Atoi(got["network.peer.port"]); err != nil || p <= 0 {
+		t.Errorf("network.peer.port = %q", got["network.peer.port"])
+	}
+	if len(got) != len(want)+1 {
+		t.Errorf("attributes %v", got)
 	}
 }

@@ -299,7 +299,7 @@ func requestAttributes(r *http.Request) []attribute.KeyValue {
 			attrs = append(attrs, semconv.NetworkPeerPort(port))
 		}
 		client := peer
-		if fwd := r.Header.Get("X-Forwarded-For"); fwd != "" {
+		if fwd := headerValue(r.Header, "X-Forwarded-For"); fwd != "" {
 			if i := strings.IndexByte(fwd, ','); i >= 0 {
 				fwd = fwd[:i]
 			}
@@ -307,17 +307,41 @@ func requestAttributes(r *http.Request) []attribute.KeyValue {
 		}
 		attrs = append(attrs, semconv.ClientAddress(client))
 	}
-	if ua := r.UserAgent(); ua != "" {
+	if ua := headerValue(r.Header, "User-Agent"); ua != "" {
 		attrs = append(attrs, semconv.UserAgentOriginal(ua))
 	}
 	if r.ProtoMajor > 0 {
-		v := strconv.Itoa(r.ProtoMajor)
-		if r.ProtoMajor == 1 {
-			v += "." + strconv.Itoa(r.ProtoMinor)
-		}
-		attrs = append(attrs, semconv.NetworkProtocolVersion(v))
+		attrs = append(attrs, semconv.NetworkProtocolVersion(protocolVersion(r.ProtoMajor, r.ProtoMinor)))
 	}
 	return attrs
+}
+
+// headerValue is h.Get(name) for a name already in canonical form, which
+// Get would canonicalise again (~400 instructions each).
+func headerValue(h http.Header, name string) string {
+	if v := h[name]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+// protocolVersion is network.protocol.version: "1.1", "1.0", "2", "3", as
+// constants for the versions net/http serves, where the concatenation
+// allocated on every sampled request.
+func protocolVersion(major, minor int) string {
+	switch {
+	case major == 1 && minor == 1:
+		return "1.1"
+	case major == 1 && minor == 0:
+		return "1.0"
+	case major == 2:
+		return "2"
+	case major == 3:
+		return "3"
+	case major == 1:
+		return "1." + strconv.Itoa(minor)
+	}
+	return strconv.Itoa(major)
 }
 
 // methodLabel is the method as a metric label: a method HTTP does not
