@@ -39,11 +39,19 @@ const (
 // WRONGTYPE, NOSCRIPT, and also LOADING, MASTERDOWN or CLUSTERDOWN, which
 // come back at once and which a PING would not see — and a cancelled
 // context are not failures; they and every success reset the count. The
-// count is of the caller's commands: the handshake go-redis sends on a new
-// connection (HELLO, AUTH, SELECT, CLIENT SETNAME / SETINFO) neither
-// counts nor resets it. A Cluster node's breaker counts every command sent
-// to its node, go-redis's retries of a Cluster command included, so it may
-// open after fewer commands of the caller.
+// count is of the caller's commands: the handshake go-redis sends through
+// the client's hooks, inside the command that needed a new connection
+// (HELLO or AUTH, a pipeline of SELECT, READONLY and CLIENT SETNAME /
+// TRACKING, CLIENT SETINFO), neither counts nor resets it, and neither do
+// those commands when the application sends them itself. (Counted, a frozen
+// Redis's HELLO timeouts opened the breaker after 3 of the caller's commands
+// instead of 5, and under CLIENT PAUSE WRITE, where PING and HELLO answer
+// but writes wait, each timed-out write's new connection said HELLO
+// successfully and reset the count: the breaker never opened.) Like every
+// command, they are refused while the breaker is open. A Cluster node's
+// breaker counts every command sent to its node, go-redis's retries of a
+// Cluster command included, so it may open after fewer commands of the
+// caller.
 //
 // While the breaker is open every command and pipeline of the client fails
 // with ErrCircuitOpen without being sent (no command span is made for it).
@@ -322,23 +330,14 @@ func (b *breaker) DialHook(next redis.DialHook) redis.DialHook { return next }
 // ProcessHook implements redis.Hook.
 func (b *breaker) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		// go-redis's own handshake of a new connection, inside the
-		// command that needed it (which passed already): not the caller's,
-		// neither counted nor refused. Counted, a frozen Redis's HELLO
-		// timeouts opened the breaker after 3 of the caller's commands
-		// instead of 5, and under CLIENT PAUSE WRITE, where PING and HELLO
-		// answer but writes wait, the successful HELLO of each timed-out
-		// write's new connection reset the count: the breaker never opened
-		// (helper-73).
-		if handshake.Command(cmd.Name()) {
-			return next(ctx, cmd)
-		}
 		if !b.allow(ctx) {
 			cmd.SetErr(ErrCircuitOpen)
 			return ErrCircuitOpen
 		}
 		err := next(ctx, cmd)
-		b.record(ctx, err)
+		if !handshake.Command(cmd.Name(), cmd.Args()) {
+			b.record(ctx, err)
+		}
 		return err
 	}
 }
@@ -346,9 +345,6 @@ func (b *breaker) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // ProcessPipelineHook implements redis.Hook.
 func (b *breaker) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if handshake.Pipeline(cmds) {
-			return next(ctx, cmds)
-		}
 		if !b.allow(ctx) {
 			for _, cmd := range cmds {
 				cmd.SetErr(ErrCircuitOpen)
@@ -356,7 +352,9 @@ func (b *breaker) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 			return ErrCircuitOpen
 		}
 		err := next(ctx, cmds)
-		b.record(ctx, err)
+		if !handshake.Pipeline(cmds) {
+			b.record(ctx, err)
+		}
 		return err
 	}
 }

@@ -500,6 +500,35 @@ func TestBreaker_CountsTheCallersCommandsNotHandshakes(t *testing.T) {
 			t.Fatalf("%d HELLOs: the timed-out writes' connections were not replaced, the case is not tested", sent.count("hello"))
 		}
 	})
+	// helper-74: taking every CLIENT command for a handshake let the
+	// application's own CLIENT ID through an open breaker, uncounted.
+	t.Run("the application's CLIENT commands", func(t *testing.T) {
+		srv := redistest.StartPrivate(t)
+		c, _ := newBreakerClient(t, srv.Addr(), storefx.BreakerConfig{ProbeTimeout: 50 * time.Millisecond})
+		if err := c.ClientID(context.Background()).Err(); err != nil {
+			t.Fatal(err)
+		}
+		srv.Sleep(20 * time.Second) // killed at the test's end
+		expectOpenedAfterFive(t, c, func(int) error {
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			defer cancel()
+			return c.ClientID(ctx).Err()
+		})
+		ctx := context.Background()
+		for name, command := range map[string]func() error{
+			"CLIENT ID": func() error { return c.ClientID(ctx).Err() },
+			"SELECT":    func() error { return c.Do(ctx, "SELECT", 0).Err() },
+			"HELLO":     func() error { return c.Do(ctx, "HELLO", 3).Err() },
+			"pipeline of CLIENT GETNAME": func() error {
+				_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error { p.ClientGetName(ctx); return nil })
+				return err
+			},
+		} {
+			if err := command(); !errors.Is(err, storefx.ErrCircuitOpen) {
+				t.Errorf("%s with the breaker open: %v, want ErrCircuitOpen", name, err)
+			}
+		}
+	})
 	t.Run("Redis frozen", func(t *testing.T) {
 		srv := redistest.StartPrivate(t)
 		c, sent := newBreakerClient(t, srv.Addr(), storefx.BreakerConfig{ProbeTimeout: 50 * time.Millisecond})

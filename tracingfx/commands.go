@@ -136,7 +136,7 @@ func (h *commandHook) traced(ctx context.Context, name string) bool {
 func (h *commandHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		name := cmd.Name()
-		if handshake.Command(name) { // no span, no metric: noise, and AUTH and HELLO carry credentials
+		if handshake.Command(name, cmd.Args()) { // no span, no metric: noise, and AUTH and HELLO carry credentials
 			return next(ctx, cmd)
 		}
 		var span trace.Span
