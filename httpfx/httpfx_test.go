@@ -739,7 +739,7 @@ func TestSpans_ServerAttributes(t *testing.T) {
 	}
 	got := map[string]string{}
 	for _, kv := range spans[0].Attributes {
-		got[string(kv.Key)] = kv.Value.Emit()
+		got[string(kv.Key)] = kv.Value.String()
 	}
 	host, port, _ := net.SplitHostPort(strings.TrimPrefix(srv.URL(), "http://"))
 	want := map[string]string{
