@@ -33,8 +33,12 @@ func (h *commandHook) showsResult(cmd redis.Cmder) bool {
 // with args beginning with: 'user:alice@example.com' …", "ERR Error in ACL
 // SETUSER modifier '<old-password>' …"). Unless every command's arguments
 // may be shown, a Redis error is cut before its first quote, and reduced to
-// its code (ERR, WRONGTYPE …) if it still holds an argument. Errors that do
-// not come from Redis (network, timeouts) hold no argument and are kept.
+// its code (ERR, WRONGTYPE …) if it still holds an argument, or a number of
+// three or more digits: Redis prints some numeric arguments rounded, which
+// no comparison with the arguments finds ("ERR invalid longitude,latitude
+// pair 35.689487,139.691706" for a caller's GPS position, helper-75). Errors
+// that do not come from Redis (network, timeouts) hold no argument and are
+// kept.
 func (h *commandHook) errorText(err error, status string, cmds ...redis.Cmder) string {
 	msg := err.Error()
 	var rerr redis.Error
@@ -51,17 +55,36 @@ func (h *commandHook) errorText(err error, status string, cmds ...redis.Cmder) s
 	if i := strings.IndexAny(msg, `'"`); i >= 0 {
 		msg = strings.TrimRight(msg[:i], " ,:")
 	}
+	held := hasNumber(msg)
 	for _, c := range cmds {
 		for _, a := range c.Args()[1:] {
-			if s := argString(a); len(s) >= 3 && strings.Contains(msg, s) {
-				if status == "" {
-					return "redis error (message not shown: it holds an argument)"
-				}
-				return status
+			if s := argString(a); !held && len(s) >= 3 && strings.Contains(msg, s) {
+				held = true
 			}
 		}
 	}
-	return msg
+	if !held {
+		return msg
+	}
+	if status == "" {
+		return "redis error (message not shown: it holds an argument)"
+	}
+	return status
+}
+
+// hasNumber reports whether msg holds a run of three or more digits.
+func hasNumber(msg string) bool {
+	run := 0
+	for i := 0; i < len(msg); i++ {
+		if msg[i] >= '0' && msg[i] <= '9' {
+			if run++; run == 3 {
+				return true
+			}
+		} else {
+			run = 0
+		}
+	}
+	return false
 }
 
 // typeName is the exception.type the SDK's RecordError would write.

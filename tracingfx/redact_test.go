@@ -167,3 +167,26 @@ func TestRedact_MaxArgLengthNeverSplitsACharacter(t *testing.T) {
 		}
 	}
 }
+
+// Found by an adversary (helper-75): Redis prints some numeric arguments
+// rounded ("%f"), so no comparison with the arguments finds them in its
+// error: a caller's GPS position, latitude and longitude swapped, reached
+// the span as "ERR invalid longitude,latitude pair 35.689487,139.691706".
+// A message holding a number of three or more digits is reduced to its code.
+func TestRedact_ErrorEchoingRoundedNumbers_ReducedToCode(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c, m := tracedClient(t, srv.URL(), SpanConfig{}, nil)
+	q := &redis.GeoSearchQuery{Longitude: 35.6894875, Latitude: 139.6917064, Radius: 5, RadiusUnit: "km"}
+	err := c.GeoSearch(context.Background(), redistest.Prefix(t)+"stores", q).Err()
+	if err == nil || !strings.Contains(err.Error(), "35.689") {
+		t.Fatalf("the premise: Redis prints the rounded coordinates in its error, got %v", err)
+	}
+	s := m.one(t, "redis.GEOSEARCH")
+	if text := spanText(s); strings.Contains(text, "35.689") || strings.Contains(text, "139.691") {
+		t.Errorf("the coordinates reached the span:\n%s", text)
+	}
+	if s.Status.Description != "ERR" {
+		t.Errorf("status = %q, want ERR", s.Status.Description)
+	}
+}
