@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"golang.org/x/net/http/httpguts"
 
@@ -166,6 +167,11 @@ func bad(opt, format string, args ...any) error {
 // normalize validates c, one field after another in declaration order, and
 // applies the defaults that do not depend on the environment.
 func (c Config) normalize() (Config, error) {
+	if !utf8.ValidString(c.ServiceName) {
+		// OTLP carries only UTF-8: every export, each holding the
+		// resource, would be refused (helper-75). The value is not shown.
+		return c, bad("ServiceName", "is not valid UTF-8 (OTLP carries only UTF-8)")
+	}
 	c.Exporter.Type = strings.ToLower(c.Exporter.Type)
 	switch c.Exporter.Type {
 	case "", ExporterOTLP, ExporterConsole, ExporterJaeger, ExporterZipkin, ExporterNone:

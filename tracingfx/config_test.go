@@ -40,6 +40,7 @@ func TestConfig_InvalidValuesNameTheField(t *testing.T) {
 		{Config{Exporter: ExporterConfig{Headers: map[string]string{"bad header": "x", "also:bad": "y"}}}, `tracingfx: invalid Config.Exporter.Headers: "also:bad" is not a header name`},
 		{Config{Exporter: ExporterConfig{Headers: map[string]string{"authorization": "Bearer abc\n"}}}, `tracingfx: invalid Config.Exporter.Headers: the value of "authorization" holds a control character such as a line break`},
 		{Config{Sampling: SamplingConfig{Strategy: "sometimes"}}, `tracingfx: invalid Config.Sampling.Strategy: "sometimes" is not always, never, ratio or parent`},
+		{Config{ServiceName: "caf\xe9"}, `tracingfx: invalid Config.ServiceName: is not valid UTF-8 (OTLP carries only UTF-8)`},
 		{Config{Sampling: SamplingConfig{Strategy: SampleRatio, Ratio: 1.5}}, `tracingfx: invalid Config.Sampling.Ratio: 1.5 is not between 0 and 1`},
 		{Config{Sampling: SamplingConfig{Strategy: SampleRatio, Ratio: math.NaN()}}, `tracingfx: invalid Config.Sampling.Ratio: NaN is not between 0 and 1`},
 		{Config{Exporter: ExporterConfig{Endpoint: "http://user:pa55w0rd@c:4318"}}, `tracingfx: invalid Config.Exporter.Endpoint: "http://user:xxxxx@c:4318" holds credentials, which the OTLP exporter does not send: put them in OTEL_EXPORTER_OTLP_HEADERS (Authorization=Basic%20<base64 of user:password>) or Config.Exporter.Headers`},

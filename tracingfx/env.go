@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/contrib/propagators/autoprop"
 	"go.opentelemetry.io/otel/attribute"
@@ -176,6 +177,11 @@ func (s *settings) readResource(getenv func(string) string) error {
 			if err != nil {
 				return envError(envResourceAttrs, "the value of %q is not URL-encoded correctly (write %%20 for a space, %%25 for %%; the value is not shown: it may be sensitive)", k)
 			}
+			if !utf8.ValidString(k) || !utf8.ValidString(value) {
+				// OTLP carries only UTF-8: the exporter would refuse every
+				// request, each holding the resource (helper-75).
+				return envError(envResourceAttrs, "entry %d is not valid UTF-8 once decoded (OTLP carries only UTF-8; write other characters in UTF-8, URL-encoded; the entry is not shown: it may be sensitive)", i+1)
+			}
 			if k == string(semconv.ServiceNameKey) && set {
 				s.warnings = append(s.warnings, fmt.Sprintf("%s sets %s but Config.ServiceName wins (an explicit Config field overrides its variable)", envResourceAttrs, k))
 			}
@@ -183,6 +189,9 @@ func (s *settings) readResource(getenv func(string) string) error {
 		}
 	}
 	if v := strings.TrimSpace(getenv(envServiceName)); v != "" {
+		if !utf8.ValidString(v) {
+			return envError(envServiceName, "is not valid UTF-8 (OTLP carries only UTF-8)")
+		}
 		s.resource = append(s.resource, semconv.ServiceName(v))
 	}
 	if set {

@@ -31,6 +31,8 @@ func TestEnv_BadValuesFailNamingTheVariable(t *testing.T) {
 		{map[string]string{envResourceAttrs: "team"}, `tracingfx: invalid OTEL_RESOURCE_ATTRIBUTES: entry 1 is not key=value (write key1=value1,key2=value2; the values are not shown: they may be sensitive)`},
 		{map[string]string{envResourceAttrs: "a=b,=c"}, `tracingfx: invalid OTEL_RESOURCE_ATTRIBUTES: entry 2 is not key=value (write key1=value1,key2=value2; the values are not shown: they may be sensitive)`},
 		{map[string]string{envResourceAttrs: "env=prod,team=pay%zzments"}, `tracingfx: invalid OTEL_RESOURCE_ATTRIBUTES: the value of "team" is not URL-encoded correctly (write %20 for a space, %25 for %; the value is not shown: it may be sensitive)`},
+		{map[string]string{envResourceAttrs: "env=prod,team=caf%E9"}, `tracingfx: invalid OTEL_RESOURCE_ATTRIBUTES: entry 2 is not valid UTF-8 once decoded (OTLP carries only UTF-8; write other characters in UTF-8, URL-encoded; the entry is not shown: it may be sensitive)`},
+		{map[string]string{envServiceName: "caf\xe9"}, `tracingfx: invalid OTEL_SERVICE_NAME: is not valid UTF-8 (OTLP carries only UTF-8)`},
 		{map[string]string{envTracesExporter: "kafka"}, `tracingfx: invalid OTEL_TRACES_EXPORTER: "kafka" is not otlp, console or none`},
 		{map[string]string{envTracesExporter: "otlp,console"}, `tracingfx: invalid OTEL_TRACES_EXPORTER: "otlp,console" names several exporters; tracingfx sends to one: otlp, console or none`},
 		{map[string]string{envTracesExporter: "zipkin"}, `tracingfx: invalid OTEL_TRACES_EXPORTER: "zipkin" is that backend's own protocol, which tracingfx does not send: use otlp (Jaeger and Zipkin-compatible backends accept OTLP), or Config.Exporter.Type "zipkin"`},
