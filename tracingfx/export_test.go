@@ -2,6 +2,7 @@ package tracingfx
 
 import (
 	"context"
+	"io"
 	"net"
 	"runtime"
 	"strings"
@@ -79,7 +80,7 @@ func TestExport_InvalidUTF8LogRecord_DoesNotLoseTheBatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	log := BridgeLogger(zap.New(zapcore.NewNopCore()), p)
+	log := BridgeLogger(zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.AddSync(io.Discard), zap.InfoLevel)), p)
 	log.Info("first")
 	log.Info("bad \xff line", zap.String("path", "/\xff"), zap.Strings("list", []string{"\xfe"}))
 	log.Info("last")
@@ -131,7 +132,7 @@ func TestExport_BlackholeBackend_NothingRunsAfterShutdown(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		log := BridgeLogger(zap.New(zapcore.NewNopCore()), p)
+		log := BridgeLogger(zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.AddSync(io.Discard), zap.InfoLevel)), p)
 		log.Info("a line")
 		_, s := p.TracerProvider().Tracer("test").Start(context.Background(), "w")
 		s.End()

@@ -28,10 +28,12 @@ import (
 // receiver is an OTLP/HTTP trace backend that decodes what it is sent.
 type receiver struct {
 	*httptest.Server
-	mu      sync.Mutex
-	spans   []*tracepb.Span
-	logs    []*logspb.LogRecord
-	service []string
+	mu    sync.Mutex
+	spans []*tracepb.Span
+	logs  []*logspb.LogRecord
+	// logScopes is the instrumentation scope of each of logs.
+	logScopes []string
+	service   []string
 	// resource holds every resource attribute received (string values).
 	resource map[string]string
 	paths    []string
@@ -70,6 +72,9 @@ func (rc *receiver) serve(w http.ResponseWriter, r *http.Request) {
 		for _, rl := range lreq.ResourceLogs {
 			for _, sl := range rl.ScopeLogs {
 				rc.logs = append(rc.logs, sl.LogRecords...)
+				for range sl.LogRecords {
+					rc.logScopes = append(rc.logScopes, sl.GetScope().GetName())
+				}
 			}
 		}
 		rc.mu.Unlock()

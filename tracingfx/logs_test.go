@@ -2,6 +2,7 @@ package tracingfx
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"runtime"
 	"strings"
@@ -10,7 +11,10 @@ import (
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxtest"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/redisfx/redisfx/plugintrace"
 )
 
 // With WithLogBridge and an OTLP exporter, log records are exported over
@@ -21,7 +25,7 @@ func TestLogBridge_ExportsLogsWithTraceIDs(t *testing.T) {
 	var log *zap.Logger
 	var svc ITracingService
 	app := fxtest.New(t, fx.NopLogger,
-		fx.Provide(zap.NewNop),
+		fx.Supply(zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.AddSync(io.Discard), zap.InfoLevel))),
 		fx.Supply(&Config{Exporter: ExporterConfig{Type: ExporterOTLP, Endpoint: rc.URL}}),
 		Module, WithLogBridge,
 		fx.Populate(&log, fx.Annotate(&svc, fx.ParamTags(`name:"TRACING_SERVICE"`))),
@@ -148,7 +152,7 @@ func TestLogBridge_LogsHeadersCheckedAndSentToLogsOnly(t *testing.T) {
 	t.Setenv(envLogsHeaders, "x-logs=l,x-all=for-logs")
 	var log *zap.Logger
 	var svc ITracingService
-	app := fxtest.New(t, fx.NopLogger, fx.Provide(zap.NewNop),
+	app := fxtest.New(t, fx.NopLogger, fx.Supply(zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.AddSync(io.Discard), zap.InfoLevel))),
 		fx.Supply(&Config{Exporter: ExporterConfig{Type: ExporterOTLP, Endpoint: rc.URL, Headers: map[string]string{"x-config": "c"}}}),
 		Module, WithLogBridge,
 		fx.Populate(&log, fx.Annotate(&svc, fx.ParamTags(`name:"TRACING_SERVICE"`))))
@@ -172,6 +176,46 @@ func TestLogBridge_LogsHeadersCheckedAndSentToLogsOnly(t *testing.T) {
 			if got := h.Get(k); got != v {
 				t.Errorf("%s export: %s = %q, want %q", signal, k, got, v)
 			}
+		}
+	}
+}
+
+// Found by an adversary (helper-75): the bridge exported the records below
+// the application logger's level (a Debug line of an Info logger, which the
+// application's own log never has). It exports what the application logs,
+// under redisfx's scope, or a named logger's name (the otelzap bridge's rule).
+func TestLogBridge_AtTheAppLoggersLevel_NamedLoggersScope(t *testing.T) {
+	t.Parallel()
+	rc := newReceiver(t)
+	core, own := observer.New(zap.InfoLevel)
+	var log *zap.Logger
+	app := fxtest.New(t, fx.NopLogger, fx.Supply(zap.New(core)),
+		fx.Supply(&Config{Exporter: ExporterConfig{Type: ExporterOTLP, Endpoint: rc.URL}}),
+		Module, WithLogBridge, fx.Populate(&log))
+	app.RequireStart()
+	log.Debug("below the level")
+	log.With(zap.String("k", "v")).Debug("below the level, with a field")
+	log.Info("at the level")
+	log.Named("payments").Info("from a named logger")
+	app.RequireStop()
+	if own.FilterMessage("at the level").Len() != 1 || own.FilterMessageSnippet("below").Len() != 0 {
+		t.Fatalf("the app's own log: %v", own.All())
+	}
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	scopes := map[string]string{}
+	for i, l := range rc.logs {
+		if body := l.Body.GetStringValue(); body != "tracing configured" { // the module's own line at start
+			scopes[body] = rc.logScopes[i]
+		}
+	}
+	want := map[string]string{"at the level": plugintrace.ScopeName, "from a named logger": "payments"}
+	if len(scopes) != len(want) {
+		t.Fatalf("exported %v, want %v", scopes, want)
+	}
+	for body, scope := range want {
+		if scopes[body] != scope {
+			t.Errorf("%q exported with scope %q, want %q", body, scopes[body], scope)
 		}
 	}
 }

@@ -239,7 +239,9 @@ func logConfiguration(p configurationLogParams) {
 // zap field). Add it at the root of the app: fx.New(..., tracingfx.WithLogBridge).
 var WithLogBridge = fx.Decorate(BridgeLogger)
 
-// BridgeLogger tees log into the OpenTelemetry log pipeline of p, if any.
+// BridgeLogger tees log into the OpenTelemetry log pipeline of p, if any,
+// at log's level: what log drops (below its level) is not exported, and
+// its sampling does not apply to the bridge.
 // When spans go over OTLP but no logs endpoint can be derived from theirs,
 // it says so on log.
 func BridgeLogger(log *zap.Logger, p *Provider) *zap.Logger {
@@ -252,5 +254,32 @@ func BridgeLogger(log *zap.Logger, p *Provider) *zap.Logger {
 		return log
 	}
 	core := otelzap.NewCore(plugintrace.ScopeName, otelzap.WithLoggerProvider(logs))
-	return log.WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core { return zapcore.NewTee(c, core) }))
+	return log.WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core {
+		return zapcore.NewTee(c, atLevelOf{Core: core, app: c})
+	}))
+}
+
+// atLevelOf is the bridge's core, enabled only where the application's
+// own core is: the bridge exports the records the application logs, not
+// those below its level (a Debug line that an Info logger drops was
+// exported, helper-75).
+type atLevelOf struct {
+	zapcore.Core
+	app zapcore.LevelEnabler
+}
+
+// Enabled implements zapcore.Core.
+func (c atLevelOf) Enabled(l zapcore.Level) bool { return c.app.Enabled(l) && c.Core.Enabled(l) }
+
+// With implements zapcore.Core.
+func (c atLevelOf) With(fields []zapcore.Field) zapcore.Core {
+	return atLevelOf{Core: c.Core.With(fields), app: c.app}
+}
+
+// Check implements zapcore.Core.
+func (c atLevelOf) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
+	if !c.app.Enabled(e.Level) {
+		return ce
+	}
+	return c.Core.Check(e, ce)
 }
