@@ -5,7 +5,9 @@ import (
 	"testing"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/redisfx/redisfx/internal/redistest"
 	"github.com/redisfx/redisfx/storefx"
@@ -103,5 +105,27 @@ func BenchmarkGET_Sequential(b *testing.B) {
 	ctx := context.Background()
 	for b.Loop() {
 		_ = c.Get(ctx, "k").Err()
+	}
+}
+
+// BenchmarkValidateSpan_Typical is the UTF-8 guard on a SERVER span as
+// httpfx records it (13 attributes, all valid): run on every exported span.
+func BenchmarkValidateSpan_Typical(b *testing.B) {
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	_, s := tp.Tracer("t").Start(context.Background(), "POST /payments")
+	s.SetAttributes(attribute.String("client.address", "127.0.0.1"), attribute.String("http.request.method", "POST"),
+		attribute.Int("http.response.body.size", 89), attribute.String("http.route", "/payments"),
+		attribute.String("network.peer.address", "127.0.0.1"), attribute.Int("network.peer.port", 43112),
+		attribute.String("network.protocol.version", "1.1"), attribute.String("redisfx.idempotency.outcome", "replay"),
+		attribute.String("server.address", "127.0.0.1"), attribute.Int("server.port", 9077), attribute.String("url.path", "/payments"),
+		attribute.String("url.scheme", "http"), attribute.String("user_agent.original", "payments-client/2.1"))
+	s.End()
+	span := exp.GetSpans().Snapshots()[0]
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, changed := validateSpan(span); changed {
+			b.Fatal("a valid span changed")
+		}
 	}
 }
