@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
 
 	"github.com/redisfx/redisfx/internal/redistest"
 )
@@ -222,6 +223,61 @@ func TestMiddleware_AnyMethodRouteCountsAllMethodsTogether(t *testing.T) {
 		}
 		if n != 5 {
 			t.Fatalf("%s /a: %d of 7 allowed, want its own 5", m, n)
+		}
+	}
+}
+
+// Found by an adversary (helper-77): the limiter asked the router for the
+// request's own path where chi routes a path a middleware rewrote
+// (StripSlashes, CleanPath), and named the counter after the request's
+// method where chi's GetHead routes a HEAD as a GET. Both gave one client
+// the route's limit twice per window: /api/orders/ reached GET /orders but
+// counted on the group's unmatched counter; a HEAD ran the GET handler but
+// counted on "HEAD /orders". Each route counts once, whatever the spelling
+// of the path or the method chi routes it by, in a group (r.Use) and on
+// the route (r.With).
+func TestMiddleware_CountsTheRouteChiTakes(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	send := func(h http.Handler, method, path string) int {
+		w := httptest.NewRecorder()
+		req := httptest.NewRequest(method, path, nil)
+		req.RemoteAddr = "203.0.113.7:5555"
+		h.ServeHTTP(w, req)
+		return w.Code
+	}
+	for _, c := range []struct {
+		name     string
+		rewrite  func(http.Handler) http.Handler
+		requests [][2]string // method, path: all reach GET /api/orders
+	}{
+		{"StripSlashes", middleware.StripSlashes, [][2]string{{"GET", "/api/orders"}, {"GET", "/api/orders/"}}},
+		{"CleanPath", middleware.CleanPath, [][2]string{{"GET", "/api/orders"}, {"GET", "/api//orders"}}},
+		{"GetHead", middleware.GetHead, [][2]string{{"GET", "/api/orders"}, {"HEAD", "/api/orders"}}},
+	} {
+		for _, inGroup := range []bool{true, false} {
+			l := newLimiter(t, srv, Config{KeyPrefix: redistest.Prefix(t) + c.name + strconv.FormatBool(inGroup) + ":"})
+			ran := 0
+			handler := func(http.ResponseWriter, *http.Request) { ran++ }
+			r := chi.NewRouter()
+			r.Use(c.rewrite)
+			r.Route("/api", func(r chi.Router) {
+				if inGroup {
+					r.Use(l.Limit(Rule{Limit: 3, Window: time.Minute}))
+					r.Get("/orders", handler)
+				} else {
+					r.With(l.Limit(Rule{Limit: 3, Window: time.Minute})).Get("/orders", handler)
+				}
+			})
+			var codes []int
+			for _, req := range c.requests {
+				for range 4 {
+					codes = append(codes, send(r, req[0], req[1]))
+				}
+			}
+			if ran != 3 {
+				t.Errorf("%s, limiter in the group %v: the handler ran %d times in one window with Limit 3 (answers %v)", c.name, inGroup, ran, codes)
+			}
 		}
 	}
 }

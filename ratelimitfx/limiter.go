@@ -59,6 +59,9 @@ type Limiter struct {
 	// everyMethod caches, per route pattern, whether the router routes it
 	// for every method (Handle, HandleFunc): see counterName.
 	everyMethod sync.Map
+	// subRouters caches, per chain of mount patterns, the router mounted
+	// there (nil: none): see routingAt.
+	subRouters sync.Map
 }
 
 // New builds a Limiter without Fx.

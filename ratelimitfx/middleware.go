@@ -41,8 +41,8 @@ func (l *Limiter) Limit(rule Rule) func(http.Handler) http.Handler {
 				return
 			}
 			rr := rule
-			if route, routed := routeOf(r); !named && routed {
-				rr.Name = l.counterName(r, route)
+			if route, routed, at := l.routeOf(r); !named && routed {
+				rr.Name = l.counterName(route, at)
 			} else if !named && route != "" {
 				rr.Name = route // a group's path that matches none of its routes, whatever the method
 			}
@@ -70,34 +70,104 @@ func (l *Limiter) Limit(rule Rule) func(http.Handler) http.Handler {
 // Handler is Limit with the Config's default rule (keyed by client IP).
 func (l *Limiter) Handler(next http.Handler) http.Handler { return l.Limit(Rule{})(next) }
 
+// routing is where chi routes a request from the middleware's place on:
+// the router that routes the rest of its path, that path, and the method
+// chi routes by.
+type routing struct {
+	router chi.Routes
+	path   string
+	method string
+	mounts []string // the patterns of the mount points passed, each ending in "/*"
+}
+
 // routeOf is the request's chi route pattern, or "" before routing
 // (middleware mounted with r.Use on the root router). The raw path is never
 // used: a client could vary it to get a fresh counter on every request.
 //
 // Middleware that r.Use puts in a r.Route group runs before the group has
-// routed, when the pattern is still the group's "/api/*"; the router is
-// then asked for the whole pattern, so that each route of the group counts
-// separately. A path that matches no route of the group (for the
-// request's method) keeps the group's pattern, and routed is false: every
-// unmatched path shares one counter, whatever the method, since a client
-// may send any token as one.
-func routeOf(r *http.Request) (route string, routed bool) {
+// routed, when the pattern is still the group's "/api/*"; the group's
+// router is then asked, as chi will route it, for the route the request
+// takes, so that each route of the group counts separately. A path that
+// matches no route of the group (for the request's method) keeps the
+// group's pattern, and routed is false: every unmatched path shares one
+// counter, whatever the method, since a client may send any token as one.
+func (l *Limiter) routeOf(r *http.Request) (route string, routed bool, at routing) {
 	rc := chi.RouteContext(r.Context())
 	if rc == nil {
-		return "", false
+		return "", false, routing{}
 	}
 	pattern := rc.RoutePattern()
 	if !strings.HasSuffix(pattern, "*") || rc.Routes == nil {
-		return pattern, pattern != "" // "" before routing; else routed to the endpoint
+		if pattern == "" {
+			return "", false, routing{} // before routing
+		}
+		// Routed to the endpoint: its router is the one past every
+		// pattern but the endpoint's own.
+		at, ok := l.routingAt(r, rc, rc.RoutePatterns[:len(rc.RoutePatterns)-1])
+		if !ok {
+			return pattern, true, routing{}
+		}
+		return pattern, true, at
 	}
-	path := r.URL.RawPath
-	if path == "" {
-		path = r.URL.Path
+	at, ok := l.routingAt(r, rc, rc.RoutePatterns)
+	if !ok {
+		return pattern, false, routing{} // a catch-all endpoint ("/files/*"), not a group: no router below
 	}
-	if full := rc.Routes.Find(chi.NewRouteContext(), r.Method, path); full != "" {
-		return full, true
+	rest := at.router.Find(chi.NewRouteContext(), at.method, at.path)
+	if rest == "" {
+		return pattern, false, routing{}
 	}
-	return pattern, false
+	joined := chi.Context{RoutePatterns: append(append([]string(nil), at.mounts...), rest)}
+	return joined.RoutePattern(), true, at
+}
+
+// routingAt is the routing of r past the mount points mounts (a prefix of
+// rc.RoutePatterns): the root router and the path it routes when mounts is
+// empty, else the router mounted there (found by pattern in its parent's
+// Routes(), cached: routes are fixed once the app serves) and rc.RoutePath,
+// which the mount set to the rest of the path as chi routes it, after a
+// middleware such as chi's StripSlashes or CleanPath rewrote it (the
+// request's own path, /api/orders/, would match no route, and the client
+// would get the group's unmatched counter on top of the route's). The
+// method is rc.RouteMethod, which chi's GetHead sets to GET for a HEAD
+// request that no HEAD route takes, else the request's.
+func (l *Limiter) routingAt(r *http.Request, rc *chi.Context, mounts []string) (routing, bool) {
+	at := routing{router: rc.Routes, path: rc.RoutePath, method: rc.RouteMethod, mounts: mounts}
+	if at.method == "" {
+		at.method = r.Method
+	}
+	if len(mounts) == 0 {
+		if at.path == "" {
+			at.path = r.URL.RawPath
+			if at.path == "" {
+				at.path = r.URL.Path
+			}
+		}
+		return at, true
+	}
+	key := strings.Join(mounts, "\x00")
+	if v, ok := l.subRouters.Load(key); ok {
+		at.router, _ = v.(chi.Routes)
+		return at, at.router != nil
+	}
+	router := rc.Routes
+	for _, m := range mounts {
+		var next chi.Routes
+		for _, rt := range router.Routes() {
+			if rt.Pattern == m {
+				next = rt.SubRoutes
+				break
+			}
+		}
+		if next == nil {
+			router = nil
+			break
+		}
+		router = next
+	}
+	l.subRouters.Store(key, router)
+	at.router = router
+	return at, router != nil
 }
 
 // anyMethod is what counterName tries to learn whether a route takes every
@@ -106,36 +176,35 @@ var anyMethod = []string{http.MethodGet, http.MethodHead, http.MethodPost, http.
 	http.MethodDelete, http.MethodConnect, http.MethodOptions, http.MethodTrace}
 
 // counterName names an unnamed rule's counter after the route: "POST
-// /payments" for a route of one method, and the bare pattern for a route
-// the router takes for every method (Handle, HandleFunc), so that a client
-// cannot multiply its limit by switching methods. The answer is cached per
-// pattern: the routes are fixed once the app serves.
-func (l *Limiter) counterName(r *http.Request, route string) string {
+// /payments" for a route of one method (the method chi routes by: GET for
+// a HEAD that chi's GetHead sends to a GET route), and the bare pattern for
+// a route the router takes for every method (Handle, HandleFunc), so that a
+// client cannot multiply its limit by switching methods. The answer is
+// cached per pattern: the routes are fixed once the app serves.
+func (l *Limiter) counterName(route string, at routing) string {
+	if at.router == nil {
+		return at.method + " " + route
+	}
 	v, ok := l.everyMethod.Load(route)
 	if !ok {
-		v, _ = l.everyMethod.LoadOrStore(route, routesEveryMethod(r, route))
+		v, _ = l.everyMethod.LoadOrStore(route, routesEveryMethod(at))
 	}
 	if every, _ := v.(bool); every {
 		return route
 	}
-	return r.Method + " " + route
+	return at.method + " " + route
 }
 
-// routesEveryMethod reports whether the router takes r's path to route
-// for each method of anyMethod.
-func routesEveryMethod(r *http.Request, route string) bool {
-	rc := chi.RouteContext(r.Context())
-	if rc == nil || rc.Routes == nil {
-		return false
-	}
-	path := r.URL.RawPath
-	if path == "" {
-		path = r.URL.Path
-	}
-	for _, m := range anyMethod {
-		if rc.Routes.Find(chi.NewRouteContext(), m, path) != route {
+// routesEveryMethod reports whether at's router takes at's path to the
+// same route for each method of anyMethod.
+func routesEveryMethod(at routing) bool {
+	first := ""
+	for i, m := range anyMethod {
+		found := at.router.Find(chi.NewRouteContext(), m, at.path)
+		if found == "" || (i > 0 && found != first) {
 			return false
 		}
+		first = found
 	}
 	return true
 }
