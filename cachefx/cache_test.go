@@ -616,3 +616,20 @@ func TestLocalLayer_FractionalMillisecondTTLEndsWithRedis(t *testing.T) {
 		t.Fatalf("Set with a ttl below Redis's resolution: %v", err)
 	}
 }
+
+// Found by an adversary (helper-77): GetOrLoad kept the loader's own slice
+// in the first layer, so a loader reusing its buffer after returning made
+// Get answer the rewritten bytes while Redis held the loaded value.
+func TestLocalLayer_GetOrLoadCopiesTheLoadersValue(t *testing.T) {
+	t.Parallel()
+	c := newCache(t, client(t, redistest.Start(t)), Config{Local: LocalConfig{MaxEntries: 10}})
+	ctx := context.Background()
+	buf := []byte("first")
+	if _, err := c.GetOrLoad(ctx, "k", time.Minute, func(context.Context) ([]byte, error) { return buf, nil }); err != nil {
+		t.Fatal(err)
+	}
+	copy(buf, "XXXXX")
+	if v, _, _ := c.Get(ctx, "k"); string(v) != "first" {
+		t.Fatalf("first layer holds %q after the loader reused its buffer", v)
+	}
+}

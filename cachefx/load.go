@@ -1,6 +1,7 @@
 package cachefx
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"strconv"
@@ -12,7 +13,10 @@ import (
 	"github.com/redisfx/redisfx/plugintrace"
 )
 
-// Loader produces the value of a key that is not cached.
+// Loader produces the value of a key that is not cached. The cache keeps
+// its own copy of the value, so a loader may reuse its buffer once it has
+// returned; the callers of GetOrLoad that share the load get the slice it
+// returned.
 type Loader func(ctx context.Context) ([]byte, error)
 
 // A load is done under a lease kept in the value's own key: a hash
@@ -329,7 +333,11 @@ func (c *Cache) storeLeased(ctx context.Context, key string, v []byte, ttl time.
 		return false
 	}
 	if c.local != nil {
-		c.local.wrote(full, v, ttl, sent, seen)
+		// A copy, as Set keeps: the loader may reuse its buffer once it
+		// has returned, and the first layer must go on equalling Redis
+		// (helper-77: Get answered the rewritten buffer while Redis held the
+		// loaded value).
+		c.local.wrote(full, bytes.Clone(v), ttl, sent, seen)
 	}
 	return true
 }
