@@ -55,7 +55,10 @@ type Config struct {
 	// Retention, when set, makes each stream (and its dead-letter stream)
 	// expire this long after its last publish (give or take a second, or
 	// Retention/2 if shorter: the expiry is renewed at most that often), so
-	// no stream key lives forever. 0 keeps streams until deleted.
+	// no stream key lives forever. 0 keeps streams until deleted. Only
+	// publishes renew it, so a message that keeps failing after the last
+	// publish must reach its dead-letter entry within Retention: Handle
+	// refuses a Retention below 2×MaxAttempts×ClaimIdle.
 	Retention time.Duration
 	// StartID is where a group made at start begins reading: "0" (default)
 	// for every message already in the stream, "$" for only new ones. A

@@ -33,8 +33,12 @@ func (c *consumer) ensureGroup(ctx context.Context, start string) error {
 	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
 		return fmt.Errorf("streamfx: create group %q on %q: %w", c.s.cfg.Group, c.stream, err)
 	}
-	if err == nil && c.s.cfg.Retention > 0 { // MKSTREAM may have made the stream: it expires too
-		_ = c.s.rdb.PExpire(ctx, c.stream, c.s.cfg.Retention).Err()
+	if err == nil && c.s.cfg.Retention > 0 {
+		// MKSTREAM may have made the stream: it expires too. NX: a stream
+		// that was there keeps the expiry its last publish gave it
+		// (helper-78: a group made 1.5 s after the last publish set a
+		// Retention of 2 s again, and the stream lived 3.5 s).
+		_ = c.s.rdb.Do(ctx, "PEXPIRE", c.stream, c.s.cfg.Retention.Milliseconds(), "NX").Err()
 	}
 	return nil
 }

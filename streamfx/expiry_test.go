@@ -2,11 +2,13 @@ package streamfx
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redisfx/redisfx"
 	"github.com/redisfx/redisfx/internal/faultproxy"
 	"github.com/redisfx/redisfx/internal/redistest"
 )
@@ -110,5 +112,70 @@ func TestRetention_DelayedPublishRecreatesTheStream_WithAnExpiry(t *testing.T) {
 	}
 	if ttl := raw.PTTL(ctx, stream).Val(); ttl <= 0 || ttl > retention {
 		t.Fatalf("the stream made again by the held-up publish has PTTL %v, want within the Retention", ttl)
+	}
+}
+
+// Found by an adversary (helper-78): a consumer making its group on a
+// stream that was already there set the full Retention again, so the stream
+// outlived its last publish by up to a Retention more. The group keeps the
+// stream's expiry; only a stream MKSTREAM made gets one.
+func TestRetention_GroupMadeOnAnExistingStream_KeepsItsExpiry(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	stream := redistest.Prefix(t) + "existing"
+	cfg := Config{Retention: time.Minute, ClaimIdle: 100 * time.Millisecond}
+	ctx := context.Background()
+	raw := srv.Client()
+	pub := newStreams(t, srv, cfg)
+	if _, err := pub.Publish(ctx, stream, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	// As if the last publish were 50 s old: 10 s of the Retention left.
+	if err := raw.PExpire(ctx, stream, 10*time.Second).Err(); err != nil {
+		t.Fatal(err)
+	}
+	cons := newStreams(t, srv, cfg)
+	if err := cons.Handle(stream, func(context.Context, Message) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	start(t, cons)
+	if ttl := raw.PTTL(ctx, stream).Val(); ttl <= 0 || ttl > 10*time.Second {
+		t.Fatalf("the stream's PTTL is %v after its group was made, want at most the 10s it had", ttl)
+	}
+	fresh := redistest.Prefix(t) + "fresh"
+	if err := cons.Handle(fresh, func(context.Context, Message) error { return nil }); err == nil {
+		t.Fatal("Handle after Start accepted") // the premise of the next check is a second app
+	}
+	other := newStreams(t, srv, cfg)
+	if err := other.Handle(fresh, func(context.Context, Message) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	start(t, other)
+	if ttl := raw.PTTL(ctx, fresh).Val(); ttl <= 50*time.Second {
+		t.Fatalf("a stream made with its group has PTTL %v, want the Retention", ttl)
+	}
+}
+
+// Found by an adversary (helper-78): only publishes renew a stream's
+// expiry, so with a Retention shorter than the retries' span a message that
+// kept failing after the last publish expired with its stream after two of
+// its three attempts, and was never dead-lettered. Handle refuses such a
+// Retention, naming it.
+func TestHandle_RetentionShorterThanTheRetries_Refused(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	h := func(context.Context, Message) error { return nil }
+	short := newStreams(t, srv, Config{Retention: 2 * time.Second, ClaimIdle: time.Second, MaxAttempts: 3})
+	err := short.Handle(redistest.Prefix(t)+"s", h)
+	var cerr *redisfx.ConfigError
+	if !errors.As(err, &cerr) || cerr.Field != "Config.Retention" {
+		t.Fatalf("Handle with Retention 2s, ClaimIdle 1s, MaxAttempts 3: %v, want a ConfigError naming Config.Retention", err)
+	}
+	enough := newStreams(t, srv, Config{Retention: 6 * time.Second, ClaimIdle: time.Second, MaxAttempts: 3})
+	if err := enough.Handle(redistest.Prefix(t)+"s", h); err != nil {
+		t.Fatalf("Retention 2×MaxAttempts×ClaimIdle refused: %v", err)
+	}
+	if _, err := short.Publish(context.Background(), redistest.Prefix(t)+"s", []byte("x")); err != nil {
+		t.Fatalf("a publisher is not held to the consumers' bound: %v", err)
 	}
 }

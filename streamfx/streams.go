@@ -33,8 +33,11 @@ type Message struct {
 // Handler processes one message. Returning nil acknowledges it; an error
 // (or a panic) leaves it for a retry after Config.ClaimIdle, or moves it
 // to the dead-letter stream when it was the last attempt. ctx is cancelled
-// only when a stop's StopTimeout runs out; a run so cancelled is not
-// counted, whatever it returns: its message runs again as the same attempt.
+// only when a stop gives up on its handlers: its StopTimeout runs out, or
+// the context passed to Stop ends first (Fx's stop timeout, say). A run so
+// cancelled that returns nil finished its work and is acknowledged; one
+// that returns an error (ctx.Err() or another) or panics is not counted:
+// its message runs again as the same attempt.
 // No two handlers run one message at once while their consumers reach
 // Redis (see docs/streams.md for the window that remains).
 type Handler func(ctx context.Context, m Message) error
@@ -114,6 +117,13 @@ func (s *Streams) Handle(stream string, h Handler) error {
 	if stream == "" || h == nil {
 		return errors.New("streamfx: Handle needs a stream name and a handler")
 	}
+	if span := s.cfg.retrySpan(); s.cfg.Retention > 0 && s.cfg.Retention < span {
+		// The stream's expiry is renewed by publishes only: after the last
+		// one, a message that keeps failing must reach its dead-letter
+		// entry before the stream expires, or it vanishes with it
+		// (helper-78: attempts 1 and 2 of 3 ran, then nothing).
+		return configError("Retention", fmt.Sprintf("%v is below 2×MaxAttempts×ClaimIdle (%v): a message that keeps failing could expire with its stream before its last attempt and its dead-letter entry", s.cfg.Retention, span))
+	}
 	for _, c := range s.consumers {
 		if c.stream == stream {
 			return fmt.Errorf("streamfx: stream %q already has a handler", stream)
@@ -183,6 +193,12 @@ func (s *Streams) append(ctx context.Context, stream string, values []any) (stri
 // renewInterval is the least time between two renewals of one stream's
 // expiry by this process.
 func (c Config) renewInterval() time.Duration { return min(time.Second, c.Retention/2) }
+
+// retrySpan bounds the time from a message's first delivery to its
+// dead-letter entry when every run fails: MaxAttempts runs, ClaimIdle (and
+// up to a quarter more, the claim scan's period) apart, and the handlers'
+// own time, which twice MaxAttempts×ClaimIdle leaves room for.
+func (c Config) retrySpan() time.Duration { return 2 * time.Duration(c.MaxAttempts) * c.ClaimIdle }
 
 // renewDue reports whether stream's expiry was last renewed by this process
 // a renewal interval ago or more (or never), and claims the renewal.

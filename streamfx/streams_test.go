@@ -730,3 +730,58 @@ func TestStop_OnlyARedisCallOutlastedStopTimeout_ReturnsNil(t *testing.T) {
 		}
 	})
 }
+
+// A handler's context is cancelled when a stop gives up on it: when its
+// StopTimeout runs out, or when the context passed to Stop ends first. A run
+// so cancelled that still returns nil finished its work: it is
+// acknowledged, not run again (helper-78 found the godoc saying otherwise).
+func TestStop_CancelledRuns_NilAcknowledged_StopContextCancelsToo(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	for _, c := range []struct {
+		name    string
+		cfg     Config
+		stopCtx func() (context.Context, context.CancelFunc)
+	}{
+		{"StopTimeout ran out", Config{StopTimeout: 100 * time.Millisecond},
+			func() (context.Context, context.CancelFunc) { return context.WithCancel(ctx) }},
+		{"Stop's context ended first", Config{StopTimeout: time.Minute},
+			func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, 200*time.Millisecond) }},
+	} {
+		stream := redistest.Prefix(t) + strings.ReplaceAll(c.name, " ", "-")
+		s := newStreams(t, srv, c.cfg)
+		inHand, cancelled := make(chan struct{}), make(chan struct{})
+		if err := s.Handle(stream, func(hctx context.Context, _ Message) error {
+			close(inHand)
+			<-hctx.Done()
+			close(cancelled)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		start(t, s)
+		if _, err := s.Publish(ctx, stream, []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		wait(t, inHand, 10*time.Second, "the message")
+		stopCtx, cancel := c.stopCtx()
+		_ = s.Stop(stopCtx)
+		cancel()
+		wait(t, cancelled, 10*time.Second, c.name+": the handler's cancellation")
+		// Stop may return before the handler (its context ended): the
+		// acknowledgement follows the handler's return, so it is awaited.
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			pending, err := srv.Client().XPending(ctx, stream, s.Config().Group).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if pending.Count == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the run that returned nil left %d messages pending, want it acknowledged", c.name, pending.Count)
+			}
+		}
+	}
+}
