@@ -14,6 +14,7 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -220,4 +221,61 @@ func FuzzValidUTF8(f *testing.F) {
 			t.Fatalf("%q: %v, ValidString says %v", s, validUTF8(s), utf8.ValidString(s))
 		}
 	})
+}
+
+// Found by an adversary (helper-76): an instrumentation scope that is not
+// valid UTF-8 (an application's tracer named in Latin-1, its version, its
+// attributes) and a named logger's name, which the log bridge takes as its
+// scope, lost every span or record of their batch.
+func TestExport_InvalidUTF8Scope_DoesNotLoseTheBatch(t *testing.T) {
+	t.Parallel()
+	rc := newReceiver(t)
+	p, err := NewProvider(context.Background(), Config{Exporter: ExporterConfig{Type: ExporterOTLP, Endpoint: rc.URL}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp := p.TracerProvider()
+	for _, tr := range []trace.Tracer{
+		tp.Tracer("good"),
+		tp.Tracer("caf\xe9"),
+		tp.Tracer("versioned", trace.WithInstrumentationVersion("1.\xff"), trace.WithSchemaURL("https://x/\xfe"),
+			trace.WithInstrumentationAttributes(attribute.String("team", "caf\xe9"))),
+	} {
+		_, s := tr.Start(context.Background(), "op")
+		s.End()
+	}
+	log := BridgeLogger(zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.AddSync(io.Discard), zap.InfoLevel)), p)
+	log.Info("first")
+	log.Named("caf\xe9").Info("named in Latin-1")
+	log.Info("last")
+	if err := p.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if len(rc.spans) != 3 || len(rc.logs) != 3 {
+		t.Fatalf("the backend got %d spans of 3 and %d log records of 3", len(rc.spans), len(rc.logs))
+	}
+	for _, scope := range rc.logScopes {
+		if !utf8.ValidString(scope) {
+			t.Errorf("log scope %q", scope)
+		}
+	}
+}
+
+// The resource's own strings are made valid too: the default service name
+// holds the binary's file name, which need not be UTF-8 (helper-76: every
+// export of such a binary was refused).
+func TestValidResource_RepairsTheDefaultServiceName(t *testing.T) {
+	t.Parallel()
+	res := resource.NewWithAttributes("https://opentelemetry.io/schemas/1.26.0",
+		attribute.String("service.name", "unknown_service:caf\xe9.test"), attribute.String("host.name", "h"))
+	got := validResource(res)
+	name, _ := got.Set().Value("service.name")
+	if name.AsString() != "unknown_service:caf\uFFFD.test" || got.SchemaURL() != res.SchemaURL() || got.Len() != 2 {
+		t.Fatalf("resource %v", got)
+	}
+	if ok := resource.NewSchemaless(attribute.String("service.name", "svc")); validResource(ok) != ok {
+		t.Fatal("a valid resource was copied")
+	}
 }

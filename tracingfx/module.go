@@ -278,8 +278,17 @@ func (c atLevelOf) With(fields []zapcore.Field) zapcore.Core {
 
 // Check implements zapcore.Core.
 func (c atLevelOf) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
-	if !c.app.Enabled(e.Level) {
+	if !c.app.Enabled(e.Level) || !c.Core.Enabled(e.Level) {
 		return ce
 	}
-	return c.Core.Check(e, ce)
+	return ce.AddCore(e, c)
+}
+
+// Write implements zapcore.Core. The bridge takes a named logger's name as
+// its records' instrumentation scope, which the exporter's guard cannot
+// reach: a name that is not valid UTF-8 (log.Named("caf\xe9")) lost every
+// record of its batch (helper-76), so it is made valid here.
+func (c atLevelOf) Write(e zapcore.Entry, fields []zapcore.Field) error {
+	e.LoggerName = validString(e.LoggerName)
+	return c.Core.Write(e, fields)
 }

@@ -57,6 +57,7 @@ func newProvider(ctx context.Context, cfg Config, getenv func(string) string) (*
 	if err != nil {
 		return nil, fmt.Errorf("tracingfx: resource: %w", err)
 	}
+	res = validResource(res)
 	opts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res), sdktrace.WithSampler(s.sampler)}
 	var proc sdktrace.SpanProcessor
 	switch s.Exporter.Type {

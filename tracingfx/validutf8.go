@@ -7,7 +7,9 @@ import (
 	"unsafe"
 
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/sdk/instrumentation"
 	sdklog "go.opentelemetry.io/otel/sdk/log"
+	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
 
@@ -130,8 +132,9 @@ func validUTF8(s string) bool {
 	return true
 }
 
-// validSpan is a span whose name, attributes, events, links and status
-// description were made valid UTF-8; the rest is the original's.
+// validSpan is a span whose name, attributes, events, links, status
+// description and instrumentation scope were made valid UTF-8; the rest is
+// the original's.
 type validSpan struct {
 	sdktrace.ReadOnlySpan
 	name   string
@@ -139,7 +142,16 @@ type validSpan struct {
 	events []sdktrace.Event
 	links  []sdktrace.Link
 	status sdktrace.Status
+	scope  instrumentation.Scope
 }
+
+// InstrumentationScope implements sdktrace.ReadOnlySpan.
+func (s *validSpan) InstrumentationScope() instrumentation.Scope { return s.scope }
+
+// InstrumentationLibrary implements sdktrace.ReadOnlySpan.
+//
+//nolint:staticcheck // SA1019: the interface still has it; it must agree
+func (s *validSpan) InstrumentationLibrary() instrumentation.Library { return s.scope }
 
 // Name implements sdktrace.ReadOnlySpan.
 func (s *validSpan) Name() string { return s.name }
@@ -184,11 +196,41 @@ func validateSpan(s sdktrace.ReadOnlySpan) (sdktrace.ReadOnlySpan, bool) {
 	attrs, ca := validAttributes(s.Attributes())
 	events, ce := validEvents(s.Events())
 	links, cl := validLinks(s.Links())
-	if !ca && !ce && !cl && name == s.Name() && description == status.Description {
+	scope, cs := validScope(s.InstrumentationScope())
+	if !ca && !ce && !cl && !cs && name == s.Name() && description == status.Description {
 		return s, false
 	}
 	status.Description = description
-	return &validSpan{ReadOnlySpan: s, name: name, attrs: attrs, events: events, links: links, status: status}, true
+	return &validSpan{ReadOnlySpan: s, name: name, attrs: attrs, events: events, links: links, status: status, scope: scope}, true
+}
+
+// validScope is sc with a valid name, version, schema URL and attributes,
+// and whether any changed: an application's tracer named in Latin-1
+// (tp.Tracer("caf\xe9")) lost the whole batch of every span it made
+// (helper-76).
+func validScope(sc instrumentation.Scope) (instrumentation.Scope, bool) {
+	name, version, schema := validString(sc.Name), validString(sc.Version), validString(sc.SchemaURL)
+	attrs, changed := validAttributes(sc.Attributes.ToSlice())
+	if !changed && name == sc.Name && version == sc.Version && schema == sc.SchemaURL {
+		return sc, false
+	}
+	out := instrumentation.Scope{Name: name, Version: version, SchemaURL: schema, Attributes: sc.Attributes}
+	if changed {
+		out.Attributes = attribute.NewSet(attrs...)
+	}
+	return out, true
+}
+
+// validResource is res with its strings made valid: the default service
+// name is "unknown_service:" and the binary's file name, which need not be
+// UTF-8 (helper-76: every export of such a binary was refused). The
+// configured values are checked at start, and refused.
+func validResource(res *resource.Resource) *resource.Resource {
+	attrs, changed := validAttributes(res.Attributes())
+	if !changed && validUTF8(res.SchemaURL()) {
+		return res
+	}
+	return resource.NewWithAttributes(validString(res.SchemaURL()), attrs...)
 }
 
 // validEvents is events with valid names and attributes, and whether any
