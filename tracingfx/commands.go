@@ -312,6 +312,7 @@ func outcomeOf(err error) outcome {
 // the status ERROR, the exception event (the error's type, and its text as
 // errorText allows it), error.type and redisfx.error.
 func (h *commandHook) record(span trace.Span, o outcome, err error, cmds ...redis.Cmder) {
+	o.status = errorCode(o.status, cmds)
 	if o.status != "" {
 		span.SetAttributes(semconv.DBResponseStatusCode(o.status))
 	}

@@ -33,8 +33,8 @@ func (h *commandHook) showsResult(cmd redis.Cmder) bool {
 // with args beginning with: 'user:alice@example.com' …", "ERR Error in ACL
 // SETUSER modifier '<old-password>' …"). Unless every command's arguments
 // may be shown, a Redis error is cut before its first quote, and reduced to
-// its code (ERR, WRONGTYPE …) if it still holds an argument, or a number of
-// three or more digits: Redis prints some numeric arguments rounded, which
+// its code (ERR, WRONGTYPE …; see errorCode) if it still holds an argument
+// (whatever the case), or a number written with three or more digits: Redis prints some numeric arguments rounded, which
 // no comparison with the arguments finds ("ERR invalid longitude,latitude
 // pair 35.689487,139.691706" for a caller's GPS position, helper-75). Errors
 // that do not come from Redis (network, timeouts) hold no argument and are
@@ -56,10 +56,11 @@ func (h *commandHook) errorText(err error, status string, cmds ...redis.Cmder) s
 		msg = strings.TrimRight(msg[:i], " ,:")
 	}
 	held := hasNumber(msg)
+	upper := strings.ToUpper(msg)
 	for _, c := range cmds {
 		for _, a := range c.Args()[1:] {
-			if s := argString(a); !held && len(s) >= 3 && strings.Contains(msg, s) {
-				held = true
+			if s := argString(a); !held && len(s) >= 3 && strings.Contains(upper, strings.ToUpper(s)) {
+				held = true // whatever the case: a script may change it
 			}
 		}
 	}
@@ -72,19 +73,55 @@ func (h *commandHook) errorText(err error, status string, cmds ...redis.Cmder) s
 	return status
 }
 
-// hasNumber reports whether msg holds a run of three or more digits.
+// hasNumber reports whether msg holds a number written with three or more
+// digits, a decimal point's two sides counted together ("139.691706",
+// "12.5": a script's message may reformat an argument, helper-76).
 func hasNumber(msg string) bool {
-	run := 0
+	digits := 0
 	for i := 0; i < len(msg); i++ {
-		if msg[i] >= '0' && msg[i] <= '9' {
-			if run++; run == 3 {
+		switch c := msg[i]; {
+		case c >= '0' && c <= '9':
+			if digits++; digits == 3 {
 				return true
 			}
-		} else {
-			run = 0
+		case c == '.' && digits > 0:
+		default:
+			digits = 0
 		}
 	}
 	return false
+}
+
+// redisCodes are the error codes Redis itself answers with.
+var redisCodes = map[string]bool{
+	"ERR": true, "WRONGTYPE": true, "NOSCRIPT": true, "BUSY": true, "BUSYKEY": true, "BUSYGROUP": true,
+	"LOADING": true, "MASTERDOWN": true, "READONLY": true, "NOAUTH": true, "NOPERM": true, "WRONGPASS": true,
+	"OOM": true, "EXECABORT": true, "CROSSSLOT": true, "CLUSTERDOWN": true, "TRYAGAIN": true, "MOVED": true,
+	"ASK": true, "NOREPLICAS": true, "MISCONF": true, "UNBLOCKED": true, "NOGROUP": true, "NOPROTO": true,
+	"UNKILLABLE": true, "NOTBUSY": true,
+}
+
+// errorCode is code, the first word of a Redis error (errorPrefix), as a
+// span may carry it (db.response.status_code, error.type, the status
+// description a message is reduced to), or "" when it may be the caller's
+// data: a script's error_reply can begin with anything, an argument
+// included (redis.error_reply(ARGV[1] .. " is locked") made the argument
+// the "code", helper-76). Redis's own codes are kept; any other is kept
+// unless it holds an argument of three or more characters, or is held in
+// one, whatever the case.
+func errorCode(code string, cmds []redis.Cmder) string {
+	if code == "" || redisCodes[code] {
+		return code
+	}
+	for _, c := range cmds {
+		for _, a := range c.Args()[1:] {
+			s := strings.ToUpper(argString(a))
+			if len(s) >= 3 && (strings.Contains(code, s) || strings.Contains(s, code)) {
+				return ""
+			}
+		}
+	}
+	return code
 }
 
 // typeName is the exception.type the SDK's RecordError would write.

@@ -190,3 +190,67 @@ func TestRedact_ErrorEchoingRoundedNumbers_ReducedToCode(t *testing.T) {
 		t.Errorf("status = %q, want ERR", s.Status.Description)
 	}
 }
+
+// Found by an adversary (helper-76): a script's error built from its
+// arguments reached spans without IncludeArgs, as the error's "code"
+// (error_reply(ARGV[1] .. " is locked")), as a number reformatted without a
+// run of three digits (12.50 printed 12.5), or upper-cased. Each case holds
+// the caller's data that must not reach any span. A private server: the
+// FUNCTION LOAD case leaves a library behind.
+func TestRedact_ScriptErrorsEchoingArguments(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartPrivate(t)
+	ctx := context.Background()
+	type tc struct {
+		name    string
+		run     func(c redis.UniversalClient) error
+		secrets []string
+	}
+	cases := []tc{
+		{"lua number reformatted", func(c redis.UniversalClient) error {
+			return c.Eval(ctx, "return redis.error_reply('ERR amount ' .. tonumber(ARGV[1]) .. ' over limit')", []string{"acct"}, "12.50").Err()
+		}, []string{"12.5"}},
+		{"lua error() number", func(c redis.UniversalClient) error {
+			return c.Eval(ctx, "error(tonumber(ARGV[1]))", []string{"acct"}, "0x1F").Err()
+		}, []string{"31"}},
+		{"lua IP", func(c redis.UniversalClient) error {
+			return c.Eval(ctx, "return redis.error_reply('ERR blocked ' .. ARGV[1])", []string{"acct"}, "10.0.0.1").Err()
+		}, []string{"10.0.0.1"}},
+		{"function lib exists", func(c redis.UniversalClient) error {
+			code := "#!lua name=alicelib\nredis.register_function('f', function() return 1 end)"
+			_ = c.FunctionLoad(ctx, code).Err()
+			return c.FunctionLoad(ctx, code).Err()
+		}, []string{"alicelib"}},
+		{"lua key upper", func(c redis.UniversalClient) error {
+			return c.Eval(ctx, "return redis.error_reply('ERR no user ' .. string.upper(KEYS[1]))", []string{"alice"}).Err()
+		}, []string{"ALICE"}},
+		{"status code is arg", func(c redis.UniversalClient) error {
+			return c.Eval(ctx, "return redis.error_reply(ARGV[1] .. ' is locked')", []string{"k"}, "ALICE_SMITH").Err()
+		}, []string{"ALICE_SMITH"}},
+		{"tx pipeline", func(c redis.UniversalClient) error {
+			_, err := c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+				p.Set(ctx, "k", "v", 0)
+				p.Do(ctx, "FOO.BAR", "alice@example.com")
+				return nil
+			})
+			return err
+		}, []string{"alice@example.com"}},
+	}
+	for _, cs := range cases {
+		t.Run(cs.name, func(t *testing.T) {
+			c, m := tracedClient(t, srv.URL(), SpanConfig{}, nil)
+			err := cs.run(c)
+			if err == nil {
+				t.Fatal("the premise: the command fails")
+			}
+			for _, s := range m.spans() {
+				text := spanText(s)
+				for _, sec := range cs.secrets {
+					if strings.Contains(text, sec) {
+						t.Errorf("err %v: %q reached span %s: status %q", err, sec, s.Name, s.Status.Description)
+					}
+				}
+			}
+		})
+	}
+}
