@@ -55,10 +55,11 @@ type Config struct {
 	// Retention, when set, makes each stream (and its dead-letter stream)
 	// expire this long after its last publish (give or take a second, or
 	// Retention/2 if shorter: the expiry is renewed at most that often), so
-	// no stream key lives forever. 0 keeps streams until deleted. Only
-	// publishes renew it, so a message that keeps failing after the last
-	// publish must reach its dead-letter entry within Retention: Handle
-	// refuses a Retention below 2×MaxAttempts×ClaimIdle.
+	// no stream key lives forever. 0 keeps streams until deleted. A failed
+	// attempt renews it too, so a message waiting for its retry keeps its
+	// stream: Retention must exceed the wait between two attempts of a
+	// message (ClaimIdle, and its turn behind the consumer's other
+	// messages), and Handle refuses one below 2×MaxAttempts×ClaimIdle.
 	Retention time.Duration
 	// StartID is where a group made at start begins reading: "0" (default)
 	// for every message already in the stream, "$" for only new ones. A

@@ -3,6 +3,7 @@ package streamfx
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -177,5 +178,52 @@ func TestHandle_RetentionShorterThanTheRetries_Refused(t *testing.T) {
 	}
 	if _, err := short.Publish(context.Background(), redistest.Prefix(t)+"s", []byte("x")); err != nil {
 		t.Fatalf("a publisher is not held to the consumers' bound: %v", err)
+	}
+}
+
+// Found by adversaries (helper-78, helper-79): only publishes renewed a
+// stream's expiry, so failing messages whose retries outlasted the
+// Retention after the last publish (a burst behind one consumer, a slow
+// handler) expired with their stream before their last attempt and their
+// dead-letter entry. A failed attempt renews the expiry: every message
+// reaches the dead-letter stream, with a Retention Handle accepts.
+func TestRetention_FailingMessagesReachTheDeadLetterStream(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	for _, c := range []struct {
+		name     string
+		messages int
+		handler  time.Duration
+	}{{"burst", 30, 20 * time.Millisecond}, {"slow handler", 1, 400 * time.Millisecond}} {
+		cfg := Config{ClaimIdle: 200 * time.Millisecond, MaxAttempts: 3, Retention: 1200 * time.Millisecond}
+		s := newStreams(t, srv, cfg)
+		stream := redistest.Prefix(t) + strings.ReplaceAll(c.name, " ", "-")
+		if err := s.Handle(stream, func(context.Context, Message) error {
+			time.Sleep(c.handler)
+			return errors.New("always failing")
+		}); err != nil {
+			t.Fatal(err)
+		}
+		start(t, s)
+		for i := range c.messages {
+			if _, err := s.Publish(ctx, stream, []byte{byte(i)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			n, err := srv.Client().XLen(ctx, stream+DLQSuffix).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n == int64(c.messages) {
+				break
+			}
+			if gone := srv.Client().Exists(ctx, stream).Val() == 0; gone || time.Now().After(deadline) {
+				t.Fatalf("%s: %d of %d failing messages dead-lettered; the stream expired: %v", c.name, n, c.messages, gone)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
 	}
 }

@@ -118,10 +118,9 @@ func (s *Streams) Handle(stream string, h Handler) error {
 		return errors.New("streamfx: Handle needs a stream name and a handler")
 	}
 	if span := s.cfg.retrySpan(); s.cfg.Retention > 0 && s.cfg.Retention < span {
-		// The stream's expiry is renewed by publishes only: after the last
-		// one, a message that keeps failing must reach its dead-letter
-		// entry before the stream expires, or it vanishes with it
-		// (helper-78: attempts 1 and 2 of 3 ran, then nothing).
+		// A message that keeps failing must reach its dead-letter entry
+		// before the stream expires, or it vanishes with it (helper-78:
+		// attempts 1 and 2 of 3 ran, then nothing).
 		return configError("Retention", fmt.Sprintf("%v is below 2×MaxAttempts×ClaimIdle (%v): a message that keeps failing could expire with its stream before its last attempt and its dead-letter entry", s.cfg.Retention, span))
 	}
 	for _, c := range s.consumers {
@@ -194,10 +193,12 @@ func (s *Streams) append(ctx context.Context, stream string, values []any) (stri
 // expiry by this process.
 func (c Config) renewInterval() time.Duration { return min(time.Second, c.Retention/2) }
 
-// retrySpan bounds the time from a message's first delivery to its
-// dead-letter entry when every run fails: MaxAttempts runs, ClaimIdle (and
-// up to a quarter more, the claim scan's period) apart, and the handlers'
-// own time, which twice MaxAttempts×ClaimIdle leaves room for.
+// retrySpan is the least Retention a consumer accepts: a message that keeps
+// failing runs MaxAttempts times, at least ClaimIdle apart. Each failed
+// attempt renews the stream's expiry (keepForRetry), so what Retention must
+// cover is the wait between two attempts (ClaimIdle and the message's turn
+// behind the consumer's others), which this floor leaves room for in most
+// setups but cannot bound: a longer backlog needs a longer Retention.
 func (c Config) retrySpan() time.Duration { return 2 * time.Duration(c.MaxAttempts) * c.ClaimIdle }
 
 // renewDue reports whether stream's expiry was last renewed by this process
