@@ -281,3 +281,36 @@ func TestMiddleware_CountsTheRouteChiTakes(t *testing.T) {
 		}
 	}
 }
+
+// Found by an adversary (helper-79): the routers below a group's mount
+// points were cached by the mount patterns alone, so with one Limiter (the
+// module provides one) in two routers whose groups share a pattern, the
+// second router's requests were looked up in the first router's group:
+// named after its routes, or its unmatched counter, and a client of the
+// second router's one route got more than its limit.
+func TestMiddleware_OneLimiterInTwoRouters(t *testing.T) {
+	t.Parallel()
+	l := newLimiter(t, redistest.Start(t), Config{})
+	rule := Rule{Limit: 2, Window: time.Minute}
+	first := chi.NewRouter()
+	first.Route("/api", func(r chi.Router) {
+		r.Use(l.Limit(rule))
+		r.Get("/a", func(http.ResponseWriter, *http.Request) {})
+		r.Get("/b", func(http.ResponseWriter, *http.Request) {})
+	})
+	ran := 0
+	second := chi.NewRouter()
+	second.Route("/api", func(r chi.Router) {
+		r.Use(l.Limit(rule))
+		r.Get("/{name}", func(http.ResponseWriter, *http.Request) { ran++ })
+	})
+	get(first, "/api/a") // the first router's group is looked up first
+	for _, p := range []string{"/api/a", "/api/b", "/api/c", "/api/d"} {
+		for range 3 {
+			get(second, p)
+		}
+	}
+	if ran != 2 {
+		t.Fatalf("the second router's GET /api/{name} ran %d times for one client with Limit 2", ran)
+	}
+}

@@ -59,8 +59,8 @@ type Limiter struct {
 	// everyMethod caches, per route pattern, whether the router routes it
 	// for every method (Handle, HandleFunc): see counterName.
 	everyMethod sync.Map
-	// subRouters caches, per chain of mount patterns, the router mounted
-	// there (nil: none): see routingAt.
+	// subRouters caches, per root router and chain of mount patterns
+	// (subRouterKey), the router mounted there (nil: none): see routingAt.
 	subRouters sync.Map
 }
 

@@ -145,7 +145,10 @@ func (l *Limiter) routingAt(r *http.Request, rc *chi.Context, mounts []string) (
 		}
 		return at, true
 	}
-	key := strings.Join(mounts, "\x00")
+	// Keyed by the root router too: one Limiter may serve several routers
+	// whose groups share mount patterns (helper-79: a second router's
+	// requests were named after the first one's routes).
+	key := subRouterKey{root: rc.Routes, mounts: strings.Join(mounts, "\x00")}
 	if v, ok := l.subRouters.Load(key); ok {
 		at.router, _ = v.(chi.Routes)
 		return at, at.router != nil
@@ -168,6 +171,12 @@ func (l *Limiter) routingAt(r *http.Request, rc *chi.Context, mounts []string) (
 	l.subRouters.Store(key, router)
 	at.router = router
 	return at, router != nil
+}
+
+// subRouterKey names a router below root's mount points mounts (joined).
+type subRouterKey struct {
+	root   chi.Routes
+	mounts string
 }
 
 // anyMethod is what counterName tries to learn whether a route takes every
