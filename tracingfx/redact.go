@@ -74,8 +74,9 @@ func (h *commandHook) errorText(err error, status string, cmds ...redis.Cmder) s
 }
 
 // hasNumber reports whether msg holds a number written with three or more
-// digits, a decimal point's two sides counted together ("139.691706",
-// "12.5": a script's message may reformat an argument, helper-76).
+// digits, counted across a decimal point and an exponent ("139.691706",
+// "12.5", "1.2e+16": a script's message may reformat an argument,
+// helper-76 and helper-79).
 func hasNumber(msg string) bool {
 	digits := 0
 	for i := 0; i < len(msg); i++ {
@@ -85,6 +86,10 @@ func hasNumber(msg string) bool {
 				return true
 			}
 		case c == '.' && digits > 0:
+		case (c == 'e' || c == 'E') && digits > 0:
+			if i+1 < len(msg) && (msg[i+1] == '+' || msg[i+1] == '-') {
+				i++ // the exponent's sign
+			}
 		default:
 			digits = 0
 		}

@@ -210,6 +210,9 @@ func TestRedact_ScriptErrorsEchoingArguments(t *testing.T) {
 		{"lua number reformatted", func(c redis.UniversalClient) error {
 			return c.Eval(ctx, "return redis.error_reply('ERR amount ' .. tonumber(ARGV[1]) .. ' over limit')", []string{"acct"}, "12.50").Err()
 		}, []string{"12.5"}},
+		{"lua number in scientific notation", func(c redis.UniversalClient) error { // helper-79
+			return c.Eval(ctx, "return redis.error_reply('ERR amount ' .. tonumber(ARGV[1]) .. ' over limit')", []string{"acct"}, "12000000000000000").Err()
+		}, []string{"1.2e+16"}},
 		{"lua error() number", func(c redis.UniversalClient) error {
 			return c.Eval(ctx, "error(tonumber(ARGV[1]))", []string{"acct"}, "0x1F").Err()
 		}, []string{"31"}},
