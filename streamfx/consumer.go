@@ -277,17 +277,18 @@ func (c *consumer) process(ctx context.Context, m redis.XMessage, attempt int) (
 // slow handler made their retries outlast the Retention (helper-78,
 // helper-79: 12 of a burst of 30, and every message of a 400 ms handler,
 // with ClaimIdle 200 ms and a Retention of 1.2 s). GT: a stream without
-// expiry keeps none. At most once per renewal interval per stream and
-// process, shared with publishes.
+// expiry keeps none. Every failed attempt renews it, not throttled as
+// publishes are: a failure inside a publish's renewal interval kept the
+// stream only Retention minus that interval, and its retry, behind a
+// backlog, found the stream gone (helper-80). A failure costs a handler
+// run and a claim already; one PEXPIRE more is small beside them.
 func (c *consumer) keepForRetry() {
-	if c.s.cfg.Retention == 0 || !c.s.renewDue(c.stream) {
+	if c.s.cfg.Retention == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(bg(), c.s.cfg.StoreTimeout)
 	defer cancel()
-	if err := c.s.rdb.Do(ctx, "PEXPIRE", c.stream, c.s.cfg.Retention.Milliseconds(), "GT").Err(); err != nil {
-		c.s.renewed.Delete(c.stream) // renew with the next failure or publish
-	}
+	_ = c.s.rdb.Do(ctx, "PEXPIRE", c.stream, c.s.cfg.Retention.Milliseconds(), "GT").Err() // a failure renews with the next one
 }
 
 // received returns ctx in the producer's trace (the context carried in

@@ -227,3 +227,43 @@ func TestRetention_FailingMessagesReachTheDeadLetterStream(t *testing.T) {
 		}
 	}
 }
+
+// Found by an adversary (helper-80): the failure's renewal shared the
+// publishes' throttle, so a failure inside a publish's renewal interval
+// renewed nothing, and its retry, behind a backlog, found the stream gone:
+// F fails at 0.5 s (in the slot of its own publish), ten messages of 90 ms
+// published at 0.2 s delay its retry to ~1.2 s, past the publish's expiry.
+func TestRetention_FailureInsideAPublishRenewalInterval_KeepsTheStream(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	s := newStreams(t, srv, Config{ClaimIdle: 200 * time.Millisecond, MaxAttempts: 3, Retention: 1200 * time.Millisecond})
+	stream := redistest.Prefix(t) + "gap"
+	if err := s.Handle(stream, func(_ context.Context, m Message) error {
+		if string(m.Data) == "F" {
+			if m.Attempt == 1 {
+				time.Sleep(500 * time.Millisecond)
+			}
+			return errors.New("F fails")
+		}
+		time.Sleep(90 * time.Millisecond)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	start(t, s)
+	if _, err := s.Publish(ctx, stream, []byte("F")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond) // the backlog arrives while F runs
+	for range 10 {
+		if _, err := s.Publish(ctx, stream, []byte("S")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for deadline := time.Now().Add(20 * time.Second); srv.Client().XLen(ctx, stream+DLQSuffix).Val() != 1; time.Sleep(20 * time.Millisecond) {
+		if gone := srv.Client().Exists(ctx, stream).Val() == 0; gone || time.Now().After(deadline) {
+			t.Fatalf("F was not dead-lettered; the stream expired: %v", gone)
+		}
+	}
+}
