@@ -314,3 +314,30 @@ func TestMiddleware_OneLimiterInTwoRouters(t *testing.T) {
 		t.Fatalf("the second router's GET /api/{name} ran %d times for one client with Limit 2", ran)
 	}
 }
+
+// Found by an adversary (helper-80): whether a route takes every method was
+// cached by pattern alone, so after a first router's GET /login, a second
+// router's Handle("/login") (every method) was named per method, and one
+// client got its limit once per method.
+func TestMiddleware_OneLimiterInTwoRouters_EveryMethodPerRouter(t *testing.T) {
+	t.Parallel()
+	l := newLimiter(t, redistest.Start(t), Config{})
+	rule := Rule{Limit: 2, Window: time.Minute}
+	first := chi.NewRouter()
+	first.With(l.Limit(rule)).Get("/login", func(http.ResponseWriter, *http.Request) {})
+	ran := 0
+	second := chi.NewRouter()
+	second.With(l.Limit(rule)).Handle("/login", http.HandlerFunc(func(http.ResponseWriter, *http.Request) { ran++ }))
+	get(first, "/login")
+	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete} {
+		for range 2 {
+			w := httptest.NewRecorder()
+			req := httptest.NewRequest(m, "/login", nil)
+			req.RemoteAddr = "203.0.113.7:5555"
+			second.ServeHTTP(w, req)
+		}
+	}
+	if ran != 2 {
+		t.Fatalf("the second router's Handle(/login) ran %d times for one client with Limit 2", ran)
+	}
+}

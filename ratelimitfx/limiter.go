@@ -56,7 +56,7 @@ type Limiter struct {
 	log     *zap.Logger
 	errors  *httpfx.Errors // renders refusals
 	warnLog throttle.Every // store failures, at most every 10s
-	// everyMethod caches, per route pattern, whether the router routes it
+	// everyMethod caches, per router and route pattern (everyMethodKey), whether the router routes it
 	// for every method (Handle, HandleFunc): see counterName.
 	everyMethod sync.Map
 	// subRouters caches, per root router and chain of mount patterns

@@ -173,6 +173,12 @@ func (l *Limiter) routingAt(r *http.Request, rc *chi.Context, mounts []string) (
 	return at, router != nil
 }
 
+// everyMethodKey names a route pattern of one router.
+type everyMethodKey struct {
+	router chi.Routes
+	route  string
+}
+
 // subRouterKey names a router below root's mount points mounts (joined).
 type subRouterKey struct {
 	root   chi.Routes
@@ -194,9 +200,10 @@ func (l *Limiter) counterName(route string, at routing) string {
 	if at.router == nil {
 		return at.method + " " + route
 	}
-	v, ok := l.everyMethod.Load(route)
+	key := everyMethodKey{router: at.router, route: route} // per router: one Limiter may serve several (helper-80)
+	v, ok := l.everyMethod.Load(key)
 	if !ok {
-		v, _ = l.everyMethod.LoadOrStore(route, routesEveryMethod(at))
+		v, _ = l.everyMethod.LoadOrStore(key, routesEveryMethod(at))
 	}
 	if every, _ := v.(bool); every {
 		return route
