@@ -341,3 +341,20 @@ func TestMiddleware_OneLimiterInTwoRouters_EveryMethodPerRouter(t *testing.T) {
 		t.Fatalf("the second router's Handle(/login) ran %d times for one client with Limit 2", ran)
 	}
 }
+
+// A route whose router the limiter cannot find below its mount points
+// (review: the routing came back empty) is still named after the method
+// chi routes it by, not after an empty one.
+func TestCounterName_RouterNotFound_NamedAfterTheMethod(t *testing.T) {
+	t.Parallel()
+	l := newLimiter(t, redistest.Start(t), Config{})
+	rc := chi.NewRouteContext()
+	rc.Routes = chi.NewRouter() // mounts nothing at /legacy/*
+	rc.RoutePatterns = []string{"/legacy/*", "/x"}
+	r := httptest.NewRequest(http.MethodPost, "/legacy/x", nil)
+	r = r.WithContext(context.WithValue(r.Context(), chi.RouteCtxKey, rc))
+	route, routed, at := l.routeOf(r)
+	if name := l.counterName(route, at); !routed || name != "POST /legacy/x" {
+		t.Fatalf("counter %q (routed %v), want \"POST /legacy/x\"", name, routed)
+	}
+}

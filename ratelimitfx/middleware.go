@@ -102,11 +102,9 @@ func (l *Limiter) routeOf(r *http.Request) (route string, routed bool, at routin
 			return "", false, routing{} // before routing
 		}
 		// Routed to the endpoint: its router is the one past every
-		// pattern but the endpoint's own.
-		at, ok := l.routingAt(r, rc, rc.RoutePatterns[:len(rc.RoutePatterns)-1])
-		if !ok {
-			return pattern, true, routing{}
-		}
+		// pattern but the endpoint's own (nil if not found: the counter is
+		// then named after the method).
+		at, _ := l.routingAt(r, rc, rc.RoutePatterns[:len(rc.RoutePatterns)-1])
 		return pattern, true, at
 	}
 	at, ok := l.routingAt(r, rc, rc.RoutePatterns)
