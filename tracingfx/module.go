@@ -278,7 +278,7 @@ func (c atLevelOf) With(fields []zapcore.Field) zapcore.Core {
 
 // Check implements zapcore.Core.
 func (c atLevelOf) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
-	if !c.app.Enabled(e.Level) || !c.Core.Enabled(e.Level) {
+	if !c.Enabled(e.Level) {
 		return ce
 	}
 	return ce.AddCore(e, c)
