@@ -35,11 +35,7 @@ func clientOf(t *testing.T, addr string) *storefx.Client {
 // lockerOn builds a Locker on addr with cfg (KeyPrefix "lock:" unless set).
 func lockerOn(t *testing.T, addr string, cfg Config, opts ...Option) *Locker {
 	t.Helper()
-	l, err := New(clientOf(t, addr), cfg, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
+	return mustNew(t, clientOf(t, addr), cfg, opts...)
 }
 
 // mustKeys are the Redis keys of a lock name.
@@ -113,10 +109,7 @@ func TestRenewal_StallOfEveryPooledConnection_NewOnesWork_LockKept(t *testing.T)
 	srv := redistest.StartPrivate(t)
 	proxy := faultproxy.Start(t, srv.Addr())
 	rdb := clientOf(t, proxy.Addr())
-	holder, err := New(rdb, Config{TTL: ttl, AutoRenew: true, Attempts: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	holder := mustNew(t, rdb, Config{TTL: ttl, AutoRenew: true, Attempts: 1})
 	contender := lockerOn(t, srv.Addr(), Config{TTL: ttl, Attempts: 1})
 	ctx := context.Background()
 	var wg sync.WaitGroup
@@ -283,10 +276,7 @@ func TestCluster_EveryLockNameWorks(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Close() })
-	l, err := New(c, Config{TTL: 5 * time.Second, Attempts: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := mustNew(t, c, Config{TTL: 5 * time.Second, Attempts: 1})
 	checkEveryName(t, l)
 }
 
@@ -359,10 +349,7 @@ func TestAcquire_CallerGaveUpDuringScript_LockNotLeftHeld(t *testing.T) {
 			srv := redistest.StartPrivate(t)
 			proxy := faultproxy.Start(t, srv.Addr())
 			rdb := clientOf(t, proxy.Addr())
-			l, err := New(rdb, Config{TTL: ttl, Attempts: 1, WaitTimeout: c.waitTimeout})
-			if err != nil {
-				t.Fatal(err)
-			}
+			l := mustNew(t, rdb, Config{TTL: ttl, Attempts: 1, WaitTimeout: c.waitTimeout})
 			ctx := context.Background()
 			// The scripts loaded (an EVALSHA arriving late would otherwise
 			// fail with NOSCRIPT and take nothing), and one idle connection
@@ -443,9 +430,7 @@ func TestCluster_SlotMigration_AcquireAndReleaseWaitForIt(t *testing.T) {
 		if i == 2 {
 			cfg.WaitTimeout = 300 * time.Millisecond // shorter than the migration
 		}
-		if lockers[i], err = New(c, cfg); err != nil {
-			t.Fatal(err)
-		}
+		lockers[i] = mustNew(t, c, cfg)
 	}
 	a, b, impatient := lockers[0], lockers[1], lockers[2]
 	held, err := a.Acquire(ctx, "n")

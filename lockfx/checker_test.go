@@ -180,10 +180,7 @@ func newCheckWorld(t *testing.T, mode string, seed uint64) *checkWorld {
 		w.admin = append(w.admin, n.Client())
 	}
 	probe := w.newClient()
-	l, err := New(probe.rdb, Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := mustNew(t, probe.rdb, Config{})
 	for _, name := range checkerNames {
 		w.nodeOf[name] = w.nodeIndex(probe.rdb, mustKeys(t, l, name).lock)
 	}
@@ -283,10 +280,7 @@ func (w *checkWorld) run(d time.Duration) {
 		c := w.newClient()
 		cfg := checkConfig(w.rng)
 		w.maxTTL = max(w.maxTTL, cfg.TTL)
-		l, err := New(c.rdb, cfg)
-		if err != nil {
-			w.t.Fatal(err)
-		}
+		l := mustNew(w.t, c.rdb, cfg)
 		for j := range checkWorkersPerLock {
 			rng := rand.New(rand.NewPCG(w.seed, uint64(i*checkWorkersPerLock+j+1)))
 			workers.Go(func() { holdLocks(ctx, l, cfg, rng, fmt.Sprintf("p%d.w%d", i, j), w.event, &w.stats) })
@@ -559,11 +553,8 @@ func (w *checkWorld) quiesce() {
 	ctx := context.Background()
 	w.awaitRedis()
 	c := w.newClient()
-	l, err := New(c.rdb, Config{TTL: time.Second, Attempts: 1 << 20, Backoff: 5 * time.Millisecond, MaxBackoff: 20 * time.Millisecond,
+	l := mustNew(w.t, c.rdb, Config{TTL: time.Second, Attempts: 1 << 20, Backoff: 5 * time.Millisecond, MaxBackoff: 20 * time.Millisecond,
 		WaitTimeout: 2 * w.maxTTL})
-	if err != nil {
-		w.t.Fatal(err)
-	}
 	for _, name := range checkerNames {
 		k, err := l.Acquire(ctx, name)
 		if err != nil {

@@ -70,10 +70,7 @@ func TestAcquire_GaveUpDuringAStallLongerThanTheTTL_GiveBackLandsAfterIt(t *test
 	srv := redistest.StartPrivate(t)
 	proxy := faultproxy.Start(t, srv.Addr())
 	const ttl = 300 * time.Millisecond
-	l, err := New(clientOf(t, proxy.Addr()), Config{TTL: ttl, Attempts: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := mustNew(t, clientOf(t, proxy.Addr()), Config{TTL: ttl, Attempts: 1})
 	ctx := context.Background()
 	if err := l.Start(ctx); err != nil { // scripts loaded: a late EVALSHA runs
 		t.Fatal(err)
@@ -104,10 +101,7 @@ func TestAcquire_GaveUpAsTheBreakerOpened_GiveBackSentThroughIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Close() })
-	l, err := New(c, Config{TTL: 2 * time.Second, Attempts: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := mustNew(t, c, Config{TTL: 2 * time.Second, Attempts: 1})
 	ctx := context.Background()
 	if err := l.Start(ctx); err != nil {
 		t.Fatal(err)
@@ -132,10 +126,7 @@ func TestStop_EndsGiveBacksStillTrying(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartPrivate(t)
 	proxy := faultproxy.Start(t, srv.Addr())
-	l, err := New(clientOf(t, proxy.Addr()), Config{TTL: 10 * time.Second, Attempts: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := mustNew(t, clientOf(t, proxy.Addr()), Config{TTL: 10 * time.Second, Attempts: 1})
 	ctx := context.Background()
 	proxy.SetMode(faultproxy.Freeze)
 	giveUpAcquire(t, l, "stopping")
@@ -159,10 +150,7 @@ func TestAcquire_GaveUpDuringAPartitionThatRefuses_GiveBackLandsSoonAfterTheHeal
 	t.Parallel()
 	srv := redistest.StartPrivate(t)
 	proxy := faultproxy.Start(t, srv.Addr())
-	l, err := New(clientOf(t, proxy.Addr()), Config{TTL: 10 * time.Second, Attempts: 1, MaxBackoff: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := mustNew(t, clientOf(t, proxy.Addr()), Config{TTL: 10 * time.Second, Attempts: 1, MaxBackoff: 5 * time.Second})
 	ctx := context.Background()
 	if err := l.Start(ctx); err != nil {
 		t.Fatal(err)
@@ -262,10 +250,7 @@ func lockerBehindProxy(t *testing.T, srv *redistest.Server, storeCfg storefx.Con
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Close() })
-	l, err := New(c, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := mustNew(t, c, cfg)
 	if err := l.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}

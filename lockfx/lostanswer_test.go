@@ -76,10 +76,7 @@ func gatedLocker(t *testing.T, srv *redistest.Server, g *scriptGate, cfg Config)
 		t.Fatal(err)
 	}
 	c.AddHook(g)
-	l, err := New(c, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := mustNew(t, c, cfg)
 	return l
 }
 
@@ -243,10 +240,7 @@ func TestGiveBack_RedisOutOfMemory_LateDeliveryFreedSoon(t *testing.T) {
 	srv := redistest.StartPrivate(t)
 	proxy := faultproxy.Start(t, srv.Addr())
 	ctx := context.Background()
-	l, err := New(clientOf(t, proxy.Addr()), Config{KeyPrefix: "lock:", TTL: 10 * time.Second, Attempts: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := mustNew(t, clientOf(t, proxy.Addr()), Config{KeyPrefix: "lock:", TTL: 10 * time.Second, Attempts: 1})
 	if err := l.Start(ctx); err != nil { // the scripts loaded: the late EVALSHA runs
 		t.Fatal(err)
 	}
@@ -300,10 +294,7 @@ func TestGiveBack_SlotMigrating_BacksOffAndLandsAfter(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Close() })
-	l, err := New(c, Config{KeyPrefix: "lock:", TTL: 10 * time.Second, WaitTimeout: 2 * time.Second, Attempts: 20})
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := mustNew(t, c, Config{KeyPrefix: "lock:", TTL: 10 * time.Second, WaitTimeout: 2 * time.Second, Attempts: 20})
 	ctx := context.Background()
 	held, err := l.Acquire(ctx, "n")
 	if err != nil {

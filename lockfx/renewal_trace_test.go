@@ -19,11 +19,7 @@ func TestSpans_RenewalsMakeNoTraceOfTheirOwn(t *testing.T) {
 	t.Parallel()
 	rdb, tp, rec := obstest.TracedStore(t, redistest.Start(t).URL())
 	const ttl = 300 * time.Millisecond
-	l, err := New(rdb, Config{KeyPrefix: redistest.Prefix(t), TTL: ttl, AutoRenew: true, Attempts: 1}, WithTracerProvider(tp))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Stop(context.Background()) })
+	l := mustNew(t, rdb, Config{KeyPrefix: redistest.Prefix(t), TTL: ttl, AutoRenew: true, Attempts: 1}, WithTracerProvider(tp))
 	ctx, caller := tp.Tracer("test").Start(context.Background(), "caller")
 	k, err := l.Acquire(ctx, "held")
 	if err != nil {
