@@ -179,6 +179,11 @@ func TestRealSeries_LockTimeouts_FireBothLockTimeoutAlerts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// An acquire cut by WaitTimeout mid-try is given back in the
+	// background: stopped with the test, not left for goleak.
+	for _, l := range []*lockfx.Locker{holder, locks} {
+		t.Cleanup(func() { _ = l.Stop(context.Background()) })
+	}
 	ctx := context.Background()
 	held, err := holder.Acquire(ctx, "card")
 	if err != nil {
