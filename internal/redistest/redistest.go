@@ -307,18 +307,32 @@ func (s *Server) Pause(ctx context.Context, d time.Duration) {
 
 // Sleep makes the server sleep for d (DEBUG SLEEP: it answers nobody, and
 // reads what clients send only when it wakes), returning once it is asleep
-// (a PING goes unanswered for 5 ms); the channel closes when it wakes.
+// (a PING sent after DEBUG SLEEP goes unanswered for 20 ms); the channel
+// closes when it wakes.
+//
+// DEBUG SLEEP is written on a connection of its own before the first PING
+// is sent: with a client's goroutine sending it, a loaded machine could run
+// the PING first, see it time out and return while the server was awake (a
+// breaker test's first command was then answered, in CI).
 func (s *Server) Sleep(d time.Duration) <-chan struct{} {
 	s.t.Helper()
 	s.mustPrivate("Sleep")
+	conn, err := net.DialTimeout("tcp", s.addr, time.Second)
+	if err != nil {
+		s.t.Fatalf("redistest: DEBUG SLEEP: %v", err)
+	}
+	s.t.Cleanup(func() { _ = conn.Close() })
+	if _, err := fmt.Fprintf(conn, "DEBUG SLEEP %s\r\n", strconv.FormatFloat(d.Seconds(), 'f', -1, 64)); err != nil {
+		s.t.Fatalf("redistest: DEBUG SLEEP: %v", err)
+	}
 	woke := make(chan struct{})
 	go func() {
 		defer close(woke)
-		_ = s.Client().Do(context.Background(), "DEBUG", "SLEEP", d.Seconds()).Err()
+		_, _ = bufio.NewReader(conn).ReadString('\n') // its +OK, or the connection closed
 	}()
 	probe := s.Client()
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 		err := probe.Ping(ctx).Err()
 		cancel()
 		if err != nil {

@@ -63,3 +63,26 @@ func TestSharedServer_ForgetsOnlyTheTestsKeys(t *testing.T) {
 		t.Fatal("a key of someone else was deleted")
 	}
 }
+
+// Sleep returns once the server is asleep, on a loaded machine too: the
+// first command sent after it is not answered before the server wakes.
+func TestPrivateServer_SleepReturnsAsleep(t *testing.T) {
+	s := StartPrivate(t)
+	c := s.Client()
+	ctx := context.Background()
+	for range 5 {
+		woke := s.Sleep(400 * time.Millisecond)
+		began := time.Now()
+		if err := c.Ping(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if took := time.Since(began); took < 100*time.Millisecond {
+			t.Fatalf("a PING sent while asleep was answered in %v", took)
+		}
+		select {
+		case <-woke:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the channel did not close when the server woke")
+		}
+	}
+}
