@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/redisfx/redisfx"
+	"github.com/redisfx/redisfx/internal/fxconfig"
 )
 
 // ErrorPolicy says what happens when Redis cannot be reached.
@@ -172,6 +173,15 @@ func (c Config) normalize() (*settings, error) {
 		c.LockTimeout = DefaultLockTimeout
 	case c.LockTimeout < 10*time.Millisecond:
 		return bad("LockTimeout", "%v is too short (minimum 10ms)", c.LockTimeout)
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"DefaultTTL", c.DefaultTTL}, {"LockTimeout", c.LockTimeout}, {"WaitTimeout", c.WaitTimeout},
+		{"StoreTimeout", c.StoreTimeout}, {"PollInterval", c.PollInterval}, {"ReplicaAckTimeout", c.ReplicaAckTimeout}} {
+		if d.v > fxconfig.MaxDuration {
+			return bad(d.name, "%v is above the longest duration taken, 100 years (876000h)", d.v)
+		}
 	}
 	switch {
 	case c.WaitTimeout < 0:

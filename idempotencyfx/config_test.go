@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redisfx/redisfx/internal/fxconfig"
 )
 
 func TestConfig_InvalidValuesNameTheOption(t *testing.T) {
@@ -23,6 +25,29 @@ func TestConfig_InvalidValuesNameTheOption(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), opt) {
 			t.Errorf("%s: err = %v, want one naming the option", opt, err)
 		}
+	}
+}
+
+// Every duration is at most fxconfig.MaxDuration: the arithmetic on them
+// (2×LockTimeout, LockTimeout plus a marker's life) must not overflow.
+func TestConfig_DurationsAboveTheLongestNameTheOption(t *testing.T) {
+	const tooLong = fxconfig.MaxDuration + time.Nanosecond
+	for opt, cfg := range map[string]Config{
+		"DefaultTTL":        {DefaultTTL: tooLong},
+		"LockTimeout":       {LockTimeout: tooLong},
+		"WaitTimeout":       {WaitTimeout: tooLong},
+		"StoreTimeout":      {StoreTimeout: tooLong},
+		"PollInterval":      {PollInterval: tooLong},
+		"ReplicaAckTimeout": {ReplicaAckTimeout: tooLong},
+	} {
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "Config."+opt) {
+			t.Errorf("%s: err = %v, want one naming the option", opt, err)
+		}
+	}
+	longest := Config{DefaultTTL: fxconfig.MaxDuration, LockTimeout: fxconfig.MaxDuration, WaitTimeout: fxconfig.MaxDuration,
+		StoreTimeout: fxconfig.MaxDuration, PollInterval: fxconfig.MaxDuration, ReplicaAckTimeout: fxconfig.MaxDuration}
+	if err := longest.Validate(); err != nil {
+		t.Errorf("every duration at the longest: %v", err)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/redisfx/redisfx/internal/faultproxy"
+	"github.com/redisfx/redisfx/internal/fxconfig"
 	"github.com/redisfx/redisfx/internal/redistest"
 	"github.com/redisfx/redisfx/storefx"
 )
@@ -90,6 +91,29 @@ func TestLateCompletion_StallAfterHandler_RecordedInBackground_RunsOnce(t *testi
 	if e.logs.FilterMessageSnippet("recorded in the background").Len() != 1 ||
 		e.logs.FilterMessageSnippet("could not be recorded yet").Len() != 1 {
 		t.Fatal("the deferred and the late completion were not both logged")
+	}
+}
+
+// The longest LockTimeout taken (fxconfig.MaxDuration) still rides out a
+// stall after the handler: its 2×LockTimeout of background tries fits a
+// time.Duration. One beyond is refused, naming the field: a LockTimeout of
+// 150 years overflowed 2×LockTimeout into the past, the outcome was given
+// up at once and the key answered 409 in progress for 300 years (found by
+// an adversary).
+func TestLateCompletion_LongestLockTimeout_StillRecordedInBackground(t *testing.T) {
+	t.Parallel()
+	if err := (Config{LockTimeout: fxconfig.MaxDuration + time.Nanosecond}).Validate(); err == nil || !strings.Contains(err.Error(), "Config.LockTimeout") {
+		t.Fatalf("LockTimeout above MaxDuration: %v, want an error naming Config.LockTimeout", err)
+	}
+	e, proxy, _ := stallAfterHandler(t, Config{StoreTimeout: 200 * time.Millisecond, LockTimeout: fxconfig.MaxDuration})
+	if r := e.post("/payments", "k", `{}`); r.status != 201 {
+		t.Fatalf("first request got %+v", r)
+	}
+	proxy.CutAll()
+	proxy.SetMode(faultproxy.Forward)
+	waitFor(t, func() bool { return recordState(e, "k") == StateCompleted })
+	if r := e.post("/payments", "k", `{}`); r.status != 201 || r.header.Get(ReplayedHeader) != "true" || e.calls.Load() != 1 {
+		t.Fatalf("retry got %+v after %d runs, want the first answer replayed", r, e.calls.Load())
 	}
 }
 
