@@ -14,18 +14,21 @@ import (
 	"github.com/redisfx/redisfx"
 	"github.com/redisfx/redisfx/internal/clientcheck"
 	"github.com/redisfx/redisfx/internal/ctxsleep"
+	"github.com/redisfx/redisfx/internal/fxconfig"
 	"github.com/redisfx/redisfx/internal/randid"
 	"github.com/redisfx/redisfx/internal/scripts"
 	"github.com/redisfx/redisfx/plugintrace"
 	"github.com/redisfx/redisfx/storefx"
 )
 
-// Config holds the lock options. Zero fields take the defaults.
+// Config holds the lock options. Zero fields take the defaults. Every
+// duration is at most 100 years; a longer one is refused, naming it.
 type Config struct {
 	// KeyPrefix is put before the lock name. Default "lock:".
 	KeyPrefix string
 	// TTL is the lease of a lock: it expires this long after the last
-	// acquire, extend or renewal. At least 10ms. Default 10s.
+	// acquire, extend or renewal. At least 10ms, at most 100 years. Default
+	// 10s.
 	TTL time.Duration
 	// Attempts is the most tries of one Acquire (1 = no retry). Default 20.
 	Attempts int
@@ -77,6 +80,11 @@ func (c Config) normalize() (Config, error) {
 		}
 		if *d.v == 0 {
 			*d.v = d.def
+		}
+		if *d.v > fxconfig.MaxDuration {
+			// The arithmetic on them (the marker's TTL + 1 minute, the
+			// backoff doubled) must not overflow into a negative duration.
+			return c, configError(d.name, fmt.Sprintf("%v is above the longest duration taken, 100 years (876000h)", *d.v))
 		}
 	}
 	if c.TTL < 10*time.Millisecond {
