@@ -6,10 +6,13 @@ import (
 	"time"
 
 	"github.com/redisfx/redisfx"
+	"github.com/redisfx/redisfx/internal/fxconfig"
 	"github.com/redisfx/redisfx/internal/randid"
 )
 
-// Config holds the stream options. Zero fields take the defaults.
+// Config holds the stream options. Zero fields take the defaults. Every
+// duration is at most 100 years (ClaimIdle at most 10 years); a longer one
+// is refused, naming it.
 type Config struct {
 	// Group is the consumer group of this application's handlers. Default
 	// "redisfx".
@@ -18,14 +21,18 @@ type Config struct {
 	// "<hostname>-<pid>-<random>", unique per process start.
 	Consumer string
 	// MaxAttempts is how many times a message is delivered before it moves
-	// to the dead-letter stream "<stream>:dlq". Default 3.
+	// to the dead-letter stream "<stream>:dlq". Default 3. With a
+	// Retention, Handle refuses one that puts 2×MaxAttempts×ClaimIdle
+	// above 100 years.
 	MaxAttempts int
 	// ClaimIdle is how long a delivered, unacknowledged message may sit
 	// untouched before any consumer of the group claims it again: a failed
 	// message is retried after it, a crashed consumer's message is taken
 	// over after it. Every message a consumer holds (running, waiting for
 	// its turn in the batch, or waiting for the ack) is touched every
-	// ClaimIdle/4, so a slow handler is never doubled. Default 5s.
+	// ClaimIdle/4, so a slow handler is never doubled. Default 5s; at
+	// least 10ms, at most 10 years (ForgetConsumersAfter is at least
+	// 10×ClaimIdle, and at most 100 years).
 	ClaimIdle time.Duration
 	// Block is the longest wait of one read for new messages; it bounds how
 	// quickly a stopping consumer notices. Default 1s; at most ClaimIdle/2
@@ -117,16 +124,26 @@ func (c Config) normalize() (Config, error) {
 		v    *time.Duration
 		def  time.Duration
 	}{{"ClaimIdle", &c.ClaimIdle, 5 * time.Second}, {"Block", &c.Block, time.Second},
-		{"StopTimeout", &c.StopTimeout, 10 * time.Second}, {"Retention", &c.Retention, 0}, {"StoreTimeout", &c.StoreTimeout, 2 * time.Second}} {
+		{"StopTimeout", &c.StopTimeout, 10 * time.Second}, {"Retention", &c.Retention, 0}, {"StoreTimeout", &c.StoreTimeout, 2 * time.Second},
+		{"ForgetConsumersAfter", &c.ForgetConsumersAfter, 0}} {
 		if *d.v < 0 {
 			return c, configError(d.name, fmt.Sprintf("%v is negative", *d.v))
 		}
 		if *d.v == 0 {
 			*d.v = d.def
 		}
+		if *d.v > fxconfig.MaxDuration {
+			return c, configError(d.name, fmt.Sprintf("%v is above the longest duration taken, 100 years (876000h)", *d.v))
+		}
 	}
 	if c.ClaimIdle < 10*time.Millisecond {
 		return c, configError("ClaimIdle", "below 10ms")
+	}
+	if c.ClaimIdle > fxconfig.MaxDuration/10 {
+		// ForgetConsumersAfter is at least 10×ClaimIdle: a ClaimIdle of 30
+		// years overflowed it into a negative duration, which took any
+		// ForgetConsumersAfter.
+		return c, configError("ClaimIdle", fmt.Sprintf("%v is above 10 years (87600h): ForgetConsumersAfter, at least 10×ClaimIdle, is at most 100 years (876000h)", c.ClaimIdle))
 	}
 	// A read in progress at a stop must end well within StopTimeout (go-redis
 	// cannot cut a blocked read short without leaving what Redis delivered
@@ -134,8 +151,6 @@ func (c Config) normalize() (Config, error) {
 	// report abandoned handlers and stay in the group.
 	c.Block = max(min(c.Block, c.ClaimIdle/2, c.StopTimeout/2), time.Millisecond)
 	switch {
-	case c.ForgetConsumersAfter < 0:
-		return c, configError("ForgetConsumersAfter", fmt.Sprintf("%v is negative", c.ForgetConsumersAfter))
 	case c.ForgetConsumersAfter == 0:
 		c.ForgetConsumersAfter = max(time.Hour, 10*c.ClaimIdle)
 	case c.ForgetConsumersAfter < 10*c.ClaimIdle:
