@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/redisfx/redisfx"
+	"github.com/redisfx/redisfx/internal/fxconfig"
 	"github.com/redisfx/redisfx/plugintrace"
 )
 
@@ -43,7 +44,8 @@ type Config struct {
 	// Limit and Window are the default rule: Limit requests per Window per
 	// key. Defaults 100 and 1m. Window is whole milliseconds, at least 1ms:
 	// Redis counts in milliseconds, and a window truncated to them would
-	// share its counter with another rule's.
+	// share its counter with another rule's. It is at most 100 years, as
+	// every duration here (a Rule's Window too).
 	Limit  int64
 	Window time.Duration
 	// Algorithm: FixedWindow (default) or SlidingLog.
@@ -110,6 +112,9 @@ func (c Config) normalize() (Config, []netip.Prefix, error) {
 	}
 	if c.StoreTimeout == 0 {
 		c.StoreTimeout = 500 * time.Millisecond
+	}
+	if c.StoreTimeout > fxconfig.MaxDuration {
+		return c, nil, configError("StoreTimeout", fmt.Sprintf("%v is above the longest duration taken, 100 years (876000h)", c.StoreTimeout))
 	}
 	switch c.Algorithm {
 	case "":

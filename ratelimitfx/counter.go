@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/redisfx/redisfx/internal/fxconfig"
 )
 
 // counterKey is the Redis key of one client's counter under one rule.
@@ -50,9 +52,16 @@ func windowMS(w time.Duration) int64 { return w.Milliseconds() }
 // windowInvalid says why w cannot be a window, or "" when it can. A window
 // is whole milliseconds, at least one: the counter's name and Redis hold it
 // in milliseconds, so windows that differ below one would share a counter.
+// It is at most fxconfig.MaxDuration: a Decision's Reset (the window plus
+// its start, minus Redis's clock) overflowed for a window near the largest
+// Duration as soon as a counter's window began after Redis's clock (a
+// failover to a node whose clock is behind), coming out as -292 years.
 func windowInvalid(w time.Duration) string {
 	if w < time.Millisecond || w%time.Millisecond != 0 {
 		return fmt.Sprintf("%v is not a whole number of milliseconds (at least 1ms)", w)
+	}
+	if w > fxconfig.MaxDuration {
+		return fmt.Sprintf("%v is above the longest duration taken, 100 years (876000h)", w)
 	}
 	return ""
 }

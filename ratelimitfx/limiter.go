@@ -25,7 +25,7 @@ import (
 // Limit or Window, or are checked by limiters of different Algorithms,
 // never share a counter; the same rule shares its counter for a key
 // across processes. Window is whole milliseconds, at least 1ms (Redis's
-// unit); another, or a negative Limit, is refused, by Check with an error
+// unit), at most 100 years; another, or a negative Limit, is refused, by Check with an error
 // and by Limit with a panic, as a *redisfx.ConfigError naming the field.
 type Rule struct {
 	Name   string
