@@ -5,10 +5,12 @@ import (
 	"time"
 
 	"github.com/redisfx/redisfx"
+	"github.com/redisfx/redisfx/internal/fxconfig"
 	"github.com/redisfx/redisfx/plugintrace"
 )
 
-// Config holds the cache options. Zero fields take the defaults.
+// Config holds the cache options. Zero fields take the defaults. Every
+// duration is at most 100 years; a longer one is refused, naming it.
 type Config struct {
 	// KeyPrefix is put before every key in Redis. Default "cache:".
 	KeyPrefix string
@@ -94,6 +96,9 @@ func (c Config) normalize() (Config, error) {
 		}
 		if *d.v == 0 {
 			*d.v = d.def
+		}
+		if *d.v > fxconfig.MaxDuration {
+			return c, configError(d.name, fmt.Sprintf("%v is above the longest duration taken, 100 years (876000h)", *d.v))
 		}
 	}
 	if c.LoadWait == 0 {
