@@ -5,10 +5,12 @@ import (
 	"time"
 
 	"github.com/redisfx/redisfx"
+	"github.com/redisfx/redisfx/internal/fxconfig"
 )
 
 // Config configures the HTTP server. Zero fields take the defaults below;
-// a negative timeout or MaxHeaderBytes is invalid (see Validate).
+// a negative timeout or MaxHeaderBytes, or a timeout above 100 years, is
+// invalid (see Validate).
 type Config struct {
 	// Addr is the listen address. Default ":8080".
 	Addr string
@@ -64,6 +66,9 @@ func (c Config) withDefaults() (Config, error) {
 		}
 		if *d.v == 0 {
 			*d.v = d.def
+		}
+		if *d.v > fxconfig.MaxDuration {
+			return c, configError(d.name, fmt.Sprintf("%v is above the longest duration taken, 100 years (876000h)", *d.v))
 		}
 	}
 	if c.MaxHeaderBytes < 0 {
