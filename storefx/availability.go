@@ -148,7 +148,10 @@ func (p *probe) health(now time.Time) Health {
 	h := p.last
 	// A check that hangs past its timeout (it should not: the context bounds
 	// it) must not leave an old "up" standing.
-	if h.Up && now.Sub(p.lastOK) > p.interval+p.timeout {
+	// (Compared without adding them: Watch takes any positive durations,
+	// and interval+timeout overflowed into a negative one, which made
+	// every check stale at once.)
+	if h.Up && now.Sub(p.lastOK)-p.interval > p.timeout {
 		h.Up, h.Err = false, errStale
 	}
 	return h

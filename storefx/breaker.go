@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redisfx/redisfx/internal/fxconfig"
 	"github.com/redisfx/redisfx/internal/handshake"
 	"github.com/redisfx/redisfx/plugintrace"
 )
@@ -85,6 +86,10 @@ func (c BreakerConfig) validate() error {
 		return fieldErr("Config.Breaker.ProbeInterval", "%v is negative", c.ProbeInterval)
 	case c.ProbeTimeout < 0:
 		return fieldErr("Config.Breaker.ProbeTimeout", "%v is negative", c.ProbeTimeout)
+	case c.ProbeInterval > fxconfig.MaxDuration:
+		return fieldErr("Config.Breaker.ProbeInterval", "%v is above the longest duration taken, 100 years (876000h)", c.ProbeInterval)
+	case c.ProbeTimeout > fxconfig.MaxDuration:
+		return fieldErr("Config.Breaker.ProbeTimeout", "%v is above the longest duration taken, 100 years (876000h)", c.ProbeTimeout)
 	}
 	return nil
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/redisfx/redisfx"
+	"github.com/redisfx/redisfx/internal/fxconfig"
 )
 
 // DefaultClientName is the name of the client that Module provides unnamed.
@@ -23,7 +24,8 @@ import (
 const DefaultClientName = "default"
 
 // Config describes one Redis connection. The zero value connects to
-// localhost:6379 without TLS.
+// localhost:6379 without TLS. Every duration (Breaker's too) is at most
+// 100 years; a longer one is refused, naming it.
 //
 // The address is chosen from the first of these that is set: URL, Addrs,
 // Host/Port. With MasterName set the addresses are Sentinel addresses; with
@@ -264,6 +266,12 @@ func (c Config) options() (*redis.UniversalOptions, error) {
 	} {
 		if f.d < 0 {
 			return nil, fieldErr(f.name, "%v is negative", f.d)
+		}
+		if f.d > fxconfig.MaxDuration {
+			// The arithmetic on them must not overflow: go-redis waits for
+			// a pooled connection ReadTimeout + 1s, and a health check is
+			// stale after HealthCheckInterval + HealthCheckTimeout.
+			return nil, fieldErr(f.name, "%v is above the longest duration taken, 100 years (876000h)", f.d)
 		}
 	}
 	if err := c.Breaker.validate(); err != nil {
