@@ -13,6 +13,7 @@ import (
 	"golang.org/x/net/http/httpguts"
 
 	"github.com/redisfx/redisfx"
+	"github.com/redisfx/redisfx/internal/fxconfig"
 )
 
 // Exporter types. Every type but Console and None sends OTLP; the label
@@ -38,7 +39,8 @@ const (
 // Where a field is zero, the standard OpenTelemetry environment variable
 // named beside it applies; a field that is set wins over its variable, and
 // OTEL_SDK_DISABLED=true turns tracing off whatever the Config says.
-// docs/configuration.md lists every variable with its default.
+// docs/configuration.md lists every variable with its default. Every
+// duration is at most 100 years; a longer one is refused, naming it.
 type Config struct {
 	// ServiceName is the service.name of the resource. Default:
 	// OTEL_SERVICE_NAME, else service.name of OTEL_RESOURCE_ATTRIBUTES, else
@@ -219,6 +221,9 @@ func (c Config) normalize() (Config, error) {
 	if c.Sampling.KeepSlowerThan < 0 {
 		return c, bad("Sampling.KeepSlowerThan", "%v is negative", c.Sampling.KeepSlowerThan)
 	}
+	if c.Sampling.KeepSlowerThan > fxconfig.MaxDuration {
+		return c, bad("Sampling.KeepSlowerThan", "%v is above the longest duration taken, 100 years (876000h)", c.Sampling.KeepSlowerThan)
+	}
 	if c.Spans.MaxArgLength < 0 {
 		return c, bad("Spans.MaxArgLength", "%d is negative", c.Spans.MaxArgLength)
 	} else if c.Spans.MaxArgLength == 0 {
@@ -243,6 +248,9 @@ func (c Config) normalize() (Config, error) {
 	for _, v := range durations {
 		if v.value < 0 {
 			return c, bad(v.field, "%v is negative", v.value)
+		}
+		if v.value > fxconfig.MaxDuration {
+			return c, bad(v.field, "%v is above the longest duration taken, 100 years (876000h)", v.value)
 		}
 	}
 	if c.ShutdownTimeout == 0 {
