@@ -97,8 +97,8 @@ func (c Config) normalize() (Config, error) {
 		if *d.v == 0 {
 			*d.v = d.def
 		}
-		if *d.v > fxconfig.MaxDuration {
-			return c, configError(d.name, fmt.Sprintf("%v is above the longest duration taken, 100 years (876000h)", *d.v))
+		if why := fxconfig.TooLong(*d.v); why != "" {
+			return c, configError(d.name, why)
 		}
 	}
 	if c.LoadWait == 0 {

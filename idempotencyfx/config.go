@@ -179,8 +179,8 @@ func (c Config) normalize() (*settings, error) {
 		v    time.Duration
 	}{{"DefaultTTL", c.DefaultTTL}, {"LockTimeout", c.LockTimeout}, {"WaitTimeout", c.WaitTimeout},
 		{"StoreTimeout", c.StoreTimeout}, {"PollInterval", c.PollInterval}, {"ReplicaAckTimeout", c.ReplicaAckTimeout}} {
-		if d.v > fxconfig.MaxDuration {
-			return bad(d.name, "%v is above the longest duration taken, 100 years (876000h)", d.v)
+		if why := fxconfig.TooLong(d.v); why != "" {
+			return bad(d.name, "%s", why)
 		}
 	}
 	switch {

@@ -81,10 +81,10 @@ func (c Config) normalize() (Config, error) {
 		if *d.v == 0 {
 			*d.v = d.def
 		}
-		if *d.v > fxconfig.MaxDuration {
+		if why := fxconfig.TooLong(*d.v); why != "" {
 			// The arithmetic on them (the marker's TTL + 1 minute, the
 			// backoff doubled) must not overflow into a negative duration.
-			return c, configError(d.name, fmt.Sprintf("%v is above the longest duration taken, 100 years (876000h)", *d.v))
+			return c, configError(d.name, why)
 		}
 	}
 	if c.TTL < 10*time.Millisecond {

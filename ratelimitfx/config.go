@@ -113,8 +113,8 @@ func (c Config) normalize() (Config, []netip.Prefix, error) {
 	if c.StoreTimeout == 0 {
 		c.StoreTimeout = 500 * time.Millisecond
 	}
-	if c.StoreTimeout > fxconfig.MaxDuration {
-		return c, nil, configError("StoreTimeout", fmt.Sprintf("%v is above the longest duration taken, 100 years (876000h)", c.StoreTimeout))
+	if why := fxconfig.TooLong(c.StoreTimeout); why != "" {
+		return c, nil, configError("StoreTimeout", why)
 	}
 	switch c.Algorithm {
 	case "":

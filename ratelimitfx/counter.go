@@ -60,8 +60,5 @@ func windowInvalid(w time.Duration) string {
 	if w < time.Millisecond || w%time.Millisecond != 0 {
 		return fmt.Sprintf("%v is not a whole number of milliseconds (at least 1ms)", w)
 	}
-	if w > fxconfig.MaxDuration {
-		return fmt.Sprintf("%v is above the longest duration taken, 100 years (876000h)", w)
-	}
-	return ""
+	return fxconfig.TooLong(w)
 }

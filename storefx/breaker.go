@@ -86,10 +86,10 @@ func (c BreakerConfig) validate() error {
 		return fieldErr("Config.Breaker.ProbeInterval", "%v is negative", c.ProbeInterval)
 	case c.ProbeTimeout < 0:
 		return fieldErr("Config.Breaker.ProbeTimeout", "%v is negative", c.ProbeTimeout)
-	case c.ProbeInterval > fxconfig.MaxDuration:
-		return fieldErr("Config.Breaker.ProbeInterval", "%v is above the longest duration taken, 100 years (876000h)", c.ProbeInterval)
-	case c.ProbeTimeout > fxconfig.MaxDuration:
-		return fieldErr("Config.Breaker.ProbeTimeout", "%v is above the longest duration taken, 100 years (876000h)", c.ProbeTimeout)
+	case fxconfig.TooLong(c.ProbeInterval) != "":
+		return fieldErr("Config.Breaker.ProbeInterval", "%s", fxconfig.TooLong(c.ProbeInterval))
+	case fxconfig.TooLong(c.ProbeTimeout) != "":
+		return fieldErr("Config.Breaker.ProbeTimeout", "%s", fxconfig.TooLong(c.ProbeTimeout))
 	}
 	return nil
 }

@@ -267,11 +267,11 @@ func (c Config) options() (*redis.UniversalOptions, error) {
 		if f.d < 0 {
 			return nil, fieldErr(f.name, "%v is negative", f.d)
 		}
-		if f.d > fxconfig.MaxDuration {
+		if why := fxconfig.TooLong(f.d); why != "" {
 			// The arithmetic on them must not overflow: go-redis waits for
 			// a pooled connection ReadTimeout + 1s, and a health check is
 			// stale after HealthCheckInterval + HealthCheckTimeout.
-			return nil, fieldErr(f.name, "%v is above the longest duration taken, 100 years (876000h)", f.d)
+			return nil, fieldErr(f.name, "%s", why)
 		}
 	}
 	if err := c.Breaker.validate(); err != nil {

@@ -221,8 +221,8 @@ func (c Config) normalize() (Config, error) {
 	if c.Sampling.KeepSlowerThan < 0 {
 		return c, bad("Sampling.KeepSlowerThan", "%v is negative", c.Sampling.KeepSlowerThan)
 	}
-	if c.Sampling.KeepSlowerThan > fxconfig.MaxDuration {
-		return c, bad("Sampling.KeepSlowerThan", "%v is above the longest duration taken, 100 years (876000h)", c.Sampling.KeepSlowerThan)
+	if why := fxconfig.TooLong(c.Sampling.KeepSlowerThan); why != "" {
+		return c, bad("Sampling.KeepSlowerThan", "%s", why)
 	}
 	if c.Spans.MaxArgLength < 0 {
 		return c, bad("Spans.MaxArgLength", "%d is negative", c.Spans.MaxArgLength)
@@ -249,8 +249,8 @@ func (c Config) normalize() (Config, error) {
 		if v.value < 0 {
 			return c, bad(v.field, "%v is negative", v.value)
 		}
-		if v.value > fxconfig.MaxDuration {
-			return c, bad(v.field, "%v is above the longest duration taken, 100 years (876000h)", v.value)
+		if why := fxconfig.TooLong(v.value); why != "" {
+			return c, bad(v.field, "%s", why)
 		}
 	}
 	if c.ShutdownTimeout == 0 {

@@ -31,3 +31,12 @@ func Pick[T any](ptr *T, val T) (T, error) {
 // read as "already over" (an adversary's LockTimeout of 150 years gave up
 // a handler's outcome at once and left its key in progress for 300 years).
 const MaxDuration = 100 * 365 * 24 * time.Hour
+
+// TooLong says why d is refused as a configured duration, or "" when it is
+// taken (at most MaxDuration).
+func TooLong(d time.Duration) string {
+	if d > MaxDuration {
+		return fmt.Sprintf("%v is above the longest duration taken, 100 years (876000h)", d)
+	}
+	return ""
+}
