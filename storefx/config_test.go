@@ -183,6 +183,10 @@ func TestParseURL_ErrorsSayHowToFixIt(t *testing.T) {
 		"localhost:6379":        `storefx: invalid Config.URL: "localhost:6379" is an address, not a URL: write redis://localhost:6379`,
 		"pw@localhost:6379":     `storefx: invalid Config.URL: not a URL (redis://host:port/db, rediss://… or unix:///path)`,
 		"redis://u:pa/ss@h:x/0": `storefx: invalid Config.URL: not a URL (redis://host:port/db, rediss://… or unix:///path)`,
+		// Dialled as the DNS name "127.0.0.1:6379" until ConnectTimeout, and
+		// start-up failed naming no field (an adversary's find).
+		"redis://127.0.0.1:6379:6379/0": `storefx: invalid Config.URL: the host "127.0.0.1:6379:6379" is neither a host name with a port nor an IPv6 address in brackets (redis://[::1]:6379)`,
+		"redis://u:p@h:1:2":             `storefx: invalid Config.URL: the host "h:1:2" is neither a host name with a port nor an IPv6 address in brackets (redis://[::1]:6379)`,
 	} {
 		if _, err := ParseURL(raw); err == nil || err.Error() != want {
 			t.Errorf("ParseURL(%q) = %v\n want %s", raw, err, want)

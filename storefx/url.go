@@ -68,6 +68,13 @@ func ParseURL(raw string) (URLSettings, error) {
 		}
 		return URLSettings{}, fieldErr("Config.URL", "%s", msg)
 	}
+	if o.Network != "unix" && validateAddr(o.Addr) != nil {
+		// "redis://127.0.0.1:6379:6379": url.Parse takes "127.0.0.1:6379"
+		// for the host name, and go-redis dialled it as a DNS name, for
+		// ConnectTimeout, before start-up failed without naming the URL
+		// (found by an adversary).
+		return URLSettings{}, fieldErr("Config.URL", "the host %q is neither a host name with a port nor an IPv6 address in brackets (redis://[::1]:6379)", u.Host)
+	}
 	if err := unreadOptions(u); err != nil {
 		return URLSettings{}, err
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -225,11 +224,44 @@ func validPrefix(p string) error {
 	return nil
 }
 
+// redactURL is raw as shown in an error: everything after the user name up
+// to the last '@' (the password, whatever characters it holds) and every
+// query or fragment value become "xxxxx". url.Parse could not be trusted
+// with it: a password holding '/', '?' or '#' and starting with digits
+// parses as a port and a path, and Redacted then hid nothing
+// ("redis://app:2024/S3cret@host" was shown whole, as was ?password=;
+// found by an adversary).
 func redactURL(raw string) string {
-	if u, err := url.Parse(raw); err == nil {
-		return u.Redacted()
+	scheme, rest, ok := strings.Cut(raw, "://")
+	if !ok {
+		if strings.Contains(raw, "@") {
+			return "(not shown: it may hold a password)"
+		}
+		return raw
 	}
-	return "(unparseable)"
+	if at := strings.LastIndexByte(rest, '@'); at >= 0 {
+		if user, _, hasPassword := strings.Cut(rest[:at], ":"); hasPassword {
+			rest = user + ":xxxxx" + rest[at:]
+		}
+	}
+	i := strings.IndexAny(rest, "?#")
+	if i < 0 {
+		return scheme + "://" + rest
+	}
+	// Each option keeps its name (?pool_size=xxxxx says what was refused).
+	var b strings.Builder
+	b.WriteString(scheme + "://" + rest[:i])
+	for i < len(rest) {
+		b.WriteByte(rest[i]) // '?', '&' or '#'
+		end := i + 1 + strings.IndexAny(rest[i+1:]+"&", "?#&")
+		if name, _, isOption := strings.Cut(rest[i+1:end], "="); isOption && rest[i] != '#' {
+			b.WriteString(name + "=xxxxx")
+		} else if end > i+1 {
+			b.WriteString("xxxxx")
+		}
+		i = end
+	}
+	return b.String()
 }
 
 // badListenAddr says what is wrong with a listen address ("host:port",

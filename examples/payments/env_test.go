@@ -1,6 +1,7 @@
 package main
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -74,6 +75,38 @@ func TestLoadEnv_ServiceNameAsOpenTelemetryReadsIt(t *testing.T) {
 		}
 		if env.ServiceName != c.want {
 			t.Errorf("%v: ServiceName %q, want %q", c.env, env.ServiceName, c.want)
+		}
+	}
+}
+
+// A REDIS_URL refused before any connection is named in the error with its
+// password hidden, whatever characters the password holds and wherever it
+// was put. (Found by an adversary: a password holding '/', '?' or '#' and
+// starting with digits parsed as a port and a path, and the error showed
+// the URL whole; so did ?password=. A host with two ports was dialled as a
+// DNS name and start-up failed naming no variable.)
+func TestLoadEnv_InvalidRedisURL_NamedWithoutItsPassword(t *testing.T) {
+	for raw, shown := range map[string]string{
+		"redis://app:2024/S3cretPass@127.0.0.1:6533/0":      "redis://app:xxxxx@127.0.0.1:6533/0",
+		"redis://:1234/S3cretPass@127.0.0.1:6533/0":         "redis://:xxxxx@127.0.0.1:6533/0",
+		"redis://:1234?S3cretPass@127.0.0.1:6533/0":         "redis://:xxxxx@127.0.0.1:6533/0",
+		"redis://:1234#S3cretPass@127.0.0.1:6533/0":         "redis://:xxxxx@127.0.0.1:6533/0",
+		"redis://127.0.0.1:6533/0?password=S3cretPass":      "redis://127.0.0.1:6533/0?password=xxxxx",
+		"redis://u:S3cretPass@h:1/0?pool_size=3#S3cretPass": "redis://u:xxxxx@h:1/0?pool_size=xxxxx#xxxxx",
+		"S3cretPass@localhost:6379":                         "(not shown: it may hold a password)",
+		"redis://u:S3cretPass@127.0.0.1:6531:6531/0":        "redis://u:xxxxx@127.0.0.1:6531:6531/0",
+	} {
+		_, err := LoadEnv(func(name string) string {
+			if name == "REDIS_URL" {
+				return raw
+			}
+			return ""
+		})
+		if err == nil || !strings.Contains(err.Error(), "REDIS_URL") || !strings.Contains(err.Error(), shown) {
+			t.Errorf("REDIS_URL=%s: %v, want an error naming REDIS_URL showing %s", raw, err, shown)
+		}
+		if err != nil && strings.Contains(err.Error(), "S3cret") {
+			t.Errorf("REDIS_URL=%s: the password is in the error: %v", raw, err)
 		}
 	}
 }
