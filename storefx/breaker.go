@@ -312,8 +312,8 @@ func (b *breaker) probe() {
 	}
 }
 
-// stop ends probing and waits for a probe in flight.
-func (b *breaker) stop() {
+// shutdownProbes ends probing without waiting for a probe in flight.
+func (b *breaker) shutdownProbes() {
 	b.mu.Lock()
 	b.shutdown = true
 	if b.timer != nil {
@@ -321,7 +321,6 @@ func (b *breaker) stop() {
 		b.timer = nil
 	}
 	b.mu.Unlock()
-	b.inflight.Wait()
 }
 
 func (b *breaker) stats() BreakerStats {
@@ -439,7 +438,8 @@ func (s *breakerSet) forgetNodesOutside(serving map[*redis.Client]bool) {
 	}
 }
 
-func (s *breakerSet) stop() {
+// each calls f with every breaker of the set.
+func (s *breakerSet) each(f func(*breaker)) {
 	if s == nil {
 		return
 	}
@@ -447,7 +447,7 @@ func (s *breakerSet) stop() {
 	all := append([]*breaker(nil), s.all...)
 	s.mu.Unlock()
 	for _, b := range all {
-		b.stop()
+		f(b)
 	}
 }
 
@@ -459,8 +459,12 @@ func (s *breakerSet) stop() {
 // breaker is disabled.
 func (c *Client) Breaker() BreakerStats { return c.breakers.stats() }
 
-// Close ends the breaker's probing and closes the client.
+// Close ends the breaker's probing and closes the client. It does not wait
+// for Redis: a probe in flight fails at once when the client closes (a
+// PING's context, cancelled, would have let it run to ProbeTimeout).
 func (c *Client) Close() error {
-	c.breakers.stop()
-	return c.UniversalClient.Close()
+	c.breakers.each((*breaker).shutdownProbes)
+	err := c.UniversalClient.Close()
+	c.breakers.each(func(b *breaker) { b.inflight.Wait() })
+	return err
 }

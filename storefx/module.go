@@ -137,8 +137,12 @@ func newManagedClient(name string, cfg Config, lc fx.Lifecycle, reg *Registry, i
 			return err
 		},
 		OnStop: func(context.Context) error {
+			// Closed first: a health check in flight fails at once, where
+			// cancelling its context let it run to HealthCheckTimeout
+			// with Redis out of reach, past a short stop deadline (CI).
+			err := c.Close()
 			unwatch()
-			return c.Close()
+			return err
 		},
 	})
 	return c, nil

@@ -476,3 +476,35 @@ func TestModule_NothingAsksForTheClient_StillPingedAtStart(t *testing.T) {
 		}
 	}
 }
+
+// The stop hook does not wait for Redis: a health check and a breaker probe
+// in flight to a Redis that swallows everything fail at once when the
+// client closes. Before, the hook cancelled the health check's context
+// (which does not cut a PING short) and waited for the probe: with Redis
+// out of reach it took up to HealthCheckTimeout and ProbeTimeout, past a
+// short stop deadline (found in CI, where an idempotencyfx stop test's
+// 1 s deadline ran out).
+func TestModule_StopDoesNotWaitForAHangingRedis(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartPrivate(t)
+	proxy := faultproxy.Start(t, srv.Addr())
+	var c *storefx.Client
+	app := fx.New(fx.NopLogger, storefx.Module,
+		fx.Supply(&storefx.Config{URL: "redis://" + proxy.Addr(), HealthCheckInterval: 50 * time.Millisecond, HealthCheckTimeout: 5 * time.Second,
+			Breaker: storefx.BreakerConfig{Failures: 1, ProbeTimeout: 5 * time.Second}}),
+		fx.Populate(&c))
+	if err := app.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	proxy.SetMode(faultproxy.Blackhole)
+	if err := get(c, "k", 100*time.Millisecond); err == nil {
+		t.Fatal("GET through a black hole succeeded")
+	}
+	waitState(t, c, storefx.BreakerHalfOpen, time.Second) // its probe is in flight, for 5 s
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	began := time.Now()
+	if err := app.Stop(ctx); err != nil {
+		t.Fatalf("Stop with Redis hanging: %v after %v", err, time.Since(began))
+	}
+}
