@@ -178,11 +178,17 @@ type breaker struct {
 	timer    *time.Timer // the next probe, while open
 	probing  bool        // a probe is in flight: the only one
 	shutdown bool
+	// stopping ends a probe in flight at Close, a dial included (closing
+	// the client ends only the connections it already has).
+	stopping context.Context
+	stop     context.CancelFunc
 	inflight sync.WaitGroup
 }
 
 func newBreaker(cfg BreakerConfig) *breaker {
-	return &breaker{cfg: cfg.withDefaults()}
+	b := &breaker{cfg: cfg.withDefaults()}
+	b.stopping, b.stop = context.WithCancel(context.Background())
+	return b
 }
 
 // isFailure says whether err shows that Redis could not be used.
@@ -289,7 +295,7 @@ func (b *breaker) probe() {
 	defer b.inflight.Done()
 
 	b.probes.Add(1)
-	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.ProbeTimeout)
+	ctx, cancel := context.WithTimeout(b.stopping, b.cfg.ProbeTimeout)
 	err := b.ping(ctx)
 	cancel()
 	b.mu.Lock()
@@ -312,8 +318,10 @@ func (b *breaker) probe() {
 	}
 }
 
-// shutdownProbes ends probing without waiting for a probe in flight.
+// shutdownProbes ends probing without waiting for a probe in flight, whose
+// context it cancels.
 func (b *breaker) shutdownProbes() {
+	b.stop()
 	b.mu.Lock()
 	b.shutdown = true
 	if b.timer != nil {
@@ -460,8 +468,9 @@ func (s *breakerSet) each(f func(*breaker)) {
 func (c *Client) Breaker() BreakerStats { return c.breakers.stats() }
 
 // Close ends the breaker's probing and closes the client. It does not wait
-// for Redis: a probe in flight fails at once when the client closes (a
-// PING's context, cancelled, would have let it run to ProbeTimeout).
+// for Redis: a probe in flight fails at once, whether it is dialling (its
+// context is cancelled) or waiting for an answer (the client's connections
+// are closed: a cancelled context does not cut a PING short).
 func (c *Client) Close() error {
 	c.breakers.each((*breaker).shutdownProbes)
 	err := c.UniversalClient.Close()

@@ -137,9 +137,11 @@ func newManagedClient(name string, cfg Config, lc fx.Lifecycle, reg *Registry, i
 			return err
 		},
 		OnStop: func(context.Context) error {
-			// Closed first: a health check in flight fails at once, where
-			// cancelling its context let it run to HealthCheckTimeout
-			// with Redis out of reach, past a short stop deadline (CI).
+			// A health check in flight must end at once, with Redis out of
+			// reach too: closing the client ends one waiting for an
+			// answer (cancelling its context does not: it ran to
+			// HealthCheckTimeout, past a short stop deadline, in CI), and
+			// unwatch's cancel ends one dialling.
 			err := c.Close()
 			unwatch()
 			return err
