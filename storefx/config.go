@@ -307,10 +307,28 @@ func validateHost(host string) (string, error) {
 		}
 		return "", fmt.Errorf("%q is neither a host name nor an IPv6 address", host)
 	}
-	if strings.ContainsAny(host, " /[]") {
+	if !hostName(host) {
 		return "", fmt.Errorf("%q is not a host name", host)
 	}
 	return host, nil
+}
+
+// hostName reports whether s can be a host name or an IPv4 address as a
+// resolver reads it: letters, digits, '-', '_' and '.'. Anything else
+// ("127.0.0.1,127.0.0.2", "127.0.0.1;6379") was dialled as a DNS name
+// until ConnectTimeout, and start-up failed without naming the field
+// (found by an adversary).
+func hostName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return false
+		}
+	}
+	return true
 }
 
 // isIPv6 reports whether s is an IPv6 address, with an optional zone
@@ -346,7 +364,7 @@ func validateAddr(a string) error {
 		if !isIPv6(host) {
 			return fmt.Errorf("%q: %q in brackets is not an IPv6 address", a, host)
 		}
-	} else if strings.ContainsAny(host, " /[]") {
+	} else if !hostName(host) {
 		return fmt.Errorf("%q: %q is not a host name", a, host)
 	}
 	return nil

@@ -185,8 +185,10 @@ func TestParseURL_ErrorsSayHowToFixIt(t *testing.T) {
 		"redis://u:pa/ss@h:x/0": `storefx: invalid Config.URL: not a URL (redis://host:port/db, rediss://… or unix:///path)`,
 		// Dialled as the DNS name "127.0.0.1:6379" until ConnectTimeout, and
 		// start-up failed naming no field (an adversary's find).
-		"redis://127.0.0.1:6379:6379/0": `storefx: invalid Config.URL: the host "127.0.0.1:6379:6379" is neither a host name with a port nor an IPv6 address in brackets (redis://[::1]:6379)`,
-		"redis://u:p@h:1:2":             `storefx: invalid Config.URL: the host "h:1:2" is neither a host name with a port nor an IPv6 address in brackets (redis://[::1]:6379)`,
+		"redis://127.0.0.1:6379:6379/0":            `storefx: invalid Config.URL: the host "127.0.0.1:6379:6379" is neither a host name with a port nor an IPv6 address in brackets (redis://[::1]:6379)`,
+		"redis://u:p@h:1:2":                        `storefx: invalid Config.URL: the host "h:1:2" is neither a host name with a port nor an IPv6 address in brackets (redis://[::1]:6379)`,
+		"redis://:s3cret@127.0.0.1,127.0.0.2:6379": `storefx: invalid Config.URL: the host "127.0.0.1,127.0.0.2:6379" is neither a host name with a port nor an IPv6 address in brackets (redis://[::1]:6379)`,
+		"redis://:s3cret@127.0.0.1;6379":           `storefx: invalid Config.URL: the host "127.0.0.1;6379" is neither a host name with a port nor an IPv6 address in brackets (redis://[::1]:6379)`,
 	} {
 		if _, err := ParseURL(raw); err == nil || err.Error() != want {
 			t.Errorf("ParseURL(%q) = %v\n want %s", raw, err, want)
@@ -208,6 +210,7 @@ func TestConfigHost_PortIsRefusedIPv6IsNot(t *testing.T) {
 		"fe80::1%eth0]:80":  `storefx: invalid Config.Host: "fe80::1%eth0]:80" is neither a host name nor an IPv6 address`,
 		"[redis]":           `storefx: invalid Config.Host: "[redis]" is not a host name`,
 		"redis/0":           `storefx: invalid Config.Host: "redis/0" is not a host name`,
+		"10.0.0.1,10.0.0.2": `storefx: invalid Config.Host: "10.0.0.1,10.0.0.2" is not a host name`,
 	} {
 		err := Config{Host: host, Port: 6379}.Validate()
 		var cfgErr *redisfx.ConfigError
