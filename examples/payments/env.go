@@ -208,8 +208,12 @@ func parseRate(v string) (int64, time.Duration, error) {
 	if err != nil || window < time.Millisecond {
 		return 0, 0, fmt.Errorf("not <requests>/<window>, e.g. 100/1m")
 	}
-	if window%time.Millisecond != 0 { // ratelimitfx refuses it: Redis counts whole milliseconds
-		return 0, 0, fmt.Errorf("the window %v is not a whole number of milliseconds", window)
+	// What ratelimitfx refuses (a window that is not whole milliseconds, or
+	// above 100 years) is reported here, with the variable's name: from the
+	// module, start-up failed naming only Config.Window (an adversary's find).
+	var ce *redisfx.ConfigError
+	if err := (ratelimitfx.Config{Limit: limit, Window: window}).Validate(); errors.As(err, &ce) {
+		return 0, 0, fmt.Errorf("the window: %s", ce.Reason)
 	}
 	return limit, window, nil
 }
@@ -230,31 +234,51 @@ func validPrefix(p string) error {
 // with it: a password holding '/', '?' or '#' and starting with digits
 // parses as a port and a path, and Redacted then hid nothing
 // ("redis://app:2024/S3cret@host" was shown whole, as was ?password=;
-// found by an adversary).
+// found by an adversary). Text before the last '@' that does not begin
+// with a scheme and "://" ("redis:/app:pa://ss@host", a mistyped
+// separator) is not shown at all.
 func redactURL(raw string) string {
-	scheme, rest, ok := strings.Cut(raw, "://")
-	if !ok {
-		if strings.Contains(raw, "@") {
-			return "(not shown: it may hold a password)"
-		}
-		return raw
+	at := strings.LastIndexByte(raw, '@')
+	if at < 0 {
+		return redactOptions(raw)
 	}
-	if at := strings.LastIndexByte(rest, '@'); at >= 0 {
-		if user, _, hasPassword := strings.Cut(rest[:at], ":"); hasPassword {
-			rest = user + ":xxxxx" + rest[at:]
+	scheme, userinfo, ok := strings.Cut(raw[:at], "://")
+	if !ok || !urlScheme(scheme) {
+		return "(not shown: it may hold a password)"
+	}
+	if user, _, hasPassword := strings.Cut(userinfo, ":"); hasPassword {
+		userinfo = user + ":xxxxx"
+	}
+	return scheme + "://" + userinfo + "@" + redactOptions(raw[at+1:])
+}
+
+// urlScheme reports whether s is a URL scheme (RFC 3986: a letter, then
+// letters, digits, '+', '-' or '.').
+func urlScheme(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		letter := 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z'
+		if !letter && (i == 0 || !('0' <= c && c <= '9' || c == '+' || c == '-' || c == '.')) {
+			return false
 		}
 	}
-	i := strings.IndexAny(rest, "?#")
+	return s != ""
+}
+
+// redactOptions shows the values of s's query options and its fragment as
+// "xxxxx", keeping the options' names (?pool_size=xxxxx says what was
+// refused).
+func redactOptions(s string) string {
+	i := strings.IndexAny(s, "?#")
 	if i < 0 {
-		return scheme + "://" + rest
+		return s
 	}
-	// Each option keeps its name (?pool_size=xxxxx says what was refused).
 	var b strings.Builder
-	b.WriteString(scheme + "://" + rest[:i])
-	for i < len(rest) {
-		b.WriteByte(rest[i]) // '?', '&' or '#'
-		end := i + 1 + strings.IndexAny(rest[i+1:]+"&", "?#&")
-		if name, _, isOption := strings.Cut(rest[i+1:end], "="); isOption && rest[i] != '#' {
+	b.WriteString(s[:i])
+	for i < len(s) {
+		b.WriteByte(s[i]) // '?', '&' or '#'
+		end := i + 1 + strings.IndexAny(s[i+1:]+"&", "?#&")
+		if name, _, isOption := strings.Cut(s[i+1:end], "="); isOption && s[i] != '#' {
 			b.WriteString(name + "=xxxxx")
 		} else if end > i+1 {
 			b.WriteString("xxxxx")

@@ -95,6 +95,9 @@ func TestLoadEnv_InvalidRedisURL_NamedWithoutItsPassword(t *testing.T) {
 		"redis://u:S3cretPass@h:1/0?pool_size=3#S3cretPass": "redis://u:xxxxx@h:1/0?pool_size=xxxxx#xxxxx",
 		"S3cretPass@localhost:6379":                         "(not shown: it may hold a password)",
 		"redis://u:S3cretPass@127.0.0.1:6531:6531/0":        "redis://u:xxxxx@127.0.0.1:6531:6531/0",
+		// A mistyped separator and "://" in the password (an adversary's).
+		"redis:/app:S3cret://Pass@db:6379": "(not shown: it may hold a password)",
+		"redis:app:S3cret://Pass@db:6379":  "(not shown: it may hold a password)",
 	} {
 		_, err := LoadEnv(func(name string) string {
 			if name == "REDIS_URL" {
