@@ -258,7 +258,8 @@ func urlScheme(s string) bool {
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		letter := 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z'
-		if !letter && (i == 0 || !('0' <= c && c <= '9' || c == '+' || c == '-' || c == '.')) {
+		other := '0' <= c && c <= '9' || c == '+' || c == '-' || c == '.'
+		if !letter && (i == 0 || !other) {
 			return false
 		}
 	}
