@@ -313,23 +313,35 @@ func validateHost(host string) (string, error) {
 	return host, nil
 }
 
-// hostName reports whether s can be a host name or an IPv4 address as a
-// resolver reads it: letters, digits, '-', '_' and '.'. Anything else
-// ("127.0.0.1,127.0.0.2", "127.0.0.1;6379") was dialled as a DNS name
-// until ConnectTimeout, and start-up failed without naming the field
-// (found by an adversary).
+// hostName reports whether s is an IPv4 address or a name Go's resolver
+// takes (its isDomainName rules: labels of 1-63 letters, digits, '-' or
+// '_', not beginning or ending with '-', one of them not all digits; a
+// trailing dot is allowed). Anything else was dialled until ConnectTimeout
+// and failed as "no such host", naming no field: "127.0.0.1,127.0.0.2",
+// "127.0.0.1;6379", "256.1.1.1", "foo..bar" (found by adversaries).
 func hostName(s string) bool {
-	if s == "" {
+	if ip, err := netip.ParseAddr(s); err == nil {
+		return ip.Is4()
+	}
+	s = strings.TrimSuffix(s, ".")
+	if s == "" || len(s) > 253 {
 		return false
 	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		alnum := 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
-		if !alnum && c != '-' && c != '_' && c != '.' {
+	nonNumeric := false
+	for _, label := range strings.Split(s, ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
 			return false
 		}
+		for i := 0; i < len(label); i++ {
+			c := label[i]
+			letter := 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || c == '_' || c == '-'
+			if !letter && (c < '0' || c > '9') {
+				return false
+			}
+			nonNumeric = nonNumeric || letter
+		}
 	}
-	return true
+	return nonNumeric
 }
 
 // isIPv6 reports whether s is an IPv6 address, with an optional zone

@@ -211,6 +211,11 @@ func TestConfigHost_PortIsRefusedIPv6IsNot(t *testing.T) {
 		"[redis]":           `storefx: invalid Config.Host: "[redis]" is not a host name`,
 		"redis/0":           `storefx: invalid Config.Host: "redis/0" is not a host name`,
 		"10.0.0.1,10.0.0.2": `storefx: invalid Config.Host: "10.0.0.1,10.0.0.2" is not a host name`,
+		"256.1.1.1":         `storefx: invalid Config.Host: "256.1.1.1" is not a host name`,
+		"1.2.3.4.5":         `storefx: invalid Config.Host: "1.2.3.4.5" is not a host name`,
+		"foo..bar":          `storefx: invalid Config.Host: "foo..bar" is not a host name`,
+		"-foo":              `storefx: invalid Config.Host: "-foo" is not a host name`,
+		".":                 `storefx: invalid Config.Host: "." is not a host name`,
 	} {
 		err := Config{Host: host, Port: 6379}.Validate()
 		var cfgErr *redisfx.ConfigError
@@ -221,6 +226,9 @@ func TestConfigHost_PortIsRefusedIPv6IsNot(t *testing.T) {
 	for host, addr := range map[string]string{
 		"::1": "[::1]:6380", "[::1]": "[::1]:6380", "fe80::1%eth0": "[fe80::1%eth0]:6380",
 		"::ffff:10.0.0.1": "[::ffff:10.0.0.1]:6380", "10.0.0.1": "10.0.0.1:6380", "redis.internal": "redis.internal:6380",
+		"redis.internal.": "redis.internal.:6380", "my_redis": "my_redis:6380", "localhost": "localhost:6380",
+		"redis-0.redis.default.svc.cluster.local": "redis-0.redis.default.svc.cluster.local:6380", "xn--bcher-kva.example": "xn--bcher-kva.example:6380",
+		"1password.io": "1password.io:6380",
 	} {
 		o, err := Config{Host: host, Port: 6380}.options()
 		if err != nil || len(o.Addrs) != 1 || o.Addrs[0] != addr {
