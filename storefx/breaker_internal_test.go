@@ -2,8 +2,12 @@ package storefx
 
 import (
 	"context"
+	"errors"
+	"net"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Close ends a probe in flight whatever it is doing: closing the client
@@ -36,5 +40,39 @@ func TestBreaker_ShutdownEndsAProbeInFlight(t *testing.T) {
 	}
 	if st := b.stats(); st.Probes != 1 {
 		t.Fatalf("probes %d, want the one", st.Probes)
+	}
+}
+
+// A dial go-redis runs in a goroutine of its own for a caller that gave up
+// ends when the client is closed, and none starts after. Before, closing
+// the pool left it dialling a Redis that drops SYNs for up to five tries
+// of DialTimeout (25 s by default), logging warnings after the stop (found
+// by an adversary). next stands for a connect that hangs until its context
+// ends.
+func TestBreaker_ShutdownEndsDialsInFlight(t *testing.T) {
+	b := newBreaker(BreakerConfig{})
+	connecting := make(chan struct{})
+	dial := b.DialHook(func(ctx context.Context, _, _ string) (net.Conn, error) {
+		close(connecting)
+		<-ctx.Done()
+		return nil, ctx.Err()
+	})
+	ended := make(chan error, 1)
+	go func() {
+		_, err := dial(context.Background(), "tcp", "192.0.2.1:6379")
+		ended <- err
+	}()
+	<-connecting
+	b.shutdownProbes()
+	select {
+	case err := <-ended:
+		if err == nil {
+			t.Fatal("the dial in flight succeeded")
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("the dial in flight was still running 2 s after the client was closed")
+	}
+	if _, err := dial(context.Background(), "tcp", "192.0.2.1:6379"); !errors.Is(err, redis.ErrClosed) {
+		t.Fatalf("a dial after Close: %v, want redis.ErrClosed", err)
 	}
 }
