@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/redisfx/redisfx/internal/redistest"
 )
 
@@ -124,7 +126,7 @@ func TestInvalidateByTags_ValueInItsLastMillisecondIsStillFound(t *testing.T) {
 	direct := srv.Client()
 	defer direct.Close()
 	ctx := context.Background()
-	misses := 0
+	misses, skipped := 0, 0
 	const trials = 200
 	for i := 0; i < trials; i++ {
 		key, tag := fmt.Sprintf("k%d", i), fmt.Sprintf("t%d", i)
@@ -132,6 +134,12 @@ func TestInvalidateByTags_ValueInItsLastMillisecondIsStillFound(t *testing.T) {
 			t.Fatal(err)
 		}
 		score, err := direct.ZScore(ctx, c.tagKey(tag), key).Result()
+		if errors.Is(err, redis.Nil) {
+			// Gone before it could be looked at: on a loaded machine the 5 ms
+			// passed between Set and ZSCORE (CI). Not this trial's case.
+			skipped++
+			continue
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -158,6 +166,9 @@ func TestInvalidateByTags_ValueInItsLastMillisecondIsStillFound(t *testing.T) {
 		}
 	}
 	if misses > 0 {
-		t.Fatalf("%d/%d: a value stored with the tag before InvalidateByTags began was still served after it returned nil", misses, trials)
+		t.Fatalf("%d/%d: a value stored with the tag before InvalidateByTags began was still served after it returned nil", misses, trials-skipped)
+	}
+	if skipped > trials/2 {
+		t.Fatalf("%d of %d values expired before the test could look at them: the case was not tested", skipped, trials)
 	}
 }
