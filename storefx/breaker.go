@@ -491,8 +491,10 @@ func (c *Client) Breaker() BreakerStats { return c.breakers.stats() }
 // go-redis goes on with in the background, for a caller that gave up, has
 // each of its tries fail at once; go-redis still pauses 100 ms between its
 // five tries and then logs that the dial failed, so such a goroutine may
-// outlive Close by about half a second. (Without the circuit breaker,
-// Config.Breaker.Disabled, those dials run to DialTimeout.)
+// outlive Close by about half a second. Two exceptions: with TLS (rediss://)
+// go-redis's dial does not take a context, so a try already connecting runs
+// to DialTimeout; and without the circuit breaker (Config.Breaker.Disabled)
+// every try runs to DialTimeout.
 func (c *Client) Close() error {
 	c.breakers.each((*breaker).shutdownProbes)
 	err := c.UniversalClient.Close()

@@ -313,35 +313,33 @@ func validateHost(host string) (string, error) {
 	return host, nil
 }
 
-// hostName reports whether s is an IPv4 address or a name Go's resolver
-// takes (its isDomainName rules: labels of 1-63 letters, digits, '-' or
-// '_', not beginning or ending with '-', one of them not all digits; a
-// trailing dot is allowed). Anything else was dialled until ConnectTimeout
-// and failed as "no such host", naming no field: "127.0.0.1,127.0.0.2",
-// "127.0.0.1;6379", "256.1.1.1", "foo..bar" (found by adversaries).
+// hostName reports whether s is an IPv4 address or could be a name: letters,
+// digits, '-', '_' and '.', no empty label (a trailing dot is allowed), and
+// a dotted number only as an IPv4 address. Anything else was dialled until
+// ConnectTimeout and failed as "no such host", naming no field:
+// "127.0.0.1,127.0.0.2", "127.0.0.1;6379", "256.1.1.1", "foo..bar" (found
+// by adversaries). Go's DNS rules are not applied whole: /etc/hosts, read
+// first, takes names DNS refuses (an all-digit container name, a label
+// over 63 characters), and those dialled before.
 func hostName(s string) bool {
 	if ip, err := netip.ParseAddr(s); err == nil {
 		return ip.Is4()
 	}
 	s = strings.TrimSuffix(s, ".")
-	if s == "" || len(s) > 253 {
+	if s == "" || strings.Contains(s, "..") || s[0] == '.' {
 		return false
 	}
-	nonNumeric := false
-	for _, label := range strings.Split(s, ".") {
-		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+	dottedNumber := true
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		digit := '0' <= c && c <= '9'
+		letter := 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || c == '-' || c == '_'
+		if !digit && !letter && c != '.' {
 			return false
 		}
-		for i := 0; i < len(label); i++ {
-			c := label[i]
-			letter := 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || c == '_' || c == '-'
-			if !letter && (c < '0' || c > '9') {
-				return false
-			}
-			nonNumeric = nonNumeric || letter
-		}
+		dottedNumber = dottedNumber && !letter
 	}
-	return nonNumeric
+	return !dottedNumber || !strings.Contains(s, ".")
 }
 
 // isIPv6 reports whether s is an IPv6 address, with an optional zone
