@@ -2,11 +2,11 @@ package cachefx
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/redisfx/redisfx/internal/fxconfig"
+	"github.com/redisfx/redisfx/internal/fxconfig/fxconfigtest"
 	"github.com/redisfx/redisfx/internal/redistest"
 )
 
@@ -16,22 +16,15 @@ import (
 // loaded and invalidated right).
 func TestConfig_DurationsAboveTheLongestNameTheOption(t *testing.T) {
 	const tooLong = fxconfig.MaxDuration + time.Nanosecond
-	for opt, cfg := range map[string]Config{
+	longest := Config{DefaultTTL: fxconfig.MaxDuration, LoadGuardTTL: fxconfig.MaxDuration, LoadWait: fxconfig.MaxDuration,
+		StoreTimeout: fxconfig.MaxDuration, Local: LocalConfig{TTL: fxconfig.MaxDuration}}
+	fxconfigtest.ExpectDurationBound(t, Config.Validate, map[string]Config{
 		"DefaultTTL":   {DefaultTTL: tooLong},
 		"LoadGuardTTL": {LoadGuardTTL: tooLong},
 		"LoadWait":     {LoadWait: tooLong},
 		"StoreTimeout": {StoreTimeout: tooLong},
 		"Local.TTL":    {Local: LocalConfig{TTL: tooLong}},
-	} {
-		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "Config."+opt+":") {
-			t.Errorf("%s: err = %v, want one naming the option", opt, err)
-		}
-	}
-	longest := Config{DefaultTTL: fxconfig.MaxDuration, LoadGuardTTL: fxconfig.MaxDuration, LoadWait: fxconfig.MaxDuration,
-		StoreTimeout: fxconfig.MaxDuration, Local: LocalConfig{TTL: fxconfig.MaxDuration}}
-	if err := longest.Validate(); err != nil {
-		t.Errorf("every duration at the longest: %v", err)
-	}
+	}, longest)
 }
 
 // A cache with every duration at the longest stores, tags, loads and

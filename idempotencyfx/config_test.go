@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/redisfx/redisfx/internal/fxconfig"
+	"github.com/redisfx/redisfx/internal/fxconfig/fxconfigtest"
 )
 
 func TestConfig_InvalidValuesNameTheOption(t *testing.T) {
@@ -32,23 +33,16 @@ func TestConfig_InvalidValuesNameTheOption(t *testing.T) {
 // (2×LockTimeout, LockTimeout plus a marker's life) must not overflow.
 func TestConfig_DurationsAboveTheLongestNameTheOption(t *testing.T) {
 	const tooLong = fxconfig.MaxDuration + time.Nanosecond
-	for opt, cfg := range map[string]Config{
+	longest := Config{DefaultTTL: fxconfig.MaxDuration, LockTimeout: fxconfig.MaxDuration, WaitTimeout: fxconfig.MaxDuration,
+		StoreTimeout: fxconfig.MaxDuration, PollInterval: fxconfig.MaxDuration, ReplicaAckTimeout: fxconfig.MaxDuration}
+	fxconfigtest.ExpectDurationBound(t, Config.Validate, map[string]Config{
 		"DefaultTTL":        {DefaultTTL: tooLong},
 		"LockTimeout":       {LockTimeout: tooLong},
 		"WaitTimeout":       {WaitTimeout: tooLong},
 		"StoreTimeout":      {StoreTimeout: tooLong},
 		"PollInterval":      {PollInterval: tooLong},
 		"ReplicaAckTimeout": {ReplicaAckTimeout: tooLong},
-	} {
-		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "Config."+opt) {
-			t.Errorf("%s: err = %v, want one naming the option", opt, err)
-		}
-	}
-	longest := Config{DefaultTTL: fxconfig.MaxDuration, LockTimeout: fxconfig.MaxDuration, WaitTimeout: fxconfig.MaxDuration,
-		StoreTimeout: fxconfig.MaxDuration, PollInterval: fxconfig.MaxDuration, ReplicaAckTimeout: fxconfig.MaxDuration}
-	if err := longest.Validate(); err != nil {
-		t.Errorf("every duration at the longest: %v", err)
-	}
+	}, longest)
 }
 
 func TestConfig_Defaults(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/redisfx/redisfx/internal/fxconfig"
+	"github.com/redisfx/redisfx/internal/fxconfig/fxconfigtest"
 )
 
 // The longest TTL taken (fxconfig.MaxDuration) still works: a second
@@ -47,18 +48,11 @@ func TestLongestTTL_ContendedAcquireIsNotAcquired(t *testing.T) {
 // (TTL plus the marker's minute, Backoff doubled) must not overflow.
 func TestConfig_DurationsAboveTheLongestNameTheOption(t *testing.T) {
 	const tooLong = fxconfig.MaxDuration + time.Nanosecond
-	for opt, cfg := range map[string]Config{
+	longest := Config{TTL: fxconfig.MaxDuration, Backoff: fxconfig.MaxDuration, MaxBackoff: fxconfig.MaxDuration, WaitTimeout: fxconfig.MaxDuration}
+	fxconfigtest.ExpectDurationBound(t, Config.Validate, map[string]Config{
 		"TTL":         {TTL: tooLong},
 		"Backoff":     {Backoff: tooLong},
 		"MaxBackoff":  {MaxBackoff: tooLong},
 		"WaitTimeout": {WaitTimeout: tooLong},
-	} {
-		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "Config."+opt) {
-			t.Errorf("%s: err = %v, want one naming the option", opt, err)
-		}
-	}
-	longest := Config{TTL: fxconfig.MaxDuration, Backoff: fxconfig.MaxDuration, MaxBackoff: fxconfig.MaxDuration, WaitTimeout: fxconfig.MaxDuration}
-	if err := longest.Validate(); err != nil {
-		t.Errorf("every duration at the longest: %v", err)
-	}
+	}, longest)
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redisfx/redisfx"
 	"github.com/redisfx/redisfx/internal/fxconfig"
+	"github.com/redisfx/redisfx/internal/fxconfig/fxconfigtest"
 	"github.com/redisfx/redisfx/internal/redistest"
 )
 
@@ -69,19 +70,12 @@ func TestWindowAboveTheLongest_RefusedAndResetDoesNotWrap(t *testing.T) {
 // Every duration is at most fxconfig.MaxDuration.
 func TestConfig_DurationsAboveTheLongestNameTheOption(t *testing.T) {
 	const tooLong = fxconfig.MaxDuration + time.Millisecond // Window is whole milliseconds
-	for opt, cfg := range map[string]Config{
-		"Window":       {Window: tooLong},
-		"StoreTimeout": {StoreTimeout: tooLong},
-	} {
-		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "Config."+opt+":") {
-			t.Errorf("%s: err = %v, want one naming the option", opt, err)
-		}
-	}
+	longest := Config{Window: fxconfig.MaxDuration, StoreTimeout: fxconfig.MaxDuration}
 	if err := (Config{StoreTimeout: fxconfig.MaxDuration + time.Nanosecond}).Validate(); err == nil {
 		t.Errorf("StoreTimeout one nanosecond above the longest taken")
 	}
-	longest := Config{Window: fxconfig.MaxDuration, StoreTimeout: fxconfig.MaxDuration}
-	if err := longest.Validate(); err != nil {
-		t.Errorf("every duration at the longest: %v", err)
-	}
+	fxconfigtest.ExpectDurationBound(t, Config.Validate, map[string]Config{
+		"Window":       {Window: tooLong},
+		"StoreTimeout": {StoreTimeout: tooLong},
+	}, longest)
 }

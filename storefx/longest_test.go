@@ -12,6 +12,7 @@ import (
 
 	"github.com/redisfx/redisfx"
 	"github.com/redisfx/redisfx/internal/fxconfig"
+	"github.com/redisfx/redisfx/internal/fxconfig/fxconfigtest"
 	"github.com/redisfx/redisfx/internal/redistest"
 	"github.com/redisfx/redisfx/storefx"
 )
@@ -90,26 +91,18 @@ func TestReadTimeout_Longest_PoolWaitsForAConnection(t *testing.T) {
 // Every duration is at most fxconfig.MaxDuration.
 func TestConfig_DurationsAboveTheLongestNameTheOption(t *testing.T) {
 	const tooLong = fxconfig.MaxDuration + time.Nanosecond
-	for field, cfg := range map[string]storefx.Config{
-		"Config.DialTimeout":                {DialTimeout: tooLong},
-		"Config.ReadTimeout":                {ReadTimeout: tooLong},
-		"Config.WriteTimeout":               {WriteTimeout: tooLong},
-		"Config.ClusterStateReloadInterval": {ClusterStateReloadInterval: tooLong},
-		"Config.ConnectTimeout":             {ConnectTimeout: tooLong},
-		"Config.HealthCheckInterval":        {HealthCheckInterval: tooLong},
-		"Config.HealthCheckTimeout":         {HealthCheckTimeout: tooLong},
-		"Config.Breaker.ProbeInterval":      {Breaker: storefx.BreakerConfig{ProbeInterval: tooLong}},
-		"Config.Breaker.ProbeTimeout":       {Breaker: storefx.BreakerConfig{ProbeTimeout: tooLong}},
-	} {
-		var ce *redisfx.ConfigError
-		if err := cfg.Validate(); !errors.As(err, &ce) || ce.Field != field {
-			t.Errorf("%s: err = %v, want one naming the option", field, err)
-		}
-	}
 	m := fxconfig.MaxDuration
 	longest := storefx.Config{DialTimeout: m, ReadTimeout: m, WriteTimeout: m, ClusterStateReloadInterval: m, ConnectTimeout: m,
 		HealthCheckInterval: m, HealthCheckTimeout: m, Breaker: storefx.BreakerConfig{ProbeInterval: m, ProbeTimeout: m}}
-	if err := longest.Validate(); err != nil {
-		t.Errorf("every duration at the longest: %v", err)
-	}
+	fxconfigtest.ExpectDurationBound(t, storefx.Config.Validate, map[string]storefx.Config{
+		"DialTimeout":                {DialTimeout: tooLong},
+		"ReadTimeout":                {ReadTimeout: tooLong},
+		"WriteTimeout":               {WriteTimeout: tooLong},
+		"ClusterStateReloadInterval": {ClusterStateReloadInterval: tooLong},
+		"ConnectTimeout":             {ConnectTimeout: tooLong},
+		"HealthCheckInterval":        {HealthCheckInterval: tooLong},
+		"HealthCheckTimeout":         {HealthCheckTimeout: tooLong},
+		"Breaker.ProbeInterval":      {Breaker: storefx.BreakerConfig{ProbeInterval: tooLong}},
+		"Breaker.ProbeTimeout":       {Breaker: storefx.BreakerConfig{ProbeTimeout: tooLong}},
+	}, longest)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redisfx/redisfx"
 	"github.com/redisfx/redisfx/internal/fxconfig"
+	"github.com/redisfx/redisfx/internal/fxconfig/fxconfigtest"
 	"github.com/redisfx/redisfx/internal/redistest"
 )
 
@@ -69,22 +70,15 @@ func TestHandle_RetrySpanAboveTheLongest_NamesMaxAttempts(t *testing.T) {
 // above): the arithmetic on them must not overflow.
 func TestConfig_DurationsAboveTheLongestNameTheOption(t *testing.T) {
 	const tooLong = fxconfig.MaxDuration + time.Nanosecond
-	for opt, cfg := range map[string]Config{
+	longest := Config{ClaimIdle: fxconfig.MaxDuration / 10, Block: fxconfig.MaxDuration, StopTimeout: fxconfig.MaxDuration,
+		Retention: fxconfig.MaxDuration, StoreTimeout: fxconfig.MaxDuration, ForgetConsumersAfter: fxconfig.MaxDuration}
+	// ClaimIdle at most a tenth: ForgetConsumersAfter is at least 10×ClaimIdle.
+	fxconfigtest.ExpectDurationBound(t, Config.Validate, map[string]Config{
 		"ClaimIdle":            {ClaimIdle: tooLong},
 		"Block":                {Block: tooLong},
 		"StopTimeout":          {StopTimeout: tooLong},
 		"Retention":            {Retention: tooLong},
 		"StoreTimeout":         {StoreTimeout: tooLong},
 		"ForgetConsumersAfter": {ForgetConsumersAfter: tooLong},
-	} {
-		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "Config."+opt+":") {
-			t.Errorf("%s: err = %v, want one naming the option", opt, err)
-		}
-	}
-	// ClaimIdle at most a tenth: ForgetConsumersAfter is at least 10×ClaimIdle.
-	longest := Config{ClaimIdle: fxconfig.MaxDuration / 10, Block: fxconfig.MaxDuration, StopTimeout: fxconfig.MaxDuration,
-		Retention: fxconfig.MaxDuration, StoreTimeout: fxconfig.MaxDuration, ForgetConsumersAfter: fxconfig.MaxDuration}
-	if err := longest.Validate(); err != nil {
-		t.Errorf("every duration at the longest: %v", err)
-	}
+	}, longest)
 }
