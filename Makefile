@@ -4,8 +4,12 @@ PKGS      ?= ./...
 # golangci-lint is pinned here and only here; .golangci.yml says what it checks.
 GOLANGCI_LINT_VERSION ?= v2.15.0
 GOLANGCI_LINT ?= $(GO) run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
+# apidiff (golang.org/x/exp/cmd/apidiff) compares the exported API with the previous release.
+APIDIFF_VERSION ?= v0.0.0-20261113113407-e3970619a1a4
+APIDIFF ?= $(GO) run golang.org/x/exp/cmd/apidiff@$(APIDIFF_VERSION)
+MODULE  := github.com/redisfx/redisfx
 
-.PHONY: test test-deps test-cluster test-short demo bench bench-smoke fuzz soak chaos lint tidy-lint tree-lint fmt e2e-observability
+.PHONY: test test-deps test-cluster test-short demo bench bench-smoke fuzz soak chaos lint tidy-lint tree-lint fmt e2e-observability release-check api-check
 
 ## test: the full suite with the race detector. Installs redis-server (and the Prometheus tools) with apt-get when missing and allowed, else says what to install.
 test: test-deps
@@ -85,3 +89,19 @@ chaos:
 ## e2e-observability: the payments example as an operator runs it: a real Prometheus (generated rules, sped up 60 times) and Alertmanager routing to local webhooks, spans to a backend the test queries; each alert fires, reaches its receivers and resolves in time (about 5 minutes).
 e2e-observability: test-deps
 	REDISFX_E2E_OBSERVABILITY=1 $(GO) test -race -count=1 -v -timeout 20m ./e2e/observability
+
+## release-check: run before tagging a version: go.mod tidy, lint, the exported API against the previous tag, then the full suite.
+release-check: lint api-check test
+
+## api-check: the exported API (internal packages aside) against the latest vX.Y.Z tag before HEAD; an incompatible change fails from v1 on, and before v1 is listed (each belongs under Changed or Removed in CHANGELOG.md).
+api-check:
+	@prev=$$(git describe --tags --abbrev=0 --match 'v[0-9]*.[0-9]*.[0-9]*' HEAD 2>/dev/null); \
+	if [ -z "$$prev" ]; then echo "api-check: no previous release tag (vX.Y.Z): nothing to compare, this is the first release"; exit 0; fi; \
+	old=$$(mktemp -d); trap 'rm -rf "$$old"' EXIT; \
+	git archive "$$prev" | tar -x -C "$$old" && \
+	(cd "$$old" && $(APIDIFF) -m -w "$$old/api" $(MODULE) 2>"$$old/err") && \
+	diff=$$($(APIDIFF) -m -incompatible "$$old/api" $(MODULE) 2>"$$old/err") || { grep -v '^Ignoring internal' "$$old/err"; exit 1; }; \
+	if [ -z "$$diff" ]; then echo "api-check: the exported API is compatible with $$prev"; exit 0; fi; \
+	echo "api-check: incompatible changes since $$prev:"; echo "$$diff"; \
+	case "$$prev" in v0.*) echo "api-check: allowed before v1.0.0; list each under Changed or Removed in CHANGELOG.md";; \
+	*) echo "api-check: an incompatible change needs a new major version"; exit 1;; esac
