@@ -93,9 +93,9 @@ e2e-observability: test-deps
 ## release-check: run before tagging a version: go.mod tidy, lint, the exported API against the previous tag, then the full suite.
 release-check: lint api-check test
 
-## api-check: the exported API (internal packages aside) against the latest vX.Y.Z tag before HEAD; an incompatible change fails from v1 on, and before v1 is listed (each belongs under Changed or Removed in CHANGELOG.md).
+## api-check: the exported API (internal packages aside) against the latest vX.Y.Z tag before HEAD (HEAD's own tag aside); an incompatible change fails from v1 on, and before v1 is listed (each belongs under Changed or Removed in CHANGELOG.md).
 api-check:
-	@prev=$$(git describe --tags --abbrev=0 --match 'v[0-9]*.[0-9]*.[0-9]*' HEAD 2>/dev/null); \
+	@prev=$$(git describe --tags --abbrev=0 --match 'v[0-9]*.[0-9]*.[0-9]*' --exclude '*-*' HEAD^ 2>/dev/null); \
 	if [ -z "$$prev" ]; then echo "api-check: no previous release tag (vX.Y.Z): nothing to compare, this is the first release"; exit 0; fi; \
 	old=$$(mktemp -d); trap 'rm -rf "$$old"' EXIT; \
 	git archive "$$prev" | tar -x -C "$$old" && \
