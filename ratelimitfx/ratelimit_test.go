@@ -39,6 +39,12 @@ func newLimiter(t testing.TB, srv *redistest.Server, cfg Config, opts ...Option)
 	if cfg.KeyPrefix == "" {
 		cfg.KeyPrefix = redistest.Prefix(t)
 	}
+	if cfg.StoreTimeout == 0 {
+		// The tests that count decisions must not see the store time out on
+		// a loaded machine (fail-open would allow one more); those about
+		// timeouts set their own.
+		cfg.StoreTimeout = 30 * time.Second
+	}
 	l, err := New(c, cfg, opts...)
 	if err != nil {
 		t.Fatal(err)
