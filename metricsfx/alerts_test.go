@@ -31,38 +31,12 @@ func tool(t *testing.T, name string) string {
 func TestCheckedInFilesAreGenerated(t *testing.T) {
 	for file, want := range map[string][]byte{
 		"rules.yml":        AlertRules(Profile{Prefix: DefaultPrefix}),
-		"rules_test.yml":   AlertRuleTests(Profile{Prefix: DefaultPrefix}, "rules.yml"),
 		"alertmanager.yml": AlertmanagerConfig(Profile{Prefix: DefaultPrefix}, Receivers{}),
 	} {
 		got, err := os.ReadFile(filepath.Join("..", "docs", "monitoring", file))
 		if err != nil || !bytes.Equal(got, want) {
 			t.Errorf("docs/monitoring/%s is stale: regenerate it with go run ./cmd/redisfx-alerts (see docs/monitoring.md)", file)
 		}
-	}
-}
-
-// Every alert fires just past its threshold after its For, and stays silent
-// just short of it: promtool test rules, on rules generated for a prefix and
-// job. The sped-up rules of the end-to-end test are valid rules too.
-func TestPromtool_RulesCheckAndUnitTests(t *testing.T) {
-	promtool := tool(t, "promtool")
-	dir := t.TempDir()
-	for _, p := range []Profile{{Prefix: DefaultPrefix}, {Prefix: "payments", Job: "payments-api"}} {
-		rules := filepath.Join(dir, p.Prefix+"_rules.yml")
-		tests := filepath.Join(dir, p.Prefix+"_rules_test.yml")
-		_ = os.WriteFile(rules, AlertRules(p), 0o644)
-		_ = os.WriteFile(tests, AlertRuleTests(p, filepath.Base(rules)), 0o644)
-		if out, err := exec.Command(promtool, "check", "rules", rules).CombinedOutput(); err != nil {
-			t.Fatalf("promtool check rules (%s): %v\n%s", p.Prefix, err, out)
-		}
-		if out, err := exec.Command(promtool, "test", "rules", tests).CombinedOutput(); err != nil {
-			t.Fatalf("promtool test rules (%s): %v\n%s", p.Prefix, err, out)
-		}
-	}
-	fast := filepath.Join(dir, "fast_rules.yml")
-	_ = os.WriteFile(fast, AlertRules(Profile{Prefix: "payments", Speedup: 60}), 0o644)
-	if out, err := exec.Command(promtool, "check", "rules", fast).CombinedOutput(); err != nil {
-		t.Fatalf("promtool check rules (speedup 60): %v\n%s", err, out)
 	}
 }
 
@@ -133,24 +107,6 @@ func TestAmtool_RoutingPerSeverity(t *testing.T) {
 		out, err := exec.Command(amtool, "config", "routes", "test", "--config.file="+cfg, "severity="+severity).Output() // stdout: stderr has a flag warning
 		if err != nil || strings.TrimSpace(string(out)) != want {
 			t.Errorf("severity=%s routes to %q (%v), want %s", severity, strings.TrimSpace(string(out)), err, want)
-		}
-	}
-}
-
-// Every alert has both a firing and a calm test input, and the eight alerts of
-// the threshold table (docs/monitoring.md) are all there.
-func TestEveryAlertIsTestedBothWays(t *testing.T) {
-	names := map[string]bool{}
-	for _, a := range Alerts {
-		names[a.Name] = true
-		if len(a.Fire) == 0 || len(a.Calm) == 0 || a.EvalAt == "" {
-			t.Errorf("%s lacks test inputs", a.Name)
-		}
-	}
-	for _, n := range []string{"StoreConnectionLost", "CacheHitRateCritical", "LockTimeoutRateCritical", "StreamConsumerLagCritical",
-		"CacheHitRateLow", "LockContentionHigh", "DLQNotEmpty", "RateLimitRejectionHigh"} {
-		if !names[n] {
-			t.Errorf("spec alert %s missing", n)
 		}
 	}
 }

@@ -21,8 +21,9 @@ type Config struct {
 	// (<prefix>_<name>). Default "redisfx".
 	Prefix string
 	// Registry is the application's registry. Default: a new one with the
-	// Go runtime and process collectors, their names prefixed like every
-	// other (<prefix>_go_goroutines); never the global default registry.
+	// Go runtime and process collectors under their standard, unprefixed
+	// names (go_goroutines, process_cpu_seconds_total), which standard
+	// dashboards and alerts read; never the global default registry.
 	Registry *prometheus.Registry
 }
 
@@ -56,19 +57,12 @@ func New(cfg Config) (*Metrics, error) {
 	if cfg.Prefix == "" {
 		cfg.Prefix = DefaultPrefix
 	}
-	reg, fresh := cfg.Registry, cfg.Registry == nil
-	if fresh {
+	reg := cfg.Registry
+	if reg == nil {
 		reg = prometheus.NewRegistry()
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
-	prefixed := prometheus.WrapRegistererWithPrefix(cfg.Prefix+"_", reg)
-	if fresh {
-		// The Go runtime and process metrics carry the prefix too: every
-		// metric name of the app's registry starts with it, so one
-		// Prometheus can scrape several apps without their go_* series
-		// meeting under one name.
-		prefixed.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	}
-	return &Metrics{Registry: reg, Registerer: prefixed, Prefix: cfg.Prefix}, nil
+	return &Metrics{Registry: reg, Registerer: prometheus.WrapRegistererWithPrefix(cfg.Prefix+"_", reg), Prefix: cfg.Prefix}, nil
 }
 
 // Module provides *Metrics, the prometheus.Registerer that modules register

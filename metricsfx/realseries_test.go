@@ -26,6 +26,7 @@ import (
 	"github.com/redisfx/redisfx/internal/redistest"
 	"github.com/redisfx/redisfx/lockfx"
 	"github.com/redisfx/redisfx/metricsfx"
+	"github.com/redisfx/redisfx/metricsfx/alerttest"
 	"github.com/redisfx/redisfx/ratelimitfx"
 	"github.com/redisfx/redisfx/storefx"
 	"github.com/redisfx/redisfx/tracingfx"
@@ -121,13 +122,13 @@ func expectAlerts(t *testing.T, series map[string]string, fire, calm []string) {
 		if !ok {
 			t.Fatalf("no alert %s", n)
 		}
-		fmt.Fprintf(&b, "      - eval_time: %s\n        alertname: %s\n", a.EvalAt, a.Name)
+		fmt.Fprintf(&b, "      - eval_time: %s\n        alertname: %s\n", alerttest.Fixtures[a.Name].EvalAt, a.Name)
 		if contains(calm, n) {
 			b.WriteString("        exp_alerts: []\n")
 			continue
 		}
 		fmt.Fprintf(&b, "        exp_alerts:\n          - exp_labels:\n              severity: %s\n", a.Severity)
-		for k, v := range a.Labels {
+		for k, v := range alerttest.Fixtures[a.Name].Labels {
 			fmt.Fprintf(&b, "              %s: '%s'\n", k, v)
 		}
 		fmt.Fprintf(&b, "            exp_annotations:\n              summary: '%s'\n              runbook: 'docs/monitoring.md#%s'\n",

@@ -17,6 +17,7 @@ import (
 	"regexp"
 
 	"github.com/redisfx/redisfx/metricsfx"
+	"github.com/redisfx/redisfx/metricsfx/alerttest"
 )
 
 func main() {
@@ -44,7 +45,7 @@ func main() {
 	case *am:
 		_, _ = os.Stdout.Write(metricsfx.AlertmanagerConfig(p, r))
 	case *tests:
-		_, _ = os.Stdout.Write(metricsfx.AlertRuleTests(p, *rules))
+		_, _ = os.Stdout.Write(alerttest.Tests(p, *rules))
 	default:
 		_, _ = os.Stdout.Write(metricsfx.AlertRules(p))
 	}
