@@ -5,12 +5,10 @@ import (
 	"time"
 
 	"github.com/redisfx/redisfx"
-	"github.com/redisfx/redisfx/internal/fxconfig"
 )
 
 // Config configures the HTTP server. Zero fields take the defaults below;
-// a negative timeout or MaxHeaderBytes, or a timeout above 100 years, is
-// invalid (see Validate).
+// a negative timeout or MaxHeaderBytes is invalid (see Validate).
 type Config struct {
 	// Addr is the listen address. Default ":8080".
 	Addr string
@@ -66,9 +64,6 @@ func (c Config) withDefaults() (Config, error) {
 		}
 		if *d.v == 0 {
 			*d.v = d.def
-		}
-		if why := fxconfig.TooLong(*d.v); why != "" {
-			return c, configError(d.name, why)
 		}
 	}
 	if c.MaxHeaderBytes < 0 {

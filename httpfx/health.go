@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"time"
 
 	"go.uber.org/fx"
@@ -66,36 +67,35 @@ func healthz(w http.ResponseWriter, _ *http.Request) {
 
 // readyz answers 200 {"status":"ready"} when every check passes within
 // readinessTimeout, else 503 as a problem (code CodeNotReady) whose
-// "failed" member names the failing checks (without error details, which
-// may hold addresses). The checks run side by side, and one that has not
-// returned at the deadline has failed, even if it ignores its context:
-// the answer never waits longer than the deadline. A 503 is an error answer
-// like any other of redisfx, so it is problem+json too. The checks' Redis
-// commands make no span. A check that panics has failed: the panic is
-// logged, never allowed to end the process (it runs in its own goroutine,
-// where no recover of net/http's or the router's would catch it).
+// "failed" member names the failing checks (never their errors, which may
+// hold addresses). A check not done by the deadline has failed, even if it
+// ignores its context. Each check has at most one run in flight, shared by
+// the requests that arrive meanwhile: one that never returns holds one
+// goroutine, not one per request. Its Redis commands make no span.
 func readyz(checks []ReadinessCheck, log *zap.Logger) http.HandlerFunc {
+	checkers := make([]*checker, len(checks))
+	for i, c := range checks {
+		checkers[i] = &checker{check: c, log: log}
+	}
 	return func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(plugintrace.WithoutCommandSpans(r.Context()), readinessTimeout)
+		ctx, cancel := context.WithTimeout(r.Context(), readinessTimeout)
 		defer cancel()
-		passed := make([]chan bool, len(checks))
-		for i, c := range checks {
-			passed[i] = make(chan bool, 1) // a late check's answer is dropped
-			go func() { passed[i] <- runCheck(ctx, c, log) }()
+		runs := make([]*checkRun, len(checkers))
+		for i, c := range checkers {
+			runs[i] = c.start()
 		}
 		failed := []string{}
-		for i, c := range checks {
-			ok := false
+		for i, run := range runs {
 			select {
-			case ok = <-passed[i]:
+			case <-run.done:
 			case <-ctx.Done():
 				select { // done just in time counts
-				case ok = <-passed[i]:
+				case <-run.done:
 				default:
 				}
 			}
-			if !ok {
-				failed = append(failed, c.Name)
+			if !run.finished() || !run.passed {
+				failed = append(failed, checkers[i].check.Name)
 			}
 		}
 		if len(failed) > 0 {
@@ -108,6 +108,52 @@ func readyz(checks []ReadinessCheck, log *zap.Logger) http.HandlerFunc {
 		w.Header().Set("Cache-Control", "no-store")
 		_, _ = w.Write([]byte(`{"status":"ready"}` + "\n"))
 	}
+}
+
+// checker runs one ReadinessCheck, at most once at a time.
+type checker struct {
+	check ReadinessCheck
+	log   *zap.Logger
+	mu    sync.Mutex
+	run   *checkRun // in flight, nil when none
+}
+
+// checkRun is one run of a check: passed is set before done is closed.
+type checkRun struct {
+	done   chan struct{}
+	passed bool
+}
+
+func (r *checkRun) finished() bool {
+	select {
+	case <-r.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// start returns the run in flight, or starts one. The run's context is the
+// process's, bounded by readinessTimeout, not the request's: a request that
+// ends does not fail the run other requests share.
+func (c *checker) start() *checkRun {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.run != nil {
+		return c.run
+	}
+	run := &checkRun{done: make(chan struct{})}
+	c.run = run
+	go func() {
+		ctx, cancel := context.WithTimeout(plugintrace.WithoutCommandSpans(context.Background()), readinessTimeout)
+		defer cancel()
+		run.passed = runCheck(ctx, c.check, c.log)
+		c.mu.Lock()
+		c.run = nil
+		c.mu.Unlock()
+		close(run.done)
+	}()
+	return run
 }
 
 // runCheck runs c and reports whether it passed; a panic is a failure,

@@ -125,20 +125,25 @@ func validRequestID(id string) bool {
 
 // recoverer turns a panic into a 500 problem, records it on the span and
 // logs it with its stack. http.ErrAbortHandler is re-raised, as net/http
-// expects.
+// expects. A handler that leaves by runtime.Goexit gets the same 500, sent
+// at once, since net/http closes the connection without finishing it.
 func recoverer(log *zap.Logger) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			returned := false
 			defer func() {
-				p := recover()
-				if p == nil {
+				if returned {
 					return
 				}
+				p := recover()
 				if err, ok := p.(error); ok && errors.Is(err, http.ErrAbortHandler) {
 					panic(p)
 				}
 				err, ok := p.(error)
-				if !ok {
+				switch {
+				case p == nil:
+					err = errors.New("handler exited by runtime.Goexit")
+				case !ok:
 					err = fmt.Errorf("panic: %v", p)
 				}
 				span := trace.SpanFromContext(r.Context())
@@ -147,29 +152,33 @@ func recoverer(log *zap.Logger) func(http.Handler) http.Handler {
 				log.Error("handler panicked", zap.Error(err), zap.String("path", r.URL.Path),
 					zap.ByteString("stack", debug.Stack()))
 				if !nothingSent(w) {
-					// The answer began before the panic, or a middleware
-					// answered while it unwound: no problem can replace it
-					// now, and appending one would corrupt it.
-					if sentStatus(w) >= http.StatusBadRequest {
+					// The answer began, or a middleware answered while the
+					// panic unwound: a problem appended now would corrupt it.
+					if p != nil && sentStatus(w) >= http.StatusBadRequest {
 						return // an error answer went out (a timeout's 504): it stands
 					}
-					// A success had begun: abort the connection, so that the
-					// client cannot take a truncated answer for a complete
-					// one (net/http closes it without a log line; the front
-					// middleware records the request as aborted, a 500).
+					// Abort the connection, so that the client cannot take a
+					// truncated answer for a complete one; the front
+					// middleware records it as an aborted 500.
 					if st := stateFrom(r.Context()); st != nil {
 						st.aborted = true
+					}
+					if p == nil {
+						return // net/http closes the connection
 					}
 					panic(http.ErrAbortHandler)
 				}
 				// Also when net/http refused the handler's status (invalid
 				// WriteHeader code) before sending anything: the front
-				// middleware's wrap takes a status as written only once
-				// the server's writer has taken it, so this 500 goes out
-				// through it, measured like any answer.
+				// middleware's wrap takes a status as written only once the
+				// server's writer has taken it.
 				NewProblem(http.StatusInternalServerError, "internal_error", "The server could not complete the request.").Write(w)
+				if p == nil {
+					_ = http.NewResponseController(w).Flush()
+				}
 			}()
 			next.ServeHTTP(w, r)
+			returned = true
 		})
 	}
 }

@@ -122,7 +122,11 @@ func newRouter(p routerParams) (*chi.Mux, error) {
 		}
 		r.Get(ReadyPath, readyz(checks, p.Log))
 	}
-	if !cfg.DisableMetrics && p.Gatherer != nil {
+	switch {
+	case cfg.DisableMetrics:
+	case p.Gatherer == nil:
+		p.Log.Info("httpfx: " + MetricsPath + " is not served: no prometheus.Gatherer in the app (add metricsfx.Module)")
+	default:
 		r.Method(http.MethodGet, MetricsPath, promhttp.HandlerFor(p.Gatherer, promhttp.HandlerOpts{}))
 	}
 	for _, routes := range p.Routes {

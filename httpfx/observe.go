@@ -199,15 +199,19 @@ func (f *front) serve(w http.ResponseWriter, r *http.Request, next http.Handler)
 	began := time.Now()
 	returned := false
 	defer func() {
-		if !returned {
-			// The handler panicked with http.ErrAbortHandler, the one panic
-			// the recovery lets through (it raises it itself to abort a
-			// success that had begun): net/http closes the connection
-			// without an answer, and the request is still logged and
-			// counted, as a 500.
+		if returned {
+			return
+		}
+		// http.ErrAbortHandler, the one panic the recovery lets through:
+		// net/http closes the connection without an answer, and the
+		// request is logged and counted as a 500. Else runtime.Goexit,
+		// which the recovery answered or marked aborted.
+		if p := recover(); p != nil {
 			state.aborted = true
 			f.observe(ctx, r, state, span, probe, began)
+			panic(p)
 		}
+		f.observe(ctx, r, state, span, probe, began)
 	}()
 	next.ServeHTTP(ww, r)
 	returned = true
@@ -226,6 +230,8 @@ func (f *front) observe(ctx context.Context, r *http.Request, state *requestStat
 	switch {
 	case state.aborted:
 		metrics.Code = http.StatusInternalServerError
+	case metrics.Code == 0 && r.Context().Err() != nil: // nothing written, and nobody waits
+		metrics.Code = StatusClientClosedRequest
 	case metrics.Code == 0: // nothing written: net/http sends 200
 		metrics.Code = http.StatusOK
 	}

@@ -117,7 +117,6 @@ func (p Problem) Write(w http.ResponseWriter) {
 	h := w.Header()
 	h.Set("Content-Type", ProblemContentType)
 	h.Set("Cache-Control", "no-store")
-	h.Del("Content-Length")
 	if p.RetryAfter > 0 {
 		secs := int64(p.RetryAfter / time.Second) // rounded up, without wrapping near the largest Duration
 		if p.RetryAfter%time.Second > 0 {
@@ -134,6 +133,8 @@ func (p Problem) Write(w http.ResponseWriter) {
 		p.Extensions = nil
 		body, _ = p.MarshalJSON() // cannot fail: strings and ints only
 	}
+	body = append(body, '\n')
+	h.Set("Content-Length", strconv.Itoa(len(body))) // complete even if the handler never returns
 	w.WriteHeader(p.Status)
-	_, _ = w.Write(append(body, '\n'))
+	_, _ = w.Write(body)
 }

@@ -1,0 +1,186 @@
+package httpfx_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"go.uber.org/fx"
+	"go.uber.org/fx/fxtest"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/redisfx/redisfx/httpfx"
+	"github.com/redisfx/redisfx/metricsfx"
+)
+
+// A readiness check that ignores its context and never returns: every
+// /readyz still answers 503 within its bound, and the check runs once, not
+// once per request (each run held a goroutine for as long as the check
+// hangs). Once it returns, the next /readyz runs it afresh.
+func TestReadyz_CheckIgnoringItsContext_OneRunInFlight(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	var runs atomic.Int32
+	a, srv, _ := app(t, fx.Provide(httpfx.AsReadinessCheck(func() httpfx.ReadinessCheck {
+		return httpfx.ReadinessCheck{Name: "stuck", Check: func(context.Context) error {
+			runs.Add(1)
+			<-release
+			return nil
+		}}
+	})))
+	defer a.RequireStop()
+	readyz := func() {
+		began := time.Now()
+		code, _, body := get(t, srv.URL()+httpfx.ReadyPath)
+		if code != http.StatusServiceUnavailable || !strings.Contains(body, `"stuck"`) {
+			t.Errorf("readyz with a hung check: %d %s", code, body)
+		}
+		if took := time.Since(began); took > 5*time.Second {
+			t.Errorf("readyz took %v", took)
+		}
+	}
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Add(1)
+		go func() { defer wg.Done(); readyz() }()
+	}
+	wg.Wait()
+	readyz()
+	readyz()
+	if n := runs.Load(); n != 1 {
+		t.Errorf("the hung check ran %d times for 22 requests, want 1", n)
+	}
+	close(release)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		code, _, _ := get(t, srv.URL()+httpfx.ReadyPath)
+		if code == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("readyz still %d after the check returned", code)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := runs.Load(); n < 2 {
+		t.Errorf("the check ran %d times, want a fresh run after the hung one", n)
+	}
+}
+
+// Every way a handler can leave: the client gets a complete answer (or, for
+// a success cut short, none it could take for complete), and the access log
+// and the metrics say what it got. goleak (TestMain) checks that nothing is
+// left running.
+func TestHandlerExits_EachAnsweredAndRecorded(t *testing.T) {
+	t.Parallel()
+	a, srv, logs := app(t, fx.Provide(httpfx.AsRoutes(func() httpfx.Routes {
+		return func(r chi.Router) {
+			r.Post("/return", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusCreated) })
+			r.Method("POST", "/error", httpfx.HandlerFunc(func(http.ResponseWriter, *http.Request) error { return errTeapot }))
+			r.Post("/panic", func(http.ResponseWriter, *http.Request) { panic("boom") })
+			r.Post("/goexit", func(http.ResponseWriter, *http.Request) { runtime.Goexit() })
+			r.Post("/goexit-after-writing", func(w http.ResponseWriter, _ *http.Request) {
+				_, _ = io.WriteString(w, `{"payment":"p-1",`)
+				runtime.Goexit()
+			})
+			r.Post("/never", func(_ http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
+		}
+	})))
+	defer a.RequireStop()
+	post := func(ctx context.Context, path string) (int, string, error) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL()+path, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0, "", err
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body), err
+	}
+	problem500 := func(path string) {
+		code, body, err := post(context.Background(), path)
+		var p httpfx.Problem
+		if err != nil || code != 500 || json.Unmarshal([]byte(body), &p) != nil || p.Code != "internal_error" {
+			t.Errorf("%s: %d %q %v, want a complete 500 problem", path, code, body, err)
+		}
+	}
+	if code, _, err := post(context.Background(), "/return"); err != nil || code != http.StatusCreated {
+		t.Errorf("/return: %d %v", code, err)
+	}
+	problem500("/error")
+	problem500("/panic")
+	problem500("/goexit")
+	if code, body, err := post(context.Background(), "/goexit-after-writing"); err == nil {
+		t.Errorf("/goexit-after-writing: the client read a complete %d answer %q", code, body)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if _, _, err := post(ctx, "/never"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("/never: %v", err)
+	}
+	for path, want := range map[string]int64{"/return": 201, "/error": 500, "/panic": 500, "/goexit": 500, "/goexit-after-writing": 500, "/never": 499} {
+		m := accessLogged(t, logs, zap.String("path", path), 1)[0].ContextMap()
+		if m["status"] != want {
+			t.Errorf("%s logged %v, want %d", path, m, want)
+		}
+	}
+	if m := accessLogged(t, logs, zap.String("path", "/goexit-after-writing"), 1)[0].ContextMap(); m["aborted"] != true {
+		t.Errorf("/goexit-after-writing logged %v, want aborted", m)
+	}
+	_, _, metrics := get(t, srv.URL()+httpfx.MetricsPath)
+	for _, want := range []string{`code="201",method="POST",route="/return"} 1`, `code="500",method="POST",route="/goexit"} 1`,
+		`code="500",method="POST",route="/goexit-after-writing"} 1`, `code="499",method="POST",route="/never"} 1`} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+}
+
+// Without metricsfx.Module there is no registry: /metrics is not served,
+// and the start-up log says what to add.
+func TestMetrics_WithoutMetricsfx_404AndLogged(t *testing.T) {
+	t.Parallel()
+	core, logs := observer.New(zap.InfoLevel)
+	var srv *httpfx.Server
+	a := fxtest.New(t, fx.NopLogger, fx.Supply(zap.New(core), &httpfx.Config{Addr: "127.0.0.1:0"}), httpfx.Module, fx.Populate(&srv))
+	a.RequireStart()
+	defer a.RequireStop()
+	if code, _, _ := get(t, srv.URL()+httpfx.MetricsPath); code != http.StatusNotFound {
+		t.Errorf("/metrics without a registry: %d", code)
+	}
+	if logs.FilterMessageSnippet("add metricsfx.Module").Len() != 1 {
+		t.Errorf("no start-up line names metricsfx.Module: %v", logs.All())
+	}
+}
+
+// With metricsfx.Module, /metrics serves the Go runtime and process
+// metrics under their standard names, which standard dashboards read, and
+// the app's own under its prefix.
+func TestMetrics_GoAndProcessUnprefixed(t *testing.T) {
+	t.Parallel()
+	var srv *httpfx.Server
+	a := fxtest.New(t, fx.NopLogger, fx.Provide(zap.NewNop), fx.Supply(&httpfx.Config{Addr: "127.0.0.1:0"}, metricsfx.Config{Prefix: "payments"}),
+		metricsfx.Module, httpfx.Module, fx.Populate(&srv))
+	a.RequireStart()
+	defer a.RequireStop()
+	get(t, srv.URL()+httpfx.HealthPath)
+	_, _, body := get(t, srv.URL()+httpfx.MetricsPath)
+	for _, want := range []string{"\ngo_goroutines ", "\nprocess_cpu_seconds_total ", "\npayments_http_requests_total{"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q", strings.TrimSpace(want))
+		}
+	}
+	if strings.Contains(body, "payments_go_") || strings.Contains(body, "payments_process_") {
+		t.Error("/metrics serves the Go or process metrics under the app's prefix")
+	}
+}
