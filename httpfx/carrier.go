@@ -7,10 +7,7 @@ import (
 )
 
 // requestCarrier is propagation.HeaderCarrier without the allocation that
-// http.Header makes to canonicalise each lower-case name a propagator asks
-// for: the W3C names (traceparent, tracestate, baggage), asked on every
-// request, are looked up by their canonical form directly. Other names
-// (B3, Jaeger, ...) go through http.Header as before.
+// canonicalising the W3C names costs on every request.
 type requestCarrier http.Header
 
 var (
@@ -18,8 +15,6 @@ var (
 	_ propagation.ValuesGetter   = requestCarrier{}
 )
 
-// canonicalW3C is the canonical header name of a W3C propagation field,
-// or "" for any other name.
 func canonicalW3C(key string) string {
 	switch key {
 	case "traceparent":

@@ -22,14 +22,13 @@ type Config struct {
 	// IdleTimeout bounds keep-alive idleness. Default 120s.
 	IdleTimeout time.Duration
 	// ShutdownTimeout bounds draining in-flight requests on stop. Default
-	// 10s. The drain also leaves a third of the time Fx gives the stop (at
-	// most 5s; fx.StopTimeout, 15s by default) to the hooks after it, so
-	// that they run: raise fx.StopTimeout with it.
+	// 10s; the drain leaves a third of fx.StopTimeout (at most 5s) to the
+	// hooks after it: raise fx.StopTimeout with it.
 	ShutdownTimeout time.Duration
 	// MaxHeaderBytes bounds request headers. Default 1 MiB.
 	MaxHeaderBytes int
 	// DisableHealth, DisableReady and DisableMetrics unmount /healthz,
-	// /readyz and /metrics.
+	// /readyz and /metrics (served only with metricsfx.Module).
 	DisableHealth  bool
 	DisableReady   bool
 	DisableMetrics bool

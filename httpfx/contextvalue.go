@@ -8,15 +8,10 @@ import (
 )
 
 // ContextValue is a value that the context of every request served by the
-// router carries under Key, from its first middleware on: how a module hands
-// route-level code an object of the app (idempotencyfx gives Idempotent()
-// its Service this way). Unlike a middleware calling context.WithValue, it
-// costs no allocation and no request copy per request: the router's own
-// context node answers it.
-//
-// Key follows context.WithValue's rules: not nil, comparable (down to the
-// values in its interface fields), and of a type of its own. Two
-// ContextValues with the same Key fail the router's construction.
+// router carries under Key, without an allocation per request: how a module
+// hands route-level code an object of the app. Key follows
+// context.WithValue's rules; a Key given twice fails the router's
+// construction.
 type ContextValue struct {
 	Key   any
 	Value any
@@ -38,8 +33,7 @@ func checkContextValues(values []ContextValue) error {
 		if v.Key == nil {
 			return fmt.Errorf("httpfx: ContextValue.Key is nil (value %T)", v.Value)
 		}
-		// The value, not only its type: a struct key with an interface
-		// field holding a slice has a comparable type and still panics on ==.
+		// The value, not its type: an interface field may hold a slice.
 		if !reflect.ValueOf(v.Key).Comparable() {
 			return fmt.Errorf("httpfx: ContextValue.Key of type %T is not comparable", v.Key)
 		}

@@ -9,9 +9,8 @@ import (
 	"go.uber.org/zap"
 )
 
-// ErrorFilter maps an error to a problem response. It returns false for
-// errors it does not know, so that the next filter is asked. Filters are the
-// one place where errors become HTTP responses.
+// ErrorFilter maps an error to a problem response, or returns false for
+// errors it does not know (the next filter is asked).
 type ErrorFilter func(err error, r *http.Request) (Problem, bool)
 
 // ErrorFilterGroup is the value group of registered error filters.
@@ -76,18 +75,15 @@ func (e *Errors) Problem(err error, r *http.Request) Problem {
 	return NewProblem(http.StatusInternalServerError, "internal_error", "The server could not complete the request.")
 }
 
-// StatusClientClosedRequest (499, nginx's convention) is the status Render
-// gives a handler error that is the client going away (context.Canceled
-// with the request's context done). Only the status is written, and nobody
-// reads it; it is what the access log and the request metrics show instead
-// of an implicit 200, and idempotencyfx records it as a failed outcome.
+// StatusClientClosedRequest (499, nginx's convention) is what Render writes,
+// without a body, for a handler error that is the client going away, and
+// what the access log and the metrics show for a request whose client left
+// before anything was written.
 const StatusClientClosedRequest = 499
 
-// Render writes the problem for err. When err is the client having gone
-// away, it writes only StatusClientClosedRequest.
-//
-// Before writing, Render tells the first writer down w's Unwrap chain that
-// implements ErrorNoter which error the answer renders.
+// Render writes the problem for err (only StatusClientClosedRequest when
+// the client has gone away), after telling the first ErrorNoter down w's
+// Unwrap chain which error the answer renders.
 func (e *Errors) Render(w http.ResponseWriter, r *http.Request, err error) {
 	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
 		w.WriteHeader(StatusClientClosedRequest) // no body: nobody reads the answer
@@ -98,10 +94,8 @@ func (e *Errors) Render(w http.ResponseWriter, r *http.Request, err error) {
 }
 
 // ErrorNoter is a response writer that wants to know which error the answer
-// written to it renders, where the status alone cannot say: idempotencyfx's
-// recorder does not keep as a request's outcome an idempotency error of
-// other work that asks the client to retry later. Render calls NoteError
-// before it writes the problem.
+// written to it renders (idempotencyfx's recorder does). Render calls
+// NoteError before it writes the problem.
 type ErrorNoter interface {
 	NoteError(err error)
 }
@@ -121,8 +115,7 @@ func noteError(w http.ResponseWriter, err error) {
 	}
 }
 
-// ProblemError is an error that carries its own problem; the default filter
-// renders it as is. Handlers use it for ordinary 4xx answers:
+// ProblemError is an error that carries its own problem, rendered as is:
 //
 //	return &httpfx.ProblemError{Problem: httpfx.NewProblem(400, "invalid_body", "amount must be positive")}
 type ProblemError struct {

@@ -5,9 +5,8 @@ import (
 	"net/http"
 )
 
-// HandlerFunc is a handler that may return an error. A returned error goes
-// through the error filter chain (see Errors) and becomes a problem+json
-// response; nothing must have been written before.
+// HandlerFunc is a handler that may return an error, rendered through the
+// error filter chain (see Errors); nothing must have been written before.
 //
 //	r.Post("/payments", httpfx.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
 //		...

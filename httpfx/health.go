@@ -20,9 +20,8 @@ import (
 //
 //	fx.Provide(httpfx.AsReadinessCheck(func() httpfx.ReadinessCheck { ... }))
 //
-// A check that returns an error, panics or has not returned within 1s has
-// failed; a panic is logged at error level. Check must not be nil: Module
-// fails start-up naming the check.
+// A check that returns an error, panics (logged) or has not returned within
+// 1s has failed. A nil Check fails start-up.
 type ReadinessCheck struct {
 	Name  string
 	Check func(ctx context.Context) error
@@ -37,9 +36,7 @@ func AsReadinessCheck(constructor any) any {
 	return fx.Annotate(constructor, fx.ResultTags(`group:"`+ReadinessGroup+`"`))
 }
 
-// Probe paths: the health, readiness and metrics endpoints that machines
-// poll. Their requests make no SERVER span (a probe every few seconds is
-// not a trace anyone reads) and their access log lines are at debug level.
+// Probe paths: their requests make no SERVER span and are logged at debug.
 const (
 	HealthPath  = "/healthz"
 	ReadyPath   = "/readyz"
@@ -86,15 +83,18 @@ func readyz(checks []ReadinessCheck, log *zap.Logger) http.HandlerFunc {
 		}
 		failed := []string{}
 		for i, run := range runs {
+			passed := false
 			select {
 			case <-run.done:
+				passed = run.passed
 			case <-ctx.Done():
 				select { // done just in time counts
 				case <-run.done:
+					passed = run.passed
 				default:
 				}
 			}
-			if !run.finished() || !run.passed {
+			if !passed {
 				failed = append(failed, checkers[i].check.Name)
 			}
 		}
@@ -124,18 +124,8 @@ type checkRun struct {
 	passed bool
 }
 
-func (r *checkRun) finished() bool {
-	select {
-	case <-r.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// start returns the run in flight, or starts one. The run's context is the
-// process's, bounded by readinessTimeout, not the request's: a request that
-// ends does not fail the run other requests share.
+// start returns the run in flight, or starts one, on a context of its own:
+// a request that ends does not fail the run others share.
 func (c *checker) start() *checkRun {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -156,8 +146,7 @@ func (c *checker) start() *checkRun {
 	return run
 }
 
-// runCheck runs c and reports whether it passed; a panic is a failure,
-// logged with the check's name, the panic value and the stack.
+// runCheck reports whether c passed; a panic fails it and is logged.
 func runCheck(ctx context.Context, c ReadinessCheck, log *zap.Logger) (passed bool) {
 	defer func() {
 		if p := recover(); p != nil {
@@ -169,8 +158,7 @@ func runCheck(ctx context.Context, c ReadinessCheck, log *zap.Logger) (passed bo
 	return c.Check(ctx) == nil
 }
 
-// checkReadiness refuses a check without a Check func at start-up, where
-// the app's author sees it, instead of failing every /readyz.
+// checkReadiness refuses a check without a Check func at start-up.
 func checkReadiness(checks []ReadinessCheck) error {
 	for _, c := range checks {
 		if c.Check == nil {

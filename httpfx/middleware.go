@@ -21,13 +21,9 @@ import (
 // well-formed one is sent, else generated; it is echoed on the response.
 const RequestIDHeader = "X-Request-Id"
 
-// requestState is what the router keeps about one request: its id, the
-// application's error chain, and whether the router's not-found or
-// method-not-allowed handler answered it. It is itself the request's
-// context node, which also answers the router's ContextValues, and holds
-// the wrap of the response writer: one allocation, where a
-// context.WithValue per value (and a request copy per middleware that adds
-// one) and a writer wrap would cost several on every request.
+// requestState is what the router keeps about one request, in one
+// allocation: it is the request's context node (answering the ContextValues
+// too) and holds the writer's wrap.
 type requestState struct {
 	context.Context // the request's context as the front middleware got it
 	id              string
@@ -37,11 +33,8 @@ type requestState struct {
 	routing         *chi.Context   // the root router's, filled as the request is routed
 	aborted         bool           // the connection was aborted: no complete answer went out
 	writer          responseWriter // the wrap of the request's writer (writer.go)
-
-	// The response's X-Request-Id value and a generated id's digits live
-	// in the state, so that neither needs an allocation of its own.
-	idHeader [1]string
-	idDigits [2 * requestIDBytes]byte
+	idHeader        [1]string      // the response's X-Request-Id, without an allocation
+	idDigits        [2 * requestIDBytes]byte
 }
 
 // Value implements context.Context.
@@ -67,9 +60,8 @@ func (s *requestState) String() string {
 	return parent + ".WithValue(httpfx request state)"
 }
 
-// markUnmatched records that no route served r: the router's own 404 or
-// 405 answered it, maybe inside a sub-router, where chi's route pattern
-// is the sub-router's mount point ("/api/*") although no route matched.
+// markUnmatched records that the router's own 404 or 405 answered r (in a
+// sub-router chi's pattern would be its mount point).
 func markUnmatched(r *http.Request) {
 	if st := stateFrom(r.Context()); st != nil {
 		st.unmatched = true
@@ -88,10 +80,8 @@ type requestStateKey struct{}
 // requestIDBytes is the size of a generated request id: 24 hex digits.
 const requestIDBytes = 12
 
-// newRequestID returns 24 hex digits, written in the state's own array
-// (the string is never changed after: the array is written only here, once
-// per state). Unique, not secret: math/rand/v2's per-thread ChaCha8 avoids
-// a getrandom system call per request.
+// newRequestID returns 24 hex digits in the state's own array (written only
+// here, once). Unique, not secret: math/rand/v2 avoids a system call.
 func (s *requestState) newRequestID() string {
 	var b [requestIDBytes]byte
 	binary.LittleEndian.PutUint64(b[:8], rand.Uint64())
@@ -132,49 +122,8 @@ func recoverer(log *zap.Logger) func(http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			returned := false
 			defer func() {
-				if returned {
-					return
-				}
-				p := recover()
-				if err, ok := p.(error); ok && errors.Is(err, http.ErrAbortHandler) {
-					panic(p)
-				}
-				err, ok := p.(error)
-				switch {
-				case p == nil:
-					err = errors.New("handler exited by runtime.Goexit")
-				case !ok:
-					err = fmt.Errorf("panic: %v", p)
-				}
-				span := trace.SpanFromContext(r.Context())
-				span.RecordError(err, trace.WithStackTrace(true))
-				span.SetStatus(codes.Error, "panic")
-				log.Error("handler panicked", zap.Error(err), zap.String("path", r.URL.Path),
-					zap.ByteString("stack", debug.Stack()))
-				if !nothingSent(w) {
-					// The answer began, or a middleware answered while the
-					// panic unwound: a problem appended now would corrupt it.
-					if p != nil && sentStatus(w) >= http.StatusBadRequest {
-						return // an error answer went out (a timeout's 504): it stands
-					}
-					// Abort the connection, so that the client cannot take a
-					// truncated answer for a complete one; the front
-					// middleware records it as an aborted 500.
-					if st := stateFrom(r.Context()); st != nil {
-						st.aborted = true
-					}
-					if p == nil {
-						return // net/http closes the connection
-					}
-					panic(http.ErrAbortHandler)
-				}
-				// Also when net/http refused the handler's status (invalid
-				// WriteHeader code) before sending anything: the front
-				// middleware's wrap takes a status as written only once the
-				// server's writer has taken it.
-				NewProblem(http.StatusInternalServerError, "internal_error", "The server could not complete the request.").Write(w)
-				if p == nil {
-					_ = http.NewResponseController(w).Flush()
+				if !returned {
+					recovered(w, r, log, recover())
 				}
 			}()
 			next.ServeHTTP(w, r)
@@ -183,8 +132,49 @@ func recoverer(log *zap.Logger) func(http.Handler) http.Handler {
 	}
 }
 
-// sentStatus is the status the front middleware's writer wrap saw written,
-// 0 when it cannot tell.
+// recovered answers a handler that left by panicking with p, or by
+// runtime.Goexit when p is nil.
+func recovered(w http.ResponseWriter, r *http.Request, log *zap.Logger, p any) {
+	err, ok := p.(error)
+	switch {
+	case ok && errors.Is(err, http.ErrAbortHandler):
+		panic(p)
+	case p == nil:
+		err = errors.New("handler exited by runtime.Goexit")
+	case !ok:
+		err = fmt.Errorf("panic: %v", p)
+	}
+	span := trace.SpanFromContext(r.Context())
+	span.RecordError(err, trace.WithStackTrace(true))
+	span.SetStatus(codes.Error, "panic")
+	log.Error("handler panicked", zap.Error(err), zap.String("path", r.URL.Path), zap.ByteString("stack", debug.Stack()))
+	if !nothingSent(w) {
+		// The answer began, or a middleware answered while the panic
+		// unwound: a problem appended now would corrupt it.
+		if p != nil && sentStatus(w) >= http.StatusBadRequest {
+			return // an error answer went out (a timeout's 504): it stands
+		}
+		// Abort the connection, so that the client cannot take a truncated
+		// answer for a complete one; the front middleware records it as an
+		// aborted 500.
+		if st := stateFrom(r.Context()); st != nil {
+			st.aborted = true
+		}
+		if p == nil {
+			return // net/http closes the connection
+		}
+		panic(http.ErrAbortHandler)
+	}
+	// Also when net/http refused the handler's status (invalid WriteHeader
+	// code) before sending anything: the front middleware's wrap takes a
+	// status as written only once the server's writer has taken it.
+	NewProblem(http.StatusInternalServerError, "internal_error", "The server could not complete the request.").Write(w)
+	if p == nil {
+		_ = http.NewResponseController(w).Flush()
+	}
+}
+
+// sentStatus is the status the front middleware's wrap saw written, or 0.
 func sentStatus(w http.ResponseWriter) int {
 	if ww, ok := w.(interface{ Status() int }); ok {
 		return ww.Status()
@@ -192,12 +182,8 @@ func sentStatus(w http.ResponseWriter) int {
 	return 0
 }
 
-// nothingSent reports whether the front middleware's writer wrap (w, which
-// the recovery gets) shows that nothing reached the client: no valid status
-// and no byte. A middleware that wrote while the panic unwound (a deferred
-// 504 of a timeout, a compressor's footer) has sent an answer that can no
-// longer be replaced, and the access log must then say what was sent. A
-// writer that cannot tell is taken as having sent something.
+// nothingSent reports whether the front middleware's wrap shows that no
+// valid status and no byte went out; a writer that cannot tell has sent.
 func nothingSent(w http.ResponseWriter) bool {
 	ww, ok := w.(interface {
 		Status() int

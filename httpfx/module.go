@@ -22,15 +22,17 @@ import (
 )
 
 // Module provides the chi router (chi.Router and *chi.Mux), the error chain
-// (*Errors) and a *Server (an http.Server) that starts and stops with the app.
+// (*Errors) and a *Server that starts and stops with the app; all are used
+// by other modules or the app, so none is private.
 //
-// It needs a *zap.Logger from the application. It uses, when present: a
-// Config (else the defaults, on :8080), a trace.TracerProvider and
-// propagation.TextMapPropagator (from tracingfx) for SERVER spans, a
-// prometheus.Registerer and prometheus.Gatherer (from metricsfx) for request
-// metrics and /metrics, and storefx's *storefx.Registry for /readyz.
+// It needs a *zap.Logger. It uses, when present: a Config (else the
+// defaults, on :8080), a trace.TracerProvider and
+// propagation.TextMapPropagator (tracingfx) for SERVER spans, a
+// prometheus.Registerer and Gatherer (metricsfx.Module) for request metrics
+// and /metrics, and a *storefx.Registry for /readyz.
 var Module = fx.Module("redisfx.http",
 	fx.Invoke(checkCollaborators),
+	fx.Provide(fx.Private, configOf),
 	fx.Provide(
 		newErrors,
 		newRouter,
@@ -40,16 +42,13 @@ var Module = fx.Module("redisfx.http",
 	fx.Invoke(func(*Server) {}),
 )
 
-// collaborators are what the module needs from the app, optional here only so
-// that a missing one gets a message naming what to add (Fx's own names only
-// the type). The constructors below still require them, so Fx's graph shows
-// the dependency.
+// collaborators are optional here only so that a missing one gets a message
+// naming what to add.
 type collaborators struct {
 	fx.In
 	Log *zap.Logger `optional:"true"`
 }
 
-// checkCollaborators runs before the module's constructors.
 func checkCollaborators(c collaborators) error {
 	if c.Log == nil {
 		return errors.New("httpfx.Module needs a *zap.Logger: provide one, e.g. fx.Provide(zap.NewProduction)")
@@ -65,31 +64,45 @@ type errorsParams struct {
 
 func newErrors(p errorsParams) *Errors { return NewErrors(p.Log, p.Filters...) }
 
-type routerParams struct {
+// settings is the app's Config with the defaults, private to the module.
+type settings struct{ Config }
+
+type configParams struct {
 	fx.In
 	// The app's configuration, in either form (at most one of them).
 	Config      *Config `optional:"true"`
 	ConfigValue Config  `optional:"true"`
-	Log         *zap.Logger
-	Errors      *Errors
-	Routes      []Routes                      `group:"redisfx.http.routes"`
-	Middleware  []Middleware                  `group:"redisfx.http.middleware"`
-	Values      []ContextValue                `group:"redisfx.http.context_values"`
-	Readiness   []ReadinessCheck              `group:"redisfx.http.readiness"`
-	Store       *storefx.Registry             `optional:"true"`
-	Tracer      trace.TracerProvider          `optional:"true"`
-	Propagator  propagation.TextMapPropagator `optional:"true"`
-	Registerer  prometheus.Registerer         `optional:"true"`
-	Gatherer    prometheus.Gatherer           `optional:"true"`
+}
+
+func configOf(p configParams) (settings, error) {
+	c, err := fxconfig.Pick(p.Config, p.ConfigValue)
+	if err != nil {
+		return settings{}, fmt.Errorf("httpfx: %w", err)
+	}
+	c, err = c.withDefaults()
+	return settings{c}, err
+}
+
+type routerParams struct {
+	fx.In
+	Config     settings
+	Log        *zap.Logger
+	Errors     *Errors
+	Routes     []Routes                      `group:"redisfx.http.routes"`
+	Middleware []Middleware                  `group:"redisfx.http.middleware"`
+	Values     []ContextValue                `group:"redisfx.http.context_values"`
+	Readiness  []ReadinessCheck              `group:"redisfx.http.readiness"`
+	Store      *storefx.Registry             `optional:"true"`
+	Tracer     trace.TracerProvider          `optional:"true"`
+	Propagator propagation.TextMapPropagator `optional:"true"`
+	Registerer prometheus.Registerer         `optional:"true"`
+	Gatherer   prometheus.Gatherer           `optional:"true"`
 }
 
 func newRouter(p routerParams) (*chi.Mux, error) {
-	cfg, err := configOf(p.Config, p.ConfigValue)
-	if err != nil {
-		return nil, err
-	}
 	var metrics *requestMetrics // nil without a registry: no route metrics
 	if p.Registerer != nil {
+		var err error
 		if metrics, err = newRequestMetrics(p.Registerer); err != nil {
 			return nil, fmt.Errorf("httpfx: registering request metrics: %w", err)
 		}
@@ -112,10 +125,19 @@ func newRouter(p routerParams) (*chi.Mux, error) {
 	}
 	r.NotFound(notFound)
 	r.MethodNotAllowed(methodNotAllowed(r))
-	if !cfg.DisableHealth {
+	mountProbes(r, p)
+	for _, routes := range p.Routes {
+		routes(r)
+	}
+	return r, nil
+}
+
+// mountProbes mounts /healthz, /readyz and /metrics, unless disabled.
+func mountProbes(r chi.Router, p routerParams) {
+	if !p.Config.DisableHealth {
 		r.Get(HealthPath, healthz)
 	}
-	if !cfg.DisableReady {
+	if !p.Config.DisableReady {
 		checks := append([]ReadinessCheck(nil), p.Readiness...)
 		if p.Store != nil {
 			checks = append(checks, ReadinessCheck{Name: "redis", Check: p.Store.Ready})
@@ -123,49 +145,29 @@ func newRouter(p routerParams) (*chi.Mux, error) {
 		r.Get(ReadyPath, readyz(checks, p.Log))
 	}
 	switch {
-	case cfg.DisableMetrics:
+	case p.Config.DisableMetrics:
 	case p.Gatherer == nil:
 		p.Log.Info("httpfx: " + MetricsPath + " is not served: no prometheus.Gatherer in the app (add metricsfx.Module)")
 	default:
 		r.Method(http.MethodGet, MetricsPath, promhttp.HandlerFor(p.Gatherer, promhttp.HandlerOpts{}))
 	}
-	for _, routes := range p.Routes {
-		routes(r)
-	}
-	return r, nil
-}
-
-func configOf(ptr *Config, val Config) (Config, error) {
-	c, err := fxconfig.Pick(ptr, val)
-	if err != nil {
-		return Config{}, fmt.Errorf("httpfx: %w", err)
-	}
-	return c.withDefaults()
 }
 
 type serverParams struct {
 	fx.In
-	Config      *Config `optional:"true"`
-	ConfigValue Config  `optional:"true"`
-	Router      *chi.Mux
-	Log         *zap.Logger
-	Lifecycle   fx.Lifecycle
-	Shutdowner  fx.Shutdowner
+	Config     settings
+	Router     *chi.Mux
+	Log        *zap.Logger
+	Lifecycle  fx.Lifecycle
+	Shutdowner fx.Shutdowner
 }
 
-// newServer builds the http.Server. OnStart listens synchronously, so a
-// taken port fails start-up, and serves in a goroutine; a serve error shuts
-// the app down. OnStop drains in-flight requests within ShutdownTimeout.
-//
-// The server's hooks are registered after every module it depends on
-// (the router needs the idempotency service, which needs Redis, which needs
-// tracing), and Fx stops in reverse order: the server drains first, then
-// Redis closes, then spans are flushed.
-func newServer(p serverParams) (*Server, error) {
-	cfg, err := configOf(p.Config, p.ConfigValue)
-	if err != nil {
-		return nil, err
-	}
+// newServer builds the http.Server. OnStart listens synchronously (a taken
+// port fails start-up) and serves in a goroutine; a serve error stops the
+// app. OnStop drains within ShutdownTimeout; its hook runs before those of
+// the modules the routes use (Redis, tracing), as Fx stops in reverse.
+func newServer(p serverParams) *Server {
+	cfg := p.Config.Config
 	srv := &Server{Server: &http.Server{
 		Addr:              cfg.Addr,
 		Handler:           p.Router,
@@ -195,34 +197,37 @@ func newServer(p serverParams) (*Server, error) {
 			return nil
 		},
 		OnStop: func(ctx context.Context) error {
-			drain := drainBound(ctx, cfg.ShutdownTimeout)
-			if drain < cfg.ShutdownTimeout {
-				p.Log.Warn("httpfx: draining for less than ShutdownTimeout, so that the hooks after the server (idempotency records, Redis, the span flush) still run in the stop time Fx gives; raise fx.StopTimeout",
-					zap.Duration("drain", drain), zap.Duration("shutdown_timeout", cfg.ShutdownTimeout))
-			}
-			dctx, cancel := context.WithTimeout(ctx, drain)
-			defer cancel()
-			err := srv.Shutdown(dctx)
-			if err != nil {
-				_ = srv.Close()
-			}
-			<-served
-			return err
+			defer func() { <-served }()
+			return srv.drain(ctx, cfg.ShutdownTimeout, p.Log)
 		},
 	})
-	return srv, nil
+	return srv
+}
+
+// drain shuts srv down within shutdownTimeout (see drainBound), and closes
+// what is left.
+func (srv *Server) drain(ctx context.Context, shutdownTimeout time.Duration, log *zap.Logger) error {
+	drain := drainBound(ctx, shutdownTimeout)
+	if drain < shutdownTimeout {
+		log.Warn("httpfx: draining for less than ShutdownTimeout, so that the hooks after the server still run; raise fx.StopTimeout",
+			zap.Duration("drain", drain), zap.Duration("shutdown_timeout", shutdownTimeout))
+	}
+	dctx, cancel := context.WithTimeout(ctx, drain)
+	defer cancel()
+	err := srv.Shutdown(dctx)
+	if err != nil {
+		_ = srv.Close()
+	}
+	return err
 }
 
 // drainReserve is the most of Fx's stop time the drain leaves to the hooks
-// after the server (a third of it when that is less).
+// after the server.
 const drainReserve = 5 * time.Second
 
-// drainBound is how long the server may drain: ShutdownTimeout, less what
-// the hooks after it need of the time left in Fx's stop context: a third of
-// it, at most drainReserve. Fx runs no further OnStop hook once that
-// context has ended, so a drain that used all of it (Fx's default
-// StopTimeout is 15s) left Redis open and the spans unflushed whenever one
-// request outlived it.
+// drainBound is how long the server may drain: ShutdownTimeout, less a third
+// of the time left in Fx's stop context (at most drainReserve), so that the
+// hooks after it (Redis, the span flush) still run.
 func drainBound(ctx context.Context, shutdownTimeout time.Duration) time.Duration {
 	deadline, ok := ctx.Deadline()
 	if !ok {

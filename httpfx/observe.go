@@ -21,20 +21,16 @@ import (
 	"github.com/redisfx/redisfx/internal/readmostly"
 )
 
-// UnmatchedRoute is the route label of requests that matched no route, so
-// that scanners probing random paths cannot grow the metric's cardinality.
+// UnmatchedRoute is the route label of requests no route matched, so that
+// scanners cannot grow the metrics' cardinality.
 const UnmatchedRoute = "unmatched"
 
 // requestMetrics are the per-route HTTP metrics.
 type requestMetrics struct {
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
-	// The children of matched routes, looked up once: routes, their methods
-	// and the codes their handlers answer are the app's, so the map stays
-	// as small as the router. A readmostly.Map, not a sync.Map: read
-	// without a lock in one lookup of a concrete key, where a sync.Map
-	// hashes an any key by walking its type at run time (~700 instructions
-	// per request for the two lookups this one replaced).
+	// The children of matched routes, looked up once (as few as the
+	// router's routes), read without a lock.
 	children readmostly.Map[routeKey, routeChildren]
 }
 
@@ -43,7 +39,6 @@ type routeKey struct {
 	code          int
 }
 
-// routeChildren are the metrics' children of one routeKey.
 type routeChildren struct {
 	requests prometheus.Counter
 	duration prometheus.Observer
@@ -65,7 +60,6 @@ func (m *requestMetrics) observe(method, route string, code int, took time.Durat
 	c.duration.Observe(took.Seconds())
 }
 
-// newChildren looks up k's children in the vectors.
 func (m *requestMetrics) newChildren(k routeKey) routeChildren {
 	return routeChildren{
 		requests: m.requests.WithLabelValues(k.method, k.route, strconv.Itoa(k.code)),
@@ -94,8 +88,8 @@ func newRequestMetrics(reg prometheus.Registerer) (*requestMetrics, error) {
 	return m, nil
 }
 
-// routePattern is the chi route pattern the request matched, known only
-// after routing; UnmatchedRoute when the router's 404 or 405 answered.
+// routePattern is the chi route pattern the request matched, UnmatchedRoute
+// when the router's 404 or 405 answered.
 func routePattern(st *requestState) string {
 	if st.unmatched || st.routing == nil {
 		return UnmatchedRoute
@@ -106,41 +100,21 @@ func routePattern(st *requestState) string {
 	return UnmatchedRoute
 }
 
-// joinedPattern is rc.RoutePattern(), which joins the patterns of each
-// router the request went through and takes the wildcards of mount points
-// out. A request routed by one router whose pattern has no wildcard to
-// take out and no trailing slash (most of them: "/payments/{id}") is its
-// pattern as it is: chi's join, replace and trims cost ~300 instructions
-// per request for nothing then. TestJoinedPattern_AsChi checks it against
-// chi's.
+// joinedPattern is rc.RoutePattern() without its joins and trims for the
+// common case of one router and a pattern they leave as it is.
 func joinedPattern(rc *chi.Context) string {
 	if len(rc.RoutePatterns) == 1 {
-		if p := rc.RoutePatterns[0]; !hasMountWildcard(p) && (p == "/" || !strings.HasSuffix(p, "/")) {
+		if p := rc.RoutePatterns[0]; !strings.Contains(p, "/*/") && (p == "/" || !strings.HasSuffix(p, "/")) {
 			return p
 		}
 	}
 	return rc.RoutePattern()
 }
 
-// hasMountWildcard reports whether p contains "/*/".
-func hasMountWildcard(p string) bool {
-	for i := 0; i+2 < len(p); i++ {
-		if p[i] == '/' && p[i+1] == '*' && p[i+2] == '/' {
-			return true
-		}
-	}
-	return false
-}
-
-// front is the router's first middleware, in one request copy and one
-// response-writer wrap: the request id (X-Request-Id, taken or made), the
-// SERVER span (when the app has a TracerProvider; not for probes), the error
-// chain and the router's ContextValues in one context node, and after the
-// handler the span's route, status and name, the route metrics and the
-// access log. Probes are logged at debug.
-//
-// The span's request attributes are built only when the span records (it
-// is sampled): an unsampled request pays for its ids and nothing else.
+// front is the router's first middleware: the request id, the SERVER span
+// (not for probes), the error chain and ContextValues in one context node,
+// and after the handler the span's route and status, the route metrics and
+// the access log (probes at debug).
 type front struct {
 	errors     *Errors
 	tracer     trace.Tracer                  // nil: no SERVER spans
@@ -154,24 +128,17 @@ func (f *front) wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { f.serve(w, r, next) })
 }
 
-// serverKind is the SERVER span's start options, as a slice made once: a
-// variadic argument list passed to an interface method (Tracer.Start) is
-// allocated on every call, one allocation per request.
+// serverKind is made once: a variadic list passed to Tracer.Start is
+// allocated per call.
 var serverKind = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer)}
 
-// TracerName is the instrumentation scope of the SERVER spans (every other
-// span redisfx makes has plugintrace.ScopeName).
+// TracerName is the instrumentation scope of the SERVER spans.
 const TracerName = "github.com/redisfx/redisfx/httpfx"
 
 func (f *front) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
-	// The root router's routing context, which every router the request
-	// goes through fills (sub-routers share it): read here, one node
-	// up, rather than through the whole context chain after the handler.
+	// The root router's routing context, which sub-routers fill too.
 	state := &requestState{errors: f.errors, values: f.values, routing: chi.RouteContext(r.Context())}
-	var id string
-	if v := r.Header[RequestIDHeader]; len(v) > 0 { // canonical: no Get, which canonicalises the name each time
-		id = v[0]
-	}
+	id := headerValue(r.Header, RequestIDHeader)
 	if !validRequestID(id) {
 		id = state.newRequestID()
 	}
@@ -202,38 +169,35 @@ func (f *front) serve(w http.ResponseWriter, r *http.Request, next http.Handler)
 		if returned {
 			return
 		}
-		// http.ErrAbortHandler, the one panic the recovery lets through:
-		// net/http closes the connection without an answer, and the
-		// request is logged and counted as a 500. Else runtime.Goexit,
-		// which the recovery answered or marked aborted.
-		if p := recover(); p != nil {
-			state.aborted = true
-			f.observe(ctx, r, state, span, probe, began)
+		// A panic here is http.ErrAbortHandler, the one the recovery lets
+		// through: the answer is aborted. Else runtime.Goexit, which the
+		// recovery answered or marked aborted.
+		p := recover()
+		state.aborted = state.aborted || p != nil
+		f.observe(ctx, r, state, span, probe, began)
+		if p != nil {
 			panic(p)
 		}
-		f.observe(ctx, r, state, span, probe, began)
 	}()
 	next.ServeHTTP(ww, r)
 	returned = true
 	f.observe(ctx, r, state, span, probe, began)
 }
 
-// observe records a request once its handler is done: the SERVER span's
-// route, status and size, the route metrics and the access log line. An
-// aborted request counts as a 500 (no complete answer went out; the
-// client's library reports an error), its log line marked aborted.
+// observe records a request once its handler is done. An aborted request
+// counts as a 500 (no complete answer went out), its log line marked so.
 func (f *front) observe(ctx context.Context, r *http.Request, state *requestState, span trace.Span, probe bool, began time.Time) {
-	metrics := responseMetrics{Code: state.writer.code, Written: int64(state.writer.bytes), Duration: time.Since(began)}
+	code, written, took := state.writer.code, state.writer.bytes, time.Since(began)
 	if r.Method == http.MethodHead {
-		metrics.Written = 0 // net/http takes a HEAD answer's body and sends none of it
+		written = 0 // net/http sends no body
 	}
 	switch {
 	case state.aborted:
-		metrics.Code = http.StatusInternalServerError
-	case metrics.Code == 0 && r.Context().Err() != nil: // nothing written, and nobody waits
-		metrics.Code = StatusClientClosedRequest
-	case metrics.Code == 0: // nothing written: net/http sends 200
-		metrics.Code = http.StatusOK
+		code = http.StatusInternalServerError
+	case code == 0 && r.Context().Err() != nil: // nothing written, and nobody waits
+		code = StatusClientClosedRequest
+	case code == 0: // nothing written: net/http sends 200
+		code = http.StatusOK
 	}
 	route := routePattern(state)
 	if span != nil && span.IsRecording() {
@@ -242,24 +206,23 @@ func (f *front) observe(ctx context.Context, r *http.Request, state *requestStat
 			span.SetName(spanMethod(r.Method) + " " + route)
 			attrs = append(attrs, semconv.HTTPRoute(route))
 		}
-		attrs = append(attrs, semconv.HTTPResponseStatusCode(metrics.Code), semconv.HTTPResponseBodySize(int(metrics.Written)))
-		span.SetAttributes(attrs...)
-		if metrics.Code >= http.StatusInternalServerError {
+		span.SetAttributes(append(attrs, semconv.HTTPResponseStatusCode(code), semconv.HTTPResponseBodySize(written))...)
+		if code >= http.StatusInternalServerError {
 			span.SetStatus(codes.Error, "")
 		}
 	}
 	if f.metrics != nil {
-		f.metrics.observe(methodLabel(r.Method), route, metrics.Code, metrics.Duration)
+		f.metrics.observe(methodLabel(r.Method), route, code, took)
 	}
 	level := zap.InfoLevel
 	if probe {
-		level = zap.DebugLevel // polled every few seconds: below the app's info lines
+		level = zap.DebugLevel
 	}
 	if ce := f.log.Check(level, "request"); ce != nil {
 		fields := []zap.Field{
 			zap.String("method", r.Method), zap.String("route", route), zap.String("path", r.URL.Path),
-			zap.Int("status", metrics.Code), zap.Duration("duration", metrics.Duration),
-			zap.Int64("bytes", metrics.Written), zap.String("request_id", state.id),
+			zap.Int("status", code), zap.Duration("duration", took),
+			zap.Int("bytes", written), zap.String("request_id", state.id),
 		}
 		if state.aborted {
 			fields = append(fields, zap.Bool("aborted", true))
@@ -269,13 +232,6 @@ func (f *front) observe(ctx context.Context, r *http.Request, state *requestStat
 		}
 		ce.Write(fields...)
 	}
-}
-
-// responseMetrics is what the front middleware measured of a response.
-type responseMetrics struct {
-	Code     int
-	Written  int64
-	Duration time.Duration
 }
 
 // requestAttributes are the SERVER span's request attributes (OpenTelemetry
@@ -322,8 +278,7 @@ func requestAttributes(r *http.Request) []attribute.KeyValue {
 	return attrs
 }
 
-// headerValue is h.Get(name) for a name already in canonical form, which
-// Get would canonicalise again (~400 instructions each).
+// headerValue is h.Get(name) for a canonical name, without canonicalising.
 func headerValue(h http.Header, name string) string {
 	if v := h[name]; len(v) > 0 {
 		return v[0]
@@ -331,9 +286,8 @@ func headerValue(h http.Header, name string) string {
 	return ""
 }
 
-// protocolVersion is network.protocol.version: "1.1", "1.0", "2", "3", as
-// constants for the versions net/http serves, where the concatenation
-// allocated on every sampled request.
+// protocolVersion is network.protocol.version, without allocating for the
+// versions net/http serves.
 func protocolVersion(major, minor int) string {
 	switch {
 	case major == 1 && minor == 1:
@@ -350,9 +304,8 @@ func protocolVersion(major, minor int) string {
 	return strconv.Itoa(major)
 }
 
-// methodLabel is the method as a metric label: a method HTTP does not
-// define is "_OTHER" (OpenTelemetry's rule), so a client sending made-up
-// methods cannot grow the metrics' cardinality.
+// methodLabel is the method as a metric label: "_OTHER" for a method HTTP
+// does not define, so made-up methods cannot grow the cardinality.
 func methodLabel(m string) string {
 	if knownMethod(m) {
 		return m
@@ -361,9 +314,7 @@ func methodLabel(m string) string {
 }
 
 // spanMethod is the method in a SERVER span's name: "HTTP" for a method
-// HTTP does not define (OpenTelemetry's HTTP conventions), so made-up
-// methods cannot flood a tracing backend's list of operations; the method
-// itself is in http.request.method_original.
+// HTTP does not define (OpenTelemetry's HTTP conventions).
 func spanMethod(m string) string {
 	if knownMethod(m) {
 		return m
@@ -371,9 +322,7 @@ func spanMethod(m string) string {
 	return "HTTP"
 }
 
-// knownMethod reports whether HTTP defines m (RFC 9110 and PATCH). A switch,
-// not a map: asked two or three times per request, where a map lookup
-// hashes the method each time (~100 instructions against ~15).
+// knownMethod reports whether HTTP defines m (RFC 9110 and PATCH).
 func knownMethod(m string) bool {
 	switch m {
 	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,

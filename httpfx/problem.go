@@ -31,10 +31,7 @@ type Problem struct {
 	// seconds, rounded up).
 	RetryAfter time.Duration `json:"-"`
 	// Extensions are extension members (RFC 9457 §3.2), written beside the
-	// standard members: {"balance": 30, "accounts": [...]}. A key that names
-	// a member above (type, title, status, detail, instance, code) is
-	// ignored, so an extension can never change the meaning of a problem.
-	// Values must marshal to JSON.
+	// standard members; a key naming a standard member is ignored.
 	Extensions map[string]any `json:"-"`
 }
 
@@ -101,9 +98,8 @@ func NewProblem(status int, code, detail string) Problem {
 	return Problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Code: code, Detail: detail}
 }
 
-// Write sends p as the response: Content-Type application/problem+json,
-// Cache-Control no-store (a problem is about one request and must never be
-// cached), and Retry-After when set.
+// Write sends p as the response, with Cache-Control no-store and
+// Retry-After when set.
 func (p Problem) Write(w http.ResponseWriter) {
 	if p.Status == 0 {
 		p.Status = http.StatusInternalServerError
@@ -124,12 +120,8 @@ func (p Problem) Write(w http.ResponseWriter) {
 		}
 		h.Set("Retry-After", strconv.FormatInt(secs, 10))
 	}
-	// MarshalJSON directly, not json.Marshal(p), which would call it and
-	// then compact its output, already compact, byte by byte: a fifth of
-	// what a refused request costs when Redis is down (docs/performance.md).
-	body, err := p.MarshalJSON()
-	if err != nil {
-		// An extension that does not marshal: the problem without them.
+	body, err := p.MarshalJSON() // not json.Marshal, which compacts it again
+	if err != nil {              // an extension that does not marshal: without them
 		p.Extensions = nil
 		body, _ = p.MarshalJSON() // cannot fail: strings and ints only
 	}

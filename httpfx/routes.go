@@ -10,8 +10,7 @@ import (
 	"go.uber.org/fx"
 )
 
-// Routes registers routes on the application's router. Modules and
-// applications contribute them with AsRoutes, without knowing each other.
+// Routes registers routes on the application's router (see AsRoutes).
 type Routes func(r chi.Router)
 
 // RoutesGroup is the value group of Routes.
@@ -29,9 +28,8 @@ func AsRoutes(constructor any) any {
 	return fx.Annotate(constructor, fx.ResultTags(`group:"`+RoutesGroup+`"`))
 }
 
-// Middleware is router-wide middleware contributed by a module. It runs
-// inside the standard stack (request id, server span, access log, panic
-// recovery), in ascending Order.
+// Middleware is router-wide middleware, run inside the standard stack in
+// ascending Order.
 type Middleware struct {
 	Name  string
 	Order int
@@ -47,8 +45,7 @@ func AsMiddleware(constructor any) any {
 	return fx.Annotate(constructor, fx.ResultTags(`group:"`+MiddlewareGroup+`"`))
 }
 
-// ordered returns a sorted copy of items, by Order then Name: the order in
-// which registered middleware wraps and registered error filters are asked.
+// ordered returns a copy of items sorted by Order, then Name.
 func ordered[T any](items []T, key func(T) (order int, name string)) []T {
 	out := slices.Clone(items)
 	slices.SortStableFunc(out, func(a, b T) int {

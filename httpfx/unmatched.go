@@ -22,14 +22,10 @@ func notFound(w http.ResponseWriter, r *http.Request) {
 	NewProblem(http.StatusNotFound, CodeNotFound, "No route matches "+r.URL.Path+".").Write(w)
 }
 
-// methodNotAllowed answers a path that routes only other methods: 405
-// problem+json with the Allow header RFC 9110 §15.5.6 requires. chi sets
-// Allow only in its own default handler (which answers an empty body), so
-// the methods are found here: every route of the router, sub-routers
-// included, is put on one flat router, which matches exactly (chi's Match
-// on the nested router takes a sub-router's mount point for a route of
-// every method). The flat router is built at the first 405, when the app
-// has started and its routes are registered.
+// methodNotAllowed answers 405 problem+json with the Allow header (RFC 9110
+// §15.5.6), found on one flat router of every route, sub-routers' included
+// (chi's Match takes a mount point for a route of every method), built at
+// the first 405.
 func methodNotAllowed(routes chi.Routes) http.HandlerFunc {
 	var (
 		once    sync.Once
@@ -62,8 +58,7 @@ func methodNotAllowed(routes chi.Routes) http.HandlerFunc {
 			}
 		}
 		if len(allowed) == 0 {
-			// chi sends a method it does not know here whatever the path:
-			// a path no route serves is a 404 for every method.
+			// chi sends an unknown method here whatever the path.
 			notFound(w, r)
 			return
 		}

@@ -8,17 +8,10 @@ import (
 )
 
 // responseWriter is the front middleware's wrap of a request's writer: it
-// measures the final status and the bytes written, for the span, the route
-// metrics and the access log. It lives inside the request's state, so the
-// wrap costs no allocation of its own (chi's middleware.WrapResponseWriter,
-// used before, cost two on every request).
-//
-// The handler gets it through one of the small types below, each adding
-// exactly the optional interfaces (http.Flusher, http.Hijacker,
-// io.ReaderFrom, http.Pusher) the wrapped writer has, as chi's wrap does:
-// a handler or http.ResponseController probing for one finds it only where
-// it works. Each is a struct of one pointer, which an interface holds
-// without allocating.
+// measures the final status and the bytes written. It lives in the request's
+// state (no allocation of its own), and the handler gets it through one of
+// the one-pointer types below, each with exactly the optional interfaces
+// (Flusher, Hijacker, ReaderFrom, Pusher) the wrapped writer has.
 type responseWriter struct {
 	w           http.ResponseWriter
 	code        int // the final status written, 0 before
@@ -29,11 +22,10 @@ type responseWriter struct {
 // Header implements http.ResponseWriter.
 func (rw *responseWriter) Header() http.Header { return rw.w.Header() }
 
-// WriteHeader implements http.ResponseWriter. An informational status
-// (1xx but 101) goes out and is not the answer's status: the final one
-// comes after it. A status is taken as written only once the server's
-// writer has taken it: net/http panics on an invalid code before sending
-// anything, and the recovery's 500 must then still go out through here.
+// WriteHeader implements http.ResponseWriter. A 1xx status (but 101) is not
+// the final one. A status counts as written only once the server's writer
+// took it: net/http panics on an invalid code, and the recovery's 500 must
+// still go out.
 func (rw *responseWriter) WriteHeader(code int) {
 	if code >= 100 && code <= 199 && code != http.StatusSwitchingProtocols {
 		rw.w.WriteHeader(code)
@@ -64,13 +56,8 @@ func (rw *responseWriter) BytesWritten() int { return rw.bytes }
 // Unwrap returns the wrapped writer, for http.ResponseController.
 func (rw *responseWriter) Unwrap() http.ResponseWriter { return rw.w }
 
-// The optional interfaces' work. Each is offered only where rw.w has the
-// interface (wrap), so the checks below never fail; they are there so
-// that a wrong offer would answer http.ErrNotSupported, not panic.
-
-// flushError flushes as http.ResponseController does: through the wrapped
-// writer's FlushError when it has one (net/http's writers do), so that a
-// write error (the client gone) reaches the handler, else its Flush.
+// flushError flushes through the wrapped writer's FlushError when it has one,
+// so that a write error reaches the handler, else its Flush.
 func (rw *responseWriter) flushError() error {
 	if !rw.wroteHeader {
 		rw.WriteHeader(http.StatusOK)
@@ -113,8 +100,7 @@ func (rw *responseWriter) push(target string, opts *http.PushOptions) error {
 	return http.ErrNotSupported
 }
 
-// The writer a handler gets, by what the wrapped writer can do. net/http's
-// HTTP/1 writer is a fancyWriter, its HTTP/2 writer an http2Writer.
+// The writer a handler gets, by what the wrapped writer can do.
 type (
 	basicWriter       struct{ *responseWriter }
 	flushWriter       struct{ *responseWriter }
@@ -124,48 +110,19 @@ type (
 	http2Writer       struct{ *responseWriter } // Flusher, Pusher
 )
 
-// Flush implements http.Flusher.
-func (w flushWriter) Flush() { _ = w.flushError() }
-
-// Flush implements http.Flusher.
-func (w flushHijackWriter) Flush() { _ = w.flushError() }
-
-// Flush implements http.Flusher.
-func (w fancyWriter) Flush() { _ = w.flushError() }
-
-// Flush implements http.Flusher.
-func (w http2Writer) Flush() { _ = w.flushError() }
-
-// FlushError flushes and reports a write error; http.ResponseController's
-// Flush calls it.
-func (w flushWriter) FlushError() error { return w.flushError() }
-
-// FlushError flushes and reports a write error; http.ResponseController's
-// Flush calls it.
-func (w flushHijackWriter) FlushError() error { return w.flushError() }
-
-// FlushError flushes and reports a write error; http.ResponseController's
-// Flush calls it.
-func (w fancyWriter) FlushError() error { return w.flushError() }
-
-// FlushError flushes and reports a write error; http.ResponseController's
-// Flush calls it.
-func (w http2Writer) FlushError() error { return w.flushError() }
-
-// Hijack implements http.Hijacker.
-func (w hijackWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) { return w.hijack() }
-
-// Hijack implements http.Hijacker.
+func (w flushWriter) Flush()                                             { _ = w.flushError() }
+func (w flushHijackWriter) Flush()                                       { _ = w.flushError() }
+func (w fancyWriter) Flush()                                             { _ = w.flushError() }
+func (w http2Writer) Flush()                                             { _ = w.flushError() }
+func (w flushWriter) FlushError() error                                  { return w.flushError() }
+func (w flushHijackWriter) FlushError() error                            { return w.flushError() }
+func (w fancyWriter) FlushError() error                                  { return w.flushError() }
+func (w http2Writer) FlushError() error                                  { return w.flushError() }
+func (w hijackWriter) Hijack() (net.Conn, *bufio.ReadWriter, error)      { return w.hijack() }
 func (w flushHijackWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) { return w.hijack() }
-
-// Hijack implements http.Hijacker.
-func (w fancyWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) { return w.hijack() }
-
-// ReadFrom implements io.ReaderFrom.
-func (w fancyWriter) ReadFrom(r io.Reader) (int64, error) { return w.readFrom(r) }
-
-// Push implements http.Pusher.
-func (w http2Writer) Push(target string, opts *http.PushOptions) error { return w.push(target, opts) }
+func (w fancyWriter) Hijack() (net.Conn, *bufio.ReadWriter, error)       { return w.hijack() }
+func (w fancyWriter) ReadFrom(r io.Reader) (int64, error)                { return w.readFrom(r) }
+func (w http2Writer) Push(target string, opts *http.PushOptions) error   { return w.push(target, opts) }
 
 // wrap starts measuring w and returns the writer the handler gets.
 func (rw *responseWriter) wrap(w http.ResponseWriter, protoMajor int) http.ResponseWriter {

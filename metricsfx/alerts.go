@@ -6,30 +6,25 @@ import (
 	"time"
 )
 
-// Alert is one Prometheus alerting rule for the redisfx metrics. Expr holds
-// placeholders: "P_" for "<prefix>_", "$job" for the application's scrape
-// job, and every duration (rate windows, For, KeepFiringFor) is the
-// production value, divided by Profile.Speedup when rendered.
+// Alert is one alerting rule. Expr holds placeholders ("P_" for "<prefix>_",
+// "$job" for the scrape job); durations are production values, divided by
+// Profile.Speedup when rendered.
 type Alert struct {
 	Name     string
 	Severity string // critical or warning
 	Expr     string
 	For      string
-	// KeepFiringFor keeps a critical alert firing that long after its
-	// condition clears, so that even a short episode outlives the pager
-	// route's group_interval and is sent (see PagerGroupInterval).
+	// KeepFiringFor makes even a short episode outlive the pager route's
+	// group_interval, so that it is sent.
 	KeepFiringFor string
 	Summary       string
 	// Metrics are the metric names (without prefix) the rule reads.
 	Metrics []string
 }
 
-// Routing timings of the pager route (critical alerts), in production.
-// Every critical alert's KeepFiringFor must exceed PagerGroupInterval by at
-// least one evaluation and one send: an alert that fires and clears between
-// two flushes of its group is otherwise never sent (Alertmanager compares
-// the firing set at each flush, and a set that was empty at the last flush
-// and is empty again has not changed).
+// Routing timings in production. Every critical alert's KeepFiringFor
+// exceeds PagerGroupInterval by an evaluation and a send: an alert that fires
+// and clears between two flushes of its group is never sent.
 const (
 	PagerGroupWait      = 10 * time.Second
 	PagerGroupInterval  = time.Minute
@@ -45,67 +40,40 @@ const (
 	hitRatio    = "sum(rate(P_cache_hits_total[5m])) / (sum(rate(P_cache_hits_total[5m])) + sum(rate(P_cache_misses_total[5m])))"
 	rejectRatio = "sum(rate(P_ratelimit_rejected_total[5m])) / (sum(rate(P_ratelimit_allowed_total[5m])) + sum(rate(P_ratelimit_rejected_total[5m])))"
 	lockP99     = "histogram_quantile(0.99, sum by (le) (rate(P_lock_wait_seconds_bucket[5m])))"
-	// lockTimeoutRatio: of the acquisitions that ended (acquired, or gave
-	// up after WaitTimeout), the share that gave up. lock_attempts_total
-	// counts every retry, so it is no denominator: three acquisitions that
-	// all timed out after thousands of retries would read 0.001.
+	// The share of ended acquisitions that gave up (lock_attempts_total
+	// counts retries: no denominator).
 	lockTimeoutRatio = "sum(rate(P_lock_timeouts_total[5m])) / (sum(rate(P_lock_acquisitions_total[5m])) + sum(rate(P_lock_timeouts_total[5m])))"
 	redisErrorRatio  = "sum(rate(P_errors_total[5m])) / sum(rate(P_commands_total[5m]))"
-	// probeRoutes are the route labels of the requests that machines send,
-	// not customers: httpfx's /metrics, /healthz and /readyz (its
-	// MetricsPath, HealthPath and ReadyPath). The server-error ratio leaves
-	// them out of both sides: a quiet service's scrapes and probes
-	// outnumber its payments (5 failing payments among 80 probes read
-	// 5.9 %), and /readyz answers 503 while Redis is down, an error no
-	// customer saw.
+	// httpfx's probe routes: machines', not customers', left out of the
+	// server-error ratio (they outnumber a quiet service's requests, and
+	// /readyz answers 503 while Redis is down).
 	probeRoutes      = "/metrics|/healthz|/readyz"
 	serverErrorRatio = `sum(rate(P_http_requests_total{code=~"5..",route!~"` + probeRoutes + `"}[5m])) / sum(rate(P_http_requests_total{route!~"` + probeRoutes + `"}[5m]))`
-	// besideOutcomes are the idempotency outcomes counted beside a
-	// request's own (idempotencyfx: replication misses, the fate of
-	// outcomes recorded in the background, and stale_owner, counted when
-	// the completion of a request already counted new is refused): the
-	// store-error ratio's denominator leaves them out, or a cluster whose
-	// every claim misses ReplicaAcks would halve the share of refused
-	// requests.
+	// Idempotency outcomes counted beside a request's own: not in the
+	// store-error ratio's denominator.
 	besideOutcomes  = "unreplicated_claim|unreplicated_completion|pending_completion|late_completion|lost_completion|stale_owner"
 	storeErrorRatio = `sum(rate(P_idempotency_requests_total{outcome="store_error"}[5m])) / sum(rate(P_idempotency_requests_total{outcome!~"` + besideOutcomes + `"}[5m]))`
 )
 
-// The stream gauges keep their last value through an outage (streamfx),
-// and the rules read them through held: a series that vanishes (a failed
-// scrape, every instance restarting) does not resolve a lag or
-// dead-letter alert whose cause is still there, and a restart or a
-// scale-down does not keep one firing either.
+// The backlog gauges, read through held.
 var (
 	lag = held("P_stream_consumer_lag", "namespace, job, stream, group")
 	dlq = held(`P_stream_length{stream=~".+:dlq"}`, "namespace, job, stream")
 )
 
-// held reads a backlog gauge per stream (by: the labels that name one
-// backlog; never instance or pod): the largest reading of the instances
-// that report it now (they all read the same Redis), and only when none
-// does, the last such reading of the past hour. Not last_over_time per
-// series: in a rolling restart or a scale-down the instance that went away
-// would keep its last reading for an hour, and a dead-letter stream the
-// operator emptied (a live reading of 0 from the new instance) would stay
-// in alert. The subquery's step (heldStep) must not exceed the scrape
-// interval: it samples the live reading at each step, so a reading taken
-// after the last step before a failed scrape would be missed, and an older
-// one held (an adversary's 1m step held 150 over a 0 read 45 s before).
+// held reads a backlog gauge per backlog (by; never per instance): the
+// largest live reading, else the last one of the past hour, so that a failed
+// scrape does not resolve the alert while a replaced instance's last
+// reading does not hold it. heldStep must not exceed the scrape interval,
+// or a fresher reading is missed.
 func held(selector, by string) string {
 	live := "max by (" + by + ") (" + selector + ")"
 	return "(" + live + " or last_over_time((" + live + ")[1h:" + heldStep + "]))"
 }
 
-// heldStep is held's subquery step: the shortest scrape interval whose
-// freshest reading the rules hold (720 samples an hour per backlog).
 const heldStep = "5s"
 
-// Alerts are the rules: the plugins' signals at a warning and a critical
-// level, and what an on-call engineer of a payments service needs besides
-// (a target that stops answering or vanishes, Redis command errors,
-// idempotency store errors and fail-open executions, server errors, failing
-// trace export). docs/monitoring.md says why each level is what it is.
+// Alerts are the rules; docs/monitoring.md says why each level is what it is.
 var Alerts = []Alert{
 	{Name: "StoreConnectionLost", Severity: "critical", Expr: "P_store_up == 0", For: "1m", KeepFiringFor: keepFiring, Summary: "Redis is unreachable from the application", Metrics: []string{"store_up"}},
 	{Name: "CacheHitRateCritical", Severity: "critical", Expr: hitRatio + " < 0.7", For: "5m", KeepFiringFor: keepFiring, Summary: "Cache hit rate below 70%", Metrics: []string{"cache_hits_total", "cache_misses_total"}},
@@ -142,9 +110,8 @@ type Profile struct {
 	// Job is the Prometheus scrape job of the application, which the
 	// TargetDown and TargetMissing rules select. Default: Prefix.
 	Job string
-	// Speedup divides every duration: rate and hold windows, for,
-	// keep_firing_for and the Alertmanager timings. 0 or 1 is production;
-	// the end-to-end test uses 60, so that 5 minutes become 5 seconds.
+	// Speedup divides every duration, the Alertmanager timings too; 0 or 1
+	// is production (the end-to-end test uses 60).
 	Speedup int
 }
 
@@ -183,9 +150,9 @@ func promDuration(d time.Duration) string {
 	return fmt.Sprintf("%dms", d.Milliseconds())
 }
 
-// Expr renders an expression or series for the profile: prefix, windows, then the
-// job, last, so that a job name holding brackets ("api[eu]") is not read
-// as a window; it is escaped as a PromQL string.
+// Expr renders an expression or series for the profile: prefix, windows,
+// then the job (last, so that "api[eu]" is not read as a window), escaped
+// as a PromQL string.
 func (p Profile) Expr(e string) string {
 	e = withPrefix(e, p.Prefix)
 	var out strings.Builder
@@ -260,7 +227,30 @@ func AlertmanagerConfig(p Profile, r Receivers) []byte {
 	var b strings.Builder
 	b.WriteString(p.header(" -alertmanager"))
 	b.WriteString("# Routing of the redisfx alerts: replace the receivers' endpoints.\n")
-	fmt.Fprintf(&b, `route:
+	fmt.Fprintf(&b, routing, d(ChatGroupWait), d(ChatGroupInterval), d(ChatRepeatInterval),
+		d(PagerGroupWait), d(PagerGroupInterval), d(PagerRepeatInterval),
+		d(ChatGroupWait), d(ChatGroupInterval), d(ChatRepeatInterval))
+	if r.Default != "" {
+		fmt.Fprintf(&b, "    webhook_configs:\n      - url: %s\n        send_resolved: true\n", quoteYAML(r.Default))
+	}
+	fmt.Fprintf(&b, `  - name: pager
+    webhook_configs:
+      - url: %s
+        send_resolved: true
+  - name: chat
+    webhook_configs:
+      - url: %s
+        send_resolved: true
+`, quoteYAML(r.Pager), quoteYAML(r.Chat))
+	return []byte(b.String())
+}
+
+func quoteYAML(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
+}
+
+// routing is the Alertmanager route tree, for AlertmanagerConfig.
+const routing = `route:
   receiver: default
   group_by: [alertname]
   group_wait: %s
@@ -284,24 +274,4 @@ func AlertmanagerConfig(p Profile, r Receivers) []byte {
       repeat_interval: %s
 receivers:
   - name: default
-`, d(ChatGroupWait), d(ChatGroupInterval), d(ChatRepeatInterval),
-		d(PagerGroupWait), d(PagerGroupInterval), d(PagerRepeatInterval),
-		d(ChatGroupWait), d(ChatGroupInterval), d(ChatRepeatInterval))
-	if r.Default != "" {
-		fmt.Fprintf(&b, "    webhook_configs:\n      - url: %s\n        send_resolved: true\n", quoteYAML(r.Default))
-	}
-	fmt.Fprintf(&b, `  - name: pager
-    webhook_configs:
-      - url: %s
-        send_resolved: true
-  - name: chat
-    webhook_configs:
-      - url: %s
-        send_resolved: true
-`, quoteYAML(r.Pager), quoteYAML(r.Chat))
-	return []byte(b.String())
-}
-
-func quoteYAML(s string) string {
-	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
-}
+`
