@@ -204,9 +204,9 @@ func newServer(p serverParams) *Server {
 	return srv
 }
 
-// drain shuts srv down within shutdownTimeout (see drainBound), and closes
+// drain shuts s down within shutdownTimeout (see drainBound), and closes
 // what is left.
-func (srv *Server) drain(ctx context.Context, shutdownTimeout time.Duration, log *zap.Logger) error {
+func (s *Server) drain(ctx context.Context, shutdownTimeout time.Duration, log *zap.Logger) error {
 	drain := drainBound(ctx, shutdownTimeout)
 	if drain < shutdownTimeout {
 		log.Warn("httpfx: draining for less than ShutdownTimeout, so that the hooks after the server still run; raise fx.StopTimeout",
@@ -214,9 +214,9 @@ func (srv *Server) drain(ctx context.Context, shutdownTimeout time.Duration, log
 	}
 	dctx, cancel := context.WithTimeout(ctx, drain)
 	defer cancel()
-	err := srv.Shutdown(dctx)
+	err := s.Shutdown(dctx)
 	if err != nil {
-		_ = srv.Close()
+		_ = s.Close()
 	}
 	return err
 }

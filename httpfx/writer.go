@@ -110,19 +110,44 @@ type (
 	http2Writer       struct{ *responseWriter } // Flusher, Pusher
 )
 
-func (w flushWriter) Flush()                                             { _ = w.flushError() }
-func (w flushHijackWriter) Flush()                                       { _ = w.flushError() }
-func (w fancyWriter) Flush()                                             { _ = w.flushError() }
-func (w http2Writer) Flush()                                             { _ = w.flushError() }
-func (w flushWriter) FlushError() error                                  { return w.flushError() }
-func (w flushHijackWriter) FlushError() error                            { return w.flushError() }
-func (w fancyWriter) FlushError() error                                  { return w.flushError() }
-func (w http2Writer) FlushError() error                                  { return w.flushError() }
-func (w hijackWriter) Hijack() (net.Conn, *bufio.ReadWriter, error)      { return w.hijack() }
+// Flush implements http.Flusher.
+func (w flushWriter) Flush() { _ = w.flushError() }
+
+// Flush implements http.Flusher.
+func (w flushHijackWriter) Flush() { _ = w.flushError() }
+
+// Flush implements http.Flusher.
+func (w fancyWriter) Flush() { _ = w.flushError() }
+
+// Flush implements http.Flusher.
+func (w http2Writer) Flush() { _ = w.flushError() }
+
+// FlushError flushes and reports a write error.
+func (w flushWriter) FlushError() error { return w.flushError() }
+
+// FlushError flushes and reports a write error.
+func (w flushHijackWriter) FlushError() error { return w.flushError() }
+
+// FlushError flushes and reports a write error.
+func (w fancyWriter) FlushError() error { return w.flushError() }
+
+// FlushError flushes and reports a write error.
+func (w http2Writer) FlushError() error { return w.flushError() }
+
+// Hijack implements http.Hijacker.
+func (w hijackWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) { return w.hijack() }
+
+// Hijack implements http.Hijacker.
 func (w flushHijackWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) { return w.hijack() }
-func (w fancyWriter) Hijack() (net.Conn, *bufio.ReadWriter, error)       { return w.hijack() }
-func (w fancyWriter) ReadFrom(r io.Reader) (int64, error)                { return w.readFrom(r) }
-func (w http2Writer) Push(target string, opts *http.PushOptions) error   { return w.push(target, opts) }
+
+// Hijack implements http.Hijacker.
+func (w fancyWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) { return w.hijack() }
+
+// ReadFrom implements io.ReaderFrom.
+func (w fancyWriter) ReadFrom(r io.Reader) (int64, error) { return w.readFrom(r) }
+
+// Push implements http.Pusher.
+func (w http2Writer) Push(target string, opts *http.PushOptions) error { return w.push(target, opts) }
 
 // wrap starts measuring w and returns the writer the handler gets.
 func (rw *responseWriter) wrap(w http.ResponseWriter, protoMajor int) http.ResponseWriter {
