@@ -56,10 +56,13 @@ func isProbe(r *http.Request) bool {
 	return false
 }
 
-func healthz(w http.ResponseWriter, _ *http.Request) {
+func healthz(w http.ResponseWriter, _ *http.Request) { writeStatus(w, "ok") }
+
+// writeStatus answers 200 {"status":status}, never cached.
+func writeStatus(w http.ResponseWriter, status string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
-	_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
+	_, _ = w.Write([]byte(`{"status":"` + status + `"}` + "\n"))
 }
 
 // readyz answers 200 {"status":"ready"} when every check passes within
@@ -104,9 +107,7 @@ func readyz(checks []ReadinessCheck, log *zap.Logger) http.HandlerFunc {
 			p.Write(w)
 			return
 		}
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Cache-Control", "no-store")
-		_, _ = w.Write([]byte(`{"status":"ready"}` + "\n"))
+		writeStatus(w, "ready")
 	}
 }
 
