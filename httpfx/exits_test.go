@@ -101,6 +101,7 @@ func TestHandlerExits_EachAnsweredAndRecorded(t *testing.T) {
 		}
 	})))
 	defer a.RequireStop()
+	closed := map[string]bool{} // the answer said Connection: close
 	post := func(ctx context.Context, path string) (int, string, error) {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL()+path, nil)
 		resp, err := http.DefaultClient.Do(req)
@@ -108,6 +109,7 @@ func TestHandlerExits_EachAnsweredAndRecorded(t *testing.T) {
 			return 0, "", err
 		}
 		defer resp.Body.Close()
+		closed[path] = resp.Close
 		body, err := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(body), err
 	}
@@ -124,6 +126,11 @@ func TestHandlerExits_EachAnsweredAndRecorded(t *testing.T) {
 	problem500("/error")
 	problem500("/panic")
 	problem500("/goexit")
+	if !closed["/goexit"] {
+		// The connection ends with the handler's goroutine: a client that
+		// kept it would send its next request into a closed connection.
+		t.Error("/goexit: the answer does not say Connection: close")
+	}
 	if code, body, err := post(context.Background(), "/goexit-after-writing"); err == nil {
 		t.Errorf("/goexit-after-writing: the client read a complete %d answer %q", code, body)
 	}

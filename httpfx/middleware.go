@@ -168,6 +168,9 @@ func recovered(w http.ResponseWriter, r *http.Request, log *zap.Logger, p any) {
 	// Also when net/http refused the handler's status (invalid WriteHeader
 	// code) before sending anything: the front middleware's wrap takes a
 	// status as written only once the server's writer has taken it.
+	if p == nil { // net/http closes the connection after Goexit: say so
+		w.Header().Set("Connection", "close")
+	}
 	NewProblem(http.StatusInternalServerError, "internal_error", "The server could not complete the request.").Write(w)
 	if p == nil {
 		_ = http.NewResponseController(w).Flush()
