@@ -77,6 +77,29 @@ func TestReadyz_CheckIgnoringItsContext_OneRunInFlight(t *testing.T) {
 	}
 }
 
+// A readiness check that leaves by runtime.Goexit has failed, and the next
+// /readyz runs it again rather than waiting on a run that never ends.
+func TestReadyz_CheckLeavingByGoexit_FailsAndRunsAgain(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int32
+	a, srv, _ := app(t, fx.Provide(httpfx.AsReadinessCheck(func() httpfx.ReadinessCheck {
+		return httpfx.ReadinessCheck{Name: "gone", Check: func(context.Context) error {
+			runs.Add(1)
+			runtime.Goexit()
+			return nil
+		}}
+	})))
+	defer a.RequireStop()
+	for i := range 2 {
+		if code, _, body := get(t, srv.URL()+httpfx.ReadyPath); code != http.StatusServiceUnavailable || !strings.Contains(body, `"gone"`) {
+			t.Fatalf("readyz %d: %d %s", i, code, body)
+		}
+	}
+	if n := runs.Load(); n != 2 {
+		t.Errorf("the check ran %d times for 2 requests, want 2", n)
+	}
+}
+
 // Every way a handler can leave: the client gets a complete answer (or, for
 // a success cut short, none it could take for complete), and the access log
 // and the metrics say what it got. goleak (TestMain) checks that nothing is

@@ -136,13 +136,15 @@ func (c *checker) start() *checkRun {
 	run := &checkRun{done: make(chan struct{})}
 	c.run = run
 	go func() {
+		defer func() { // also after a runtime.Goexit in the check
+			c.mu.Lock()
+			c.run = nil
+			c.mu.Unlock()
+			close(run.done)
+		}()
 		ctx, cancel := context.WithTimeout(plugintrace.WithoutCommandSpans(context.Background()), readinessTimeout)
 		defer cancel()
 		run.passed = runCheck(ctx, c.check, c.log)
-		c.mu.Lock()
-		c.run = nil
-		c.mu.Unlock()
-		close(run.done)
 	}()
 	return run
 }
