@@ -11,9 +11,10 @@
 //   - tracingfx: the TracerProvider and exporter, redis.<COMMAND> spans,
 //     plugin spans and the ITracingService named TRACING_SERVICE.
 //   - httpfx: the chi router and http.Server, problem+json errors, SERVER
-//     spans, access log, route metrics, /healthz, /readyz and /metrics.
-//   - metricsfx: the app's Prometheus registry, every metric named
-//     <prefix>_<name>, and the alert rules.
+//     spans, access log, /healthz and /readyz; with metricsfx, route metrics
+//     and /metrics.
+//   - metricsfx: the app's Prometheus registry (redisfx metrics named
+//     <prefix>_<name>), and the alert rules.
 //   - lockfx: a distributed lock with renewal and fencing tokens.
 //   - cachefx: a cache with namespaces, tags, stampede-safe loading and an
 //     optional in-process first layer.

@@ -31,8 +31,8 @@ func (e *BaseError) Error() string {
 // Unwrap returns the underlying cause.
 func (e *BaseError) Unwrap() error { return e.Err }
 
-// As lets errors.As find the base *Error inside any error type that embeds
-// BaseError by value: the method is promoted to the embedding type.
+// As lets errors.As find the *BaseError inside any error type that embeds
+// BaseError by value (the method is promoted).
 func (e *BaseError) As(target any) bool {
 	if t, ok := target.(**BaseError); ok {
 		*t = e
