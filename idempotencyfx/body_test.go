@@ -74,3 +74,42 @@ func bodyErrorCode(err error) string {
 type errReader struct{}
 
 func (errReader) Read([]byte) (int, error) { return 0, errors.New("connection reset") }
+
+// stallingBody sends one byte of a body that announced much more, then
+// fails as a connection held and dropped would; it notes the largest
+// buffer it was asked to fill.
+type stallingBody struct {
+	sent    bool
+	largest int
+}
+
+func (b *stallingBody) Read(p []byte) (int, error) {
+	b.largest = max(b.largest, len(p))
+	if !b.sent {
+		b.sent = true
+		p[0] = '{'
+		return 1, nil
+	}
+	return 0, errors.New("connection reset")
+}
+
+// A keyed request whose Content-Length says 1 MiB (MaxBodyBytes' default)
+// and whose body brings one byte must not get a 1 MiB buffer: the memory
+// held for a request grows with the bytes that arrive, not with what the
+// client announces.
+func TestReadBody_LyingContentLength_BufferGrowsWithArrivingBytes(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{}, nil)
+	body := &stallingBody{}
+	r := httptest.NewRequest(http.MethodPost, "/payments", nil)
+	r.Body, r.ContentLength = io.NopCloser(body), DefaultMaxBodyBytes
+	r.Header.Set("Idempotency-Key", "lying-length")
+	w := httptest.NewRecorder()
+	e.http.Config.Handler.ServeHTTP(w, r)
+	if w.Code != http.StatusBadRequest {
+		t.Fatalf("status %d, want 400 body_unreadable", w.Code)
+	}
+	if body.largest > 4<<10 {
+		t.Fatalf("a body that sent 1 byte was read into a %d-byte buffer", body.largest)
+	}
+}

@@ -212,7 +212,9 @@ func failedUnlessAnswered(rec *recorder) State {
 }
 
 // readBody reads the whole request body, at most limit bytes, and restores
-// it for the handler.
+// it for the handler. Content-Length only refuses a body announced too
+// large: the buffer grows with the bytes that arrive, so a client that
+// announces 1 MiB and sends one byte costs one small buffer.
 func readBody(r *http.Request, limit int64) ([]byte, error) {
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil, nil
@@ -220,11 +222,7 @@ func readBody(r *http.Request, limit int64) ([]byte, error) {
 	if r.ContentLength > limit {
 		return nil, bodyTooLarge(limit)
 	}
-	size := 512
-	if r.ContentLength >= 0 {
-		size = int(r.ContentLength)
-	}
-	body, err := readAll(r.Body, size, limit)
+	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
 	if err != nil {
 		return nil, &httpfx.ProblemError{Problem: httpfx.NewProblem(http.StatusBadRequest, "body_unreadable", "the request body could not be read")}
 	}
@@ -235,27 +233,6 @@ func readBody(r *http.Request, limit int64) ([]byte, error) {
 	rb.Reset(body)
 	r.Body = rb
 	return body, nil
-}
-
-// readAll is io.ReadAll with a size hint and a limit: a body of the hinted
-// size is read into one allocation (its spare byte takes the final EOF
-// read), a longer one grows, and reading stops once more than limit bytes
-// are in.
-func readAll(r io.Reader, size int, limit int64) ([]byte, error) {
-	b := make([]byte, 0, size+1)
-	for {
-		if len(b) == cap(b) {
-			b = append(b, 0)[:len(b)]
-		}
-		n, err := r.Read(b[len(b):cap(b)])
-		b = b[:len(b)+n]
-		switch {
-		case int64(len(b)) > limit, err == io.EOF:
-			return b, nil
-		case err != nil:
-			return b, err
-		}
-	}
 }
 
 // restoredBody is the request body given back to the handler after it was
