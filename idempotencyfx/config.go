@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/redisfx/redisfx"
-	"github.com/redisfx/redisfx/internal/fxconfig"
 )
 
 // ErrorPolicy says what happens when Redis cannot be reached.
@@ -144,89 +143,22 @@ type settings struct {
 
 // normalize validates c and applies defaults.
 func (c Config) normalize() (*settings, error) {
-	bad := func(opt, format string, args ...any) (*settings, error) {
-		return nil, redisfx.NewConfigError("idempotencyfx", "Config."+opt, fmt.Sprintf(format, args...))
+	if err := c.validate(); err != nil {
+		return nil, err
 	}
-	switch {
-	case c.DefaultTTL == 0:
-		c.DefaultTTL = DefaultTTL
-	case c.DefaultTTL < 0 && c.DefaultTTL != NeverExpire:
-		return bad("DefaultTTL", "%v is negative (NeverExpire keeps records for ever)", c.DefaultTTL)
+	orDefault(&c.DefaultTTL, DefaultTTL)
+	orDefault(&c.HeaderName, DefaultHeaderName)
+	orDefault(&c.KeyPrefix, DefaultKeyPrefix)
+	orDefault(&c.LockTimeout, DefaultLockTimeout)
+	if !c.NoWait {
+		orDefault(&c.WaitTimeout, DefaultWaitTimeout)
 	}
-	if c.DefaultTTL > 0 && c.DefaultTTL < time.Millisecond {
-		return bad("DefaultTTL", "%v is below Redis's 1ms resolution", c.DefaultTTL)
-	}
-	if c.HeaderName == "" {
-		c.HeaderName = DefaultHeaderName
-	}
-	for i := 0; i < len(c.HeaderName); i++ {
-		ch := c.HeaderName[i]
-		if ch <= ' ' || ch >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, ch) >= 0 {
-			return bad("HeaderName", "%q is not an HTTP header name", c.HeaderName)
-		}
-	}
-	if c.KeyPrefix == "" {
-		c.KeyPrefix = DefaultKeyPrefix
-	}
-	switch {
-	case c.LockTimeout == 0:
-		c.LockTimeout = DefaultLockTimeout
-	case c.LockTimeout < 10*time.Millisecond:
-		return bad("LockTimeout", "%v is too short (minimum 10ms)", c.LockTimeout)
-	}
-	for _, d := range []struct {
-		name string
-		v    time.Duration
-	}{{"DefaultTTL", c.DefaultTTL}, {"LockTimeout", c.LockTimeout}, {"WaitTimeout", c.WaitTimeout},
-		{"StoreTimeout", c.StoreTimeout}, {"PollInterval", c.PollInterval}, {"ReplicaAckTimeout", c.ReplicaAckTimeout}} {
-		if why := fxconfig.TooLong(d.v); why != "" {
-			return bad(d.name, "%s", why)
-		}
-	}
-	switch {
-	case c.WaitTimeout < 0:
-		return bad("WaitTimeout", "%v is negative", c.WaitTimeout)
-	case c.NoWait && c.WaitTimeout != 0:
-		return bad("NoWait", "set together with WaitTimeout %v", c.WaitTimeout)
-	case c.WaitTimeout == 0 && !c.NoWait:
-		c.WaitTimeout = DefaultWaitTimeout
-	}
-	switch c.ErrorPolicy {
-	case "":
-		c.ErrorPolicy = FailClosed
-	case FailClosed, FailOpen:
-	default:
-		return bad("ErrorPolicy", "%q is not %q or %q", c.ErrorPolicy, FailClosed, FailOpen)
-	}
-	maxResponse := int64(c.MaxResponseBytes)
-	for _, o := range []struct {
-		name string
-		v    *int64
-		def  int64
-	}{
-		{"MaxBodyBytes", &c.MaxBodyBytes, DefaultMaxBodyBytes},
-		{"MaxResponseBytes", &maxResponse, DefaultMaxResponse},
-		{"StoreTimeout", (*int64)(&c.StoreTimeout), int64(DefaultStoreTimeout)},
-		{"PollInterval", (*int64)(&c.PollInterval), int64(DefaultPollInterval)},
-		{"ReplicaAckTimeout", (*int64)(&c.ReplicaAckTimeout), int64(50 * time.Millisecond)},
-	} {
-		if *o.v < 0 {
-			if strings.HasSuffix(o.name, "Bytes") {
-				return bad(o.name, "%d is negative", *o.v)
-			}
-			return bad(o.name, "%v is negative", time.Duration(*o.v))
-		}
-		if *o.v == 0 {
-			*o.v = o.def
-		}
-	}
-	if maxResponse > MaxResponseBytesLimit {
-		return bad("MaxResponseBytes", "%d is above MaxResponseBytesLimit (%d): a replay could not be read back whole", maxResponse, MaxResponseBytesLimit)
-	}
-	c.MaxResponseBytes = int(maxResponse)
-	if c.ReplicaAcks < 0 {
-		return bad("ReplicaAcks", "%d is negative", c.ReplicaAcks)
-	}
+	orDefault(&c.ErrorPolicy, FailClosed)
+	orDefault(&c.MaxBodyBytes, DefaultMaxBodyBytes)
+	orDefault(&c.MaxResponseBytes, DefaultMaxResponse)
+	orDefault(&c.StoreTimeout, DefaultStoreTimeout)
+	orDefault(&c.PollInterval, DefaultPollInterval)
+	orDefault(&c.ReplicaAckTimeout, 50*time.Millisecond)
 	if c.FingerprintGenerator == nil {
 		c.FingerprintGenerator = DefaultFingerprint
 	}
@@ -239,6 +171,51 @@ func (c Config) normalize() (*settings, error) {
 		s.skip[textproto.CanonicalMIMEHeaderKey(h)] = struct{}{}
 	}
 	return s, nil
+}
+
+func orDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
+	}
+}
+
+// validate reports the first option set to a value no default can mend.
+func (c Config) validate() error {
+	bad := func(opt, format string, args ...any) error {
+		return redisfx.NewConfigError("idempotencyfx", "Config."+opt, fmt.Sprintf(format, args...))
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"WaitTimeout", c.WaitTimeout}, {"StoreTimeout", c.StoreTimeout}, {"PollInterval", c.PollInterval}, {"ReplicaAckTimeout", c.ReplicaAckTimeout}} {
+		if d.v < 0 {
+			return bad(d.name, "%v is negative", d.v)
+		}
+	}
+	switch {
+	case c.DefaultTTL < 0 && c.DefaultTTL != NeverExpire:
+		return bad("DefaultTTL", "%v is negative (NeverExpire keeps records for ever)", c.DefaultTTL)
+	case c.DefaultTTL > 0 && c.DefaultTTL < time.Millisecond:
+		return bad("DefaultTTL", "%v is below Redis's 1ms resolution", c.DefaultTTL)
+	case strings.ContainsFunc(c.HeaderName, func(r rune) bool { return r <= ' ' || r >= 0x7f || strings.ContainsRune(`"(),/:;<=>?@[\]{}`, r) }):
+		return bad("HeaderName", "%q is not an HTTP header name", c.HeaderName)
+	case c.LockTimeout != 0 && c.LockTimeout < 10*time.Millisecond:
+		return bad("LockTimeout", "%v is too short (minimum 10ms)", c.LockTimeout)
+	case c.NoWait && c.WaitTimeout != 0:
+		return bad("NoWait", "set together with WaitTimeout %v", c.WaitTimeout)
+	case c.ErrorPolicy != "" && c.ErrorPolicy != FailClosed && c.ErrorPolicy != FailOpen:
+		return bad("ErrorPolicy", "%q is not %q or %q", c.ErrorPolicy, FailClosed, FailOpen)
+	case c.MaxBodyBytes < 0:
+		return bad("MaxBodyBytes", "%d is negative", c.MaxBodyBytes)
+	case c.MaxResponseBytes < 0:
+		return bad("MaxResponseBytes", "%d is negative", c.MaxResponseBytes)
+	case c.MaxResponseBytes > MaxResponseBytesLimit:
+		return bad("MaxResponseBytes", "%d is above MaxResponseBytesLimit (%d): a replay could not be read back whole", c.MaxResponseBytes, MaxResponseBytesLimit)
+	case c.ReplicaAcks < 0:
+		return bad("ReplicaAcks", "%d is negative", c.ReplicaAcks)
+	}
+	return nil
 }
 
 // hopByHop headers belong to one connection and are never recorded (RFC 9110 §7.6.1).

@@ -8,6 +8,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/redisfx/redisfx/internal/ctxsleep"
+	"github.com/redisfx/redisfx/internal/durations"
 )
 
 // An outcome that the request could not record within its own two tries
@@ -76,7 +77,7 @@ func (lc *lateCompletions) shutdown(ctx context.Context) {
 // out at once, later ones back off up to a tenth of the lease.
 func (s *Service) completeLate(parent, stop context.Context, l *lease, state State, resp []byte, ttl time.Duration) {
 	// The record expires before this: its owner's last renewal was earlier.
-	end := time.Now().Add(2 * s.cfg.LockTimeout)
+	end := time.Now().Add(durations.Mul(s.cfg.LockTimeout, 2))
 	// The request has ended; its trace goes on.
 	ctx, cancel := context.WithCancel(context.WithoutCancel(parent))
 	defer context.AfterFunc(stop, cancel)()

@@ -13,6 +13,7 @@ import (
 
 	"github.com/redisfx/redisfx/httpfx"
 	"github.com/redisfx/redisfx/internal/detach"
+	"github.com/redisfx/redisfx/internal/durations"
 	"github.com/redisfx/redisfx/internal/idemscript"
 	"github.com/redisfx/redisfx/internal/randid"
 	"github.com/redisfx/redisfx/internal/scripts"
@@ -180,7 +181,7 @@ func (s *Service) Shutdown(ctx context.Context) error {
 // longer rarely helps, and the hooks that run after this one (storefx
 // closing the client, tracingfx flushing the last spans) need the rest.
 func (s *Service) stop(ctx context.Context) error {
-	grace := 2 * s.cfg.StoreTimeout
+	grace := durations.Mul(s.cfg.StoreTimeout, 2)
 	if deadline, ok := ctx.Deadline(); ok {
 		grace = min(grace, time.Until(deadline)/2)
 	}
