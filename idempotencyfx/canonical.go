@@ -8,7 +8,6 @@ import (
 	"io"
 	"math"
 	"slices"
-	"sync"
 	"unicode"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -29,25 +28,20 @@ var (
 // serialisation: 'a' + element count then the elements; 'o' + member count
 // then, per member sorted by key, 'k' + key and the value; 's' + string;
 // 'n' + number text; 't', 'f', 'z' for true, false, null. Counts and lengths
-// are uvarints. It matches what encoding/json decodes: invalid UTF-8 becomes
-// U+FFFD, "\u0041" is "A". Duplicate keys all count, in document order:
-// encoding/json does not simply keep the last (a null leaves a string field
+// are uvarints. Strings are compared as encoding/json decodes them (invalid
+// UTF-8 is U+FFFD, "\u0041" is "A"). Duplicate keys all count, in document
+// order: encoding/json does not simply keep the last (a null leaves a field
 // as it was, repeated objects merge into a struct).
 //
-// An object with two keys that are equal under case folding ("amount" and
-// "Amount") is tagged 'O' and keeps the document order of those keys:
-// encoding/json matches struct fields case-insensitively and the last
-// matching key wins, so their order changes what a handler decodes. An
-// object with two different keys that are the same integer ("1" and "01",
-// "+1", "-0" and "0") is tagged 'N' and keeps the document order of those
-// keys, and of keys equal under case folding: encoding/json decodes them
-// into one key of a map with an integer key type, and the last one wins.
-// Only objects with such keys have these tags, so the canonical form of
-// any other is what it was before the rule.
+// Key order matters where it changes what encoding/json decodes: an object
+// with two keys equal under case folding (struct fields match them alike,
+// the last wins) is tagged 'O' and ordered by folded key, then document
+// order; one with two different keys of one integer ("1", "01", "+1"; one
+// key of a map with an integer key type) is tagged 'N' and ordered by that
+// integer (or folded key), then document order.
 //
-// The work is linear in the size of the body (plus sorting the keys of each
-// object): one pass parses the document into a flat list of nodes, a second
-// writes it from that list. Neither recurses, so depth costs no stack.
+// A first pass parses the document into a flat list of nodes, a second
+// writes it from that list: linear in the body's size, plus sorting keys.
 
 // node is one value of the parsed document, in document order. The children
 // of a container follow it; an object's are key, value, key, value...
@@ -56,84 +50,24 @@ type node struct {
 	next       int32 // the index after this node and its descendants
 	count      int32 // elements of an array, members of an object
 	kind       byte  // 'o' 'a' 's' 'n' 't' 'f' 'z'
-	esc        bool  // the string had escapes (or invalid UTF-8) and was decoded into buf
+	esc        bool  // the string was decoded into buf
 }
 
-// nodes is the parsed document, in chunks: appending never moves a node
-// (pointers to one stay valid) and a large document is never copied to grow.
-type nodes struct {
-	chunks [][]node
-	n      int32
-}
-
-const chunkBits = 10 // 1,024 nodes (20 KiB) per chunk
-
-func (t *nodes) add(nd node) int32 {
-	i := t.n
-	if int(i>>chunkBits) == len(t.chunks) {
-		t.chunks = append(t.chunks, make([]node, 1<<chunkBits))
-	}
-	t.chunks[i>>chunkBits][i&(1<<chunkBits-1)] = nd
-	t.n++
-	return i
-}
-
-func (t *nodes) at(i int32) *node { return &t.chunks[i>>chunkBits][i&(1<<chunkBits-1)] }
-
-// reset empties t, keeping a few chunks for the next (ordinary) document.
-func (t *nodes) reset() {
-	t.n = 0
-	if len(t.chunks) > 4 {
-		clear(t.chunks[4:])
-		t.chunks = t.chunks[:4]
-	}
-}
-
-// member is one member of an object being written.
-type member struct {
-	key   int32 // node index of the key
-	value int32 // node index of the value
-	order int32 // position in the object
-}
-
-// frame is a container being written.
-type frame struct {
-	node     int32 // the container
-	next     int32 // arrays: node index of the next element
-	left     int32 // arrays: elements left
-	pos, end int   // objects: its members are members[pos:end] (pos: the next to write)
-	from     int   // objects: where its members start, to drop them when done
-	path     string
-	live     bool // an ignored path may lie below path
-}
-
-// folded is a member with its case-folded key (foldBuf[lo:hi]), to order
-// colliding keys.
-type folded struct {
-	lo, hi int32
-	m      member
-}
+// member is one member of an object being written: node indexes, the key's
+// also its document order.
+type member struct{ key, value int32 }
 
 type canonicalizer struct {
 	data    []byte
-	w       io.Writer
 	ignore  *ignoreSet
-	nodes   nodes
-	buf     []byte  // decoded strings
-	stack   []int32 // open containers while parsing
+	nodes   []node
+	buf     []byte // decoded strings
 	members []member
-	frames  []frame
 	folds   []folded
 	foldBuf []byte
 	scratch []byte // paths being looked up
-	out     []byte // output not yet written to w
+	out     []byte
 }
-
-var canonicalizers = sync.Pool{New: func() any { return new(canonicalizer) }}
-
-// keepCap is the capacity up to which a pooled canonicalizer keeps its
-// buffers: ordinary bodies reuse them, a hostile one does not pin memory.
-const keepCap = 1 << 14
 
 // canonical writes the canonical form of data to w. It returns errNotJSON
 // when data is not exactly one JSON document and errTooDeep when it nests
@@ -142,128 +76,88 @@ func canonical(w io.Writer, data []byte, ignore *ignoreSet) error {
 	if len(data) > math.MaxInt32 {
 		return errNotJSON
 	}
-	c, ok := canonicalizers.Get().(*canonicalizer)
-	if !ok {
-		c = new(canonicalizer)
-	}
-	defer c.release()
-	c.data, c.w, c.ignore = data, w, ignore
-	if err := c.parse(); err != nil {
+	c := &canonicalizer{data: data, ignore: ignore, nodes: make([]node, 0, 16+len(data)/8)}
+	end, err := c.value(c.ws(0), 0)
+	if err != nil {
 		return err
 	}
-	c.write()
+	if c.ws(end) != len(data) {
+		return errNotJSON
+	}
+	c.out = make([]byte, 0, len(data)+16)
+	c.emit(0, "", ignore != nil)
+	_, _ = w.Write(c.out)
 	return nil
 }
 
-func (c *canonicalizer) release() {
-	c.data, c.w, c.ignore = nil, nil, nil
-	c.nodes.reset()
-	c.buf, c.stack = trim(c.buf), trim(c.stack)
-	c.members, c.frames, c.folds = trim(c.members), trim(c.frames), trim(c.folds)
-	c.foldBuf, c.scratch, c.out = trim(c.foldBuf), trim(c.scratch), trim(c.out)
-	canonicalizers.Put(c)
-}
-
-// trim empties a buffer for reuse. None holds a pointer into the body.
-func trim[T any](s []T) []T {
-	if cap(s) > keepCap {
-		return nil
-	}
-	return s[:0]
-}
-
-// parse reads the document into c.nodes.
-func (c *canonicalizer) parse() error {
+// value parses the value at i, inside depth containers, and returns where
+// it ends.
+func (c *canonicalizer) value(i, depth int) (int, error) {
 	d := c.data
-	i := c.ws(0)
-	for {
-		// A value starts at i.
-		if i >= len(d) {
-			return errNotJSON
-		}
-		var err error
-		switch b := d[i]; {
-		case b == '{' || b == '[':
-			if len(c.stack) == MaxJSONDepth {
-				return errTooDeep
-			}
-			kind, closer := byte('a'), byte(']')
-			if b == '{' {
-				kind, closer = 'o', '}'
-			}
-			c.stack = append(c.stack, c.nodes.add(node{kind: kind}))
-			if i = c.ws(i + 1); i < len(d) && d[i] == closer {
-				i++
-				c.closeContainer()
-				break // an empty container is a complete value
-			}
-			if kind == 'o' {
-				if i, err = c.key(i); err != nil {
-					return err
-				}
-			}
-			continue // its first value
-		case b == '"':
-			i, err = c.str(i)
-		case b == 't':
-			i, err = c.literal(i, "true", 't')
-		case b == 'f':
-			i, err = c.literal(i, "false", 'f')
-		case b == 'n':
-			i, err = c.literal(i, "null", 'z')
-		case b == '-' || (b >= '0' && b <= '9'):
-			i, err = c.number(i)
-		default:
-			return errNotJSON
-		}
-		if err != nil {
-			return err
-		}
-		// A value ends at i: it may be the last of its containers.
-		for {
-			if len(c.stack) == 0 {
-				if c.ws(i) != len(d) {
-					return errNotJSON
-				}
-				return nil
-			}
-			top := c.nodes.at(c.stack[len(c.stack)-1])
-			top.count++
-			if i = c.ws(i); i >= len(d) {
-				return errNotJSON
-			}
-			if d[i] == ',' {
-				i = c.ws(i + 1)
-				if top.kind == 'o' {
-					if i, err = c.key(i); err != nil {
-						return err
-					}
-				}
-				break // the next value
-			}
-			if (top.kind == 'a' && d[i] != ']') || (top.kind == 'o' && d[i] != '}') {
-				return errNotJSON
-			}
-			i++
-			c.closeContainer()
-		}
+	if i >= len(d) {
+		return 0, errNotJSON
 	}
+	switch b := d[i]; {
+	case b == '{' || b == '[':
+		if depth == MaxJSONDepth {
+			return 0, errTooDeep
+		}
+		return c.container(i, depth+1)
+	case b == '"':
+		return c.str(i)
+	case b == 't':
+		return c.literal(i, "true", 't')
+	case b == 'f':
+		return c.literal(i, "false", 'f')
+	case b == 'n':
+		return c.literal(i, "null", 'z')
+	case b == '-' || (b >= '0' && b <= '9'):
+		return c.number(i)
+	}
+	return 0, errNotJSON
 }
 
-func (c *canonicalizer) closeContainer() {
-	top := c.stack[len(c.stack)-1]
-	c.stack = c.stack[:len(c.stack)-1]
-	c.nodes.at(top).next = c.nodes.n
+func (c *canonicalizer) container(i, depth int) (int, error) {
+	d := c.data
+	kind, closer := byte('a'), byte(']')
+	if d[i] == '{' {
+		kind, closer = 'o', '}'
+	}
+	at := len(c.nodes)
+	c.nodes = append(c.nodes, node{kind: kind})
+	var err error
+	if i = c.ws(i + 1); i < len(d) && d[i] == closer {
+		c.nodes[at].next = int32(len(c.nodes))
+		return i + 1, nil
+	}
+	for {
+		if kind == 'o' {
+			if i, err = c.key(i); err != nil {
+				return 0, err
+			}
+		}
+		if i, err = c.value(i, depth); err != nil {
+			return 0, err
+		}
+		c.nodes[at].count++
+		if i = c.ws(i); i >= len(d) {
+			return 0, errNotJSON
+		}
+		switch d[i] {
+		case ',':
+			i = c.ws(i + 1)
+		case closer:
+			c.nodes[at].next = int32(len(c.nodes))
+			return i + 1, nil
+		default:
+			return 0, errNotJSON
+		}
+	}
 }
 
 func (c *canonicalizer) ws(i int) int {
-	for i < len(c.data) {
-		switch c.data[i] {
-		case ' ', '\t', '\n', '\r':
-			i++
-		default:
-			return i
-		}
+	for i < len(c.data) && (c.data[i] == ' ' || c.data[i] == '\t' || c.data[i] == '\n' || c.data[i] == '\r') {
+		i++
 	}
 	return i
 }
@@ -284,7 +178,7 @@ func (c *canonicalizer) key(i int) (int, error) {
 }
 
 func (c *canonicalizer) scalar(kind byte, start, end int, esc bool) {
-	c.nodes.add(node{kind: kind, start: int32(start), end: int32(end), next: c.nodes.n + 1, esc: esc})
+	c.nodes = append(c.nodes, node{kind: kind, start: int32(start), end: int32(end), next: int32(len(c.nodes) + 1), esc: esc})
 }
 
 func (c *canonicalizer) literal(i int, lit string, kind byte) (int, error) {
@@ -310,9 +204,7 @@ func (c *canonicalizer) number(start int) (int, error) {
 		return 0, errNotJSON
 	}
 	if i < len(d) && d[i] == '.' {
-		if j := digits(d, i+1); j > i+1 {
-			i = j
-		} else {
+		if i = digits(d, i+1); d[i-1] == '.' {
 			return 0, errNotJSON
 		}
 	}
@@ -338,23 +230,42 @@ func digits(d []byte, i int) int {
 	return i
 }
 
-// str reads the string at i (which is '"'). A string without escapes that is
-// valid ASCII is kept in place; any other is decoded into buf.
+// str reads the string at i (which is '"'). One of printable ASCII without
+// escapes is kept in place; any other is decoded into buf.
 func (c *canonicalizer) str(i int) (int, error) {
 	d := c.data
 	i++
 	start := i
-	for i < len(d) && inPlace[d[i]] { // one table load per byte, not four comparisons
+	for i < len(d) && inPlace[d[i]] {
 		i++
 	}
-	switch {
-	case i == len(d):
-		return 0, errNotJSON
-	case d[i] == '"':
+	if i < len(d) && d[i] == '"' {
 		c.scalar('s', start, i, false)
 		return i + 1, nil
 	}
-	return c.strSlow(start) // an escape, a control character or non-ASCII
+	from, out := len(c.buf), c.buf
+	for i = start; i < len(d); {
+		switch b := d[i]; {
+		case b == '"':
+			c.buf = out
+			c.scalar('s', from, len(out), true)
+			return i + 1, nil
+		case b < 0x20:
+			return 0, errNotJSON
+		case b == '\\':
+			r, n := unescape(d[i:])
+			if n == 0 {
+				return 0, errNotJSON
+			}
+			out, i = utf8.AppendRune(out, r), i+n
+		case b < utf8.RuneSelf:
+			out, i = append(out, b), i+1
+		default:
+			r, n := utf8.DecodeRune(d[i:])
+			out, i = utf8.AppendRune(out, r), i+n // an invalid byte is U+FFFD
+		}
+	}
+	return 0, errNotJSON
 }
 
 // inPlace holds the bytes a string kept in place may hold: printable ASCII
@@ -366,80 +277,51 @@ var inPlace = func() (t [256]bool) {
 	return t
 }()
 
-func (c *canonicalizer) strSlow(start int) (int, error) {
-	d := c.data
-	from := len(c.buf)
-	out := c.buf
-	for i := start; i < len(d); {
-		b := d[i]
-		switch {
-		case b == '"':
-			c.buf = out
-			c.scalar('s', from, len(out), true)
-			return i + 1, nil
-		case b < 0x20:
-			return 0, errNotJSON
-		case b == '\\':
-			if i+1 >= len(d) {
-				return 0, errNotJSON
-			}
-			switch e := d[i+1]; e {
-			case '"', '\\', '/':
-				out, i = append(out, e), i+2
-			case 'b':
-				out, i = append(out, '\b'), i+2
-			case 'f':
-				out, i = append(out, '\f'), i+2
-			case 'n':
-				out, i = append(out, '\n'), i+2
-			case 'r':
-				out, i = append(out, '\r'), i+2
-			case 't':
-				out, i = append(out, '\t'), i+2
-			case 'u':
-				r, ok := hex4(d, i+2)
-				if !ok {
-					return 0, errNotJSON
-				}
-				i += 6
-				if utf16.IsSurrogate(r) {
-					r2, ok2 := rune(-1), false
-					if i+1 < len(d) && d[i] == '\\' && d[i+1] == 'u' {
-						r2, ok2 = hex4(d, i+2)
-					}
-					if dec := utf16.DecodeRune(r, r2); ok2 && dec != utf8.RuneError {
-						r = dec
-						i += 6
-					} else {
-						r = utf8.RuneError
-					}
-				}
-				out = utf8.AppendRune(out, r)
-			default:
-				return 0, errNotJSON
-			}
-		case b < utf8.RuneSelf:
-			out = append(out, b)
-			i++
-		default:
-			r, size := utf8.DecodeRune(d[i:])
-			if r == utf8.RuneError && size == 1 {
-				out = utf8.AppendRune(out, utf8.RuneError)
-			} else {
-				out = append(out, d[i:i+size]...)
-			}
-			i += size
-		}
+// unescape decodes the escape at the start of d, as encoding/json does (a
+// lone surrogate is U+FFFD); n is its length, 0 if it is not one.
+func unescape(d []byte) (r rune, n int) {
+	if len(d) < 2 {
+		return 0, 0
 	}
-	return 0, errNotJSON
+	switch e := d[1]; e {
+	case '"', '\\', '/':
+		return rune(e), 2
+	case 'b':
+		return '\b', 2
+	case 'f':
+		return '\f', 2
+	case 'n':
+		return '\n', 2
+	case 'r':
+		return '\r', 2
+	case 't':
+		return '\t', 2
+	case 'u':
+		r, ok := hex4(d[2:])
+		if !ok {
+			return 0, 0
+		}
+		if !utf16.IsSurrogate(r) {
+			return r, 6
+		}
+		if len(d) >= 8 && d[6] == '\\' && d[7] == 'u' {
+			if r2, ok := hex4(d[8:]); ok {
+				if dec := utf16.DecodeRune(r, r2); dec != utf8.RuneError {
+					return dec, 12
+				}
+			}
+		}
+		return utf8.RuneError, 6
+	}
+	return 0, 0
 }
 
-func hex4(d []byte, i int) (rune, bool) {
-	if i+4 > len(d) {
+func hex4(d []byte) (rune, bool) {
+	if len(d) < 4 {
 		return 0, false
 	}
 	var r rune
-	for _, b := range d[i : i+4] {
+	for _, b := range d[:4] {
 		switch {
 		case b >= '0' && b <= '9':
 			r = r<<4 | rune(b-'0')
@@ -454,146 +336,94 @@ func hex4(d []byte, i int) (rune, bool) {
 	return r, true
 }
 
-// bytesOf returns the bytes of a string or number node.
-func (c *canonicalizer) bytesOf(n *node) []byte {
+// bytesOf returns the bytes of string or number node i.
+func (c *canonicalizer) bytesOf(i int32) []byte {
+	n := &c.nodes[i]
 	if n.esc {
 		return c.buf[n.start:n.end]
 	}
 	return c.data[n.start:n.end]
 }
 
-func (c *canonicalizer) keyOf(m member) []byte { return c.bytesOf(c.nodes.at(m.key)) }
-
-// write writes the parsed document to w.
-func (c *canonicalizer) write() {
-	c.emit(0, "", c.ignore != nil)
-	for len(c.frames) > 0 {
-		f := &c.frames[len(c.frames)-1]
-		path, live := f.path, f.live
-		if c.nodes.at(f.node).kind == 'a' {
-			if f.left == 0 {
-				c.frames = c.frames[:len(c.frames)-1]
-				continue
-			}
-			el := f.next
-			f.next, f.left = c.nodes.at(el).next, f.left-1
-			if live {
-				path, live = c.ignore.below(c.path(path, nil))
-			}
-			c.emit(el, path, live) // may grow c.frames: f is not used after this
-			continue
-		}
-		if f.pos == f.end {
-			c.members = c.members[:f.from]
-			c.frames = c.frames[:len(c.frames)-1]
-			continue
-		}
-		m := c.members[f.pos]
-		f.pos++
-		key := c.keyOf(m)
-		c.tag('k', len(key))
-		c.put(key)
-		if live {
-			path, live = c.ignore.below(c.path(path, key))
-		}
-		c.emit(m.value, path, live)
-	}
-	if len(c.out) > 0 {
-		_, _ = c.w.Write(c.out)
-		c.out = c.out[:0]
-	}
-}
-
-// emit writes node i, or the head of a container (whose content follows
-// through a new frame). path is its path for IgnoreJSONFields.
+// emit writes node i and what it holds. path is its IgnoreJSONFields path,
+// live whether an ignored path may lie at or below it.
 func (c *canonicalizer) emit(i int32, path string, live bool) {
-	n := c.nodes.at(i)
+	n := c.nodes[i]
 	switch n.kind {
 	case 'a':
 		c.tag('a', int(n.count))
-		if n.count > 0 {
-			c.frames = append(c.frames, frame{node: i, next: i + 1, left: n.count, path: path, live: live})
+		p, l := path, live
+		if live {
+			p, l = c.ignore.below(c.path(path, nil))
+		}
+		for el := i + 1; el < n.next; el = c.nodes[el].next {
+			c.emit(el, p, l)
 		}
 	case 'o':
 		from := len(c.members)
-		k := i + 1
-		for j := int32(0); j < n.count; j++ {
-			c.members = append(c.members, member{key: k, value: k + 1, order: j})
-			k = c.nodes.at(k + 1).next
+		for k := i + 1; k < n.next; k = c.nodes[k+1].next {
+			if !live || !c.ignore.matches(c.path(path, c.bytesOf(k))) {
+				c.members = append(c.members, member{key: k, value: k + 1})
+			}
 		}
-		tag := c.arrange(from, path, live)
-		c.tag(tag, len(c.members)-from)
-		if len(c.members) == from {
-			return
+		ms := c.members[from:]
+		c.tag(c.arrange(ms), len(ms))
+		for _, m := range ms {
+			key := c.bytesOf(m.key)
+			c.tag('k', len(key))
+			c.out = append(c.out, key...)
+			p, l := path, live
+			if live {
+				p, l = c.ignore.below(c.path(path, key))
+			}
+			c.emit(m.value, p, l)
 		}
-		c.frames = append(c.frames, frame{node: i, pos: from, end: len(c.members), from: from, path: path, live: live})
+		c.members = c.members[:from]
 	case 's', 'n':
-		b := c.bytesOf(n)
+		b := c.bytesOf(i)
 		c.tag(n.kind, len(b))
-		c.put(b)
+		c.out = append(c.out, b...)
 	default:
 		c.tag(n.kind, 0)
 	}
 }
 
-// arrange puts the members of one object, c.members[from:], in canonical
-// order: ignored ones dropped, sorted by key and then document order (every
-// duplicate kept), or by folded key and then document order when two keys
-// collide under case folding (tag 'O'), or by class (see collision) and
-// then document order when two keys are the same integer (tag 'N').
-func (c *canonicalizer) arrange(from int, path string, live bool) (tag byte) {
-	ms := c.members[from:]
-	if live {
-		kept := ms[:0]
-		for _, m := range ms {
-			if !c.ignore.matches(c.path(path, c.keyOf(m))) {
-				kept = append(kept, m)
-			}
-		}
-		ms = kept
-	}
+func (c *canonicalizer) tag(t byte, n int) {
+	c.out = binary.AppendUvarint(append(c.out, t), uint64(n))
+}
+
+// arrange orders the members of one object and returns its tag: sorted by
+// key then document order ('o'), unless keys collide ('N', 'O').
+func (c *canonicalizer) arrange(ms []member) (tag byte) {
 	slices.SortFunc(ms, func(a, b member) int {
-		if d := bytes.Compare(c.keyOf(a), c.keyOf(b)); d != 0 {
+		if d := bytes.Compare(c.bytesOf(a.key), c.bytesOf(b.key)); d != 0 {
 			return d
 		}
-		return cmp.Compare(a.order, b.order)
+		return cmp.Compare(a.key, b.key)
 	})
-	c.members = c.members[:from+len(ms)]
 	if len(ms) < 2 {
 		return 'o'
 	}
 	plain, oddInts := c.scanKeys(ms)
 	switch {
 	case oddInts && c.collision(ms, true):
-		tag = 'N'
+		return 'N'
 	case !plain && c.collision(ms, false):
-		tag = 'O'
-	default:
-		return 'o'
+		return 'O'
 	}
-	for k, f := range c.folds {
-		ms[k] = f.m
-	}
-	return tag
+	return 'o'
 }
 
-// scanKeys looks at the keys of one object for what may collide: plain is
-// false when a key has an upper-case ASCII letter or a non-ASCII rune (it
-// may fold onto another key); oddInts is true when a key is an integer not
-// written as strconv.Itoa would write it ("01", "+1", "-0"), the only way
-// two different keys can decode to the same integer map key. Most keys
-// cost one byte's look for oddInts.
+// scanKeys tells what may collide: plain is false when a key has an
+// upper-case ASCII letter or a non-ASCII rune (it may fold onto another);
+// oddInts is true when a key is an integer not written as strconv.Itoa
+// would ("01", "+1", "-0"), the only way two keys decode to one integer.
 func (c *canonicalizer) scanKeys(ms []member) (plain, oddInts bool) {
-	plain = true // lower-case ASCII keys fold to distinct keys
+	plain = true
 	for _, m := range ms {
-		key := c.keyOf(m)
-		if plain {
-			for _, b := range key {
-				if b >= utf8.RuneSelf || (b >= 'A' && b <= 'Z') {
-					plain = false
-					break
-				}
-			}
+		key := c.bytesOf(m.key)
+		if plain && slices.ContainsFunc(key, func(b byte) bool { return b >= utf8.RuneSelf || (b >= 'A' && b <= 'Z') }) {
+			plain = false
 		}
 		if !oddInts && len(key) > 1 {
 			switch key[0] {
@@ -603,9 +433,6 @@ func (c *canonicalizer) scanKeys(ms []member) (plain, oddInts bool) {
 				oddInts = key[1] == '0' && allDigits(key[1:])
 			}
 		}
-		if !plain && oddInts {
-			break
-		}
 	}
 	return plain, oddInts
 }
@@ -614,46 +441,44 @@ func allDigits(b []byte) bool {
 	return len(b) > 0 && digits(b, 0) == len(b)
 }
 
+// folded is a member with its class, foldBuf[lo:hi].
+type folded struct {
+	lo, hi int32
+	m      member
+}
+
 // collision reports whether two different keys of the object decode to the
-// same field or map key, and if so leaves in c.folds the members ordered by
-// their class, then document order: the document order of the keys of one
-// class is kept, that of different classes is not.
-//
-// Without ints the class of a key is its case folding (encoding/json
-// matches struct fields case-insensitively, the last matching key wins);
-// duplicates alone also count here, as they always have (their order is
-// kept either way). With ints, a key that is an integer ([+-]digits) is of
-// the class of its value, as encoding/json decodes it into a map with an
-// integer key type (strconv.ParseInt or ParseUint: "1", "01", "+1" and
-// "001" are one key, "-0" is "0"), any other key of its folding; only two
-// integer keys written differently count as a collision. The integer
-// classes are tagged apart from the folded ones, and a folded key is never
-// an integer (folding changes letters only), so no integer key shares a
-// class with a key that is not one.
+// same field or map key, and if so orders ms by class, then document order.
+// Without ints the class of a key is its case folding (duplicates count
+// too); with ints a key that is an integer ([+-]digits) is of the class of
+// its value (as strconv.ParseInt reads it: "1", "01", "+1" are one, "-0" is
+// "0"), any other of its folding, and only two integer keys written
+// differently count.
 func (c *canonicalizer) collision(ms []member, ints bool) bool {
 	c.foldBuf, c.folds = c.foldBuf[:0], c.folds[:0]
 	for _, m := range ms {
 		lo := len(c.foldBuf)
 		if ints {
-			c.foldBuf = appendClass(c.foldBuf, c.keyOf(m))
+			c.foldBuf = appendClass(c.foldBuf, c.bytesOf(m.key))
 		} else {
-			c.foldBuf = appendFolded(c.foldBuf, c.keyOf(m))
+			c.foldBuf = appendFolded(c.foldBuf, c.bytesOf(m.key))
 		}
 		c.folds = append(c.folds, folded{lo: int32(lo), hi: int32(len(c.foldBuf)), m: m})
 	}
-	key := func(f folded) []byte { return c.foldBuf[f.lo:f.hi] }
+	class := func(f folded) []byte { return c.foldBuf[f.lo:f.hi] }
 	slices.SortFunc(c.folds, func(a, b folded) int {
-		if d := bytes.Compare(key(a), key(b)); d != 0 {
+		if d := bytes.Compare(class(a), class(b)); d != 0 {
 			return d
 		}
-		return cmp.Compare(a.m.order, b.m.order)
+		return cmp.Compare(a.m.key, b.m.key)
 	})
 	for k := 1; k < len(c.folds); k++ {
 		a, b := c.folds[k-1], c.folds[k]
-		if !bytes.Equal(key(a), key(b)) {
-			continue
-		}
-		if !ints || (c.foldBuf[a.lo] == classInt && !bytes.Equal(c.keyOf(a.m), c.keyOf(b.m))) {
+		if bytes.Equal(class(a), class(b)) &&
+			(!ints || c.foldBuf[a.lo] == classInt && !bytes.Equal(c.bytesOf(a.m.key), c.bytesOf(b.m.key))) {
+			for j, f := range c.folds {
+				ms[j] = f.m
+			}
 			return true
 		}
 	}
@@ -687,34 +512,23 @@ func appendClass(out, key []byte) []byte {
 	return append(out, digits...)
 }
 
-// appendFolded appends the case-folded key, as encoding/json folds names:
-// ASCII letters to upper case, other runes to the smallest rune of their
-// simple-fold orbit (so "K", "k" and KELVIN SIGN fold alike).
+// appendFolded appends the key folded as encoding/json folds names: ASCII
+// letters to upper case, other runes to the smallest of their simple-fold
+// orbit ("K", "k" and KELVIN SIGN fold alike).
 func appendFolded(out, key []byte) []byte {
-	for i := 0; i < len(key); {
-		if b := key[i]; b < utf8.RuneSelf {
-			if 'a' <= b && b <= 'z' {
-				b -= 'a' - 'A'
+	for _, r := range string(key) {
+		switch {
+		case 'a' <= r && r <= 'z':
+			r -= 'a' - 'A'
+		case r >= utf8.RuneSelf:
+			for f := unicode.SimpleFold(r); f > r; f = unicode.SimpleFold(f) {
+				r = f
 			}
-			out = append(out, b)
-			i++
-			continue
+			r = unicode.SimpleFold(r) // the orbit wraps to its smallest
 		}
-		r, n := utf8.DecodeRune(key[i:])
-		out = utf8.AppendRune(out, foldRune(r))
-		i += n
+		out = utf8.AppendRune(out, r)
 	}
 	return out
-}
-
-func foldRune(r rune) rune {
-	for {
-		r2 := unicode.SimpleFold(r)
-		if r2 <= r {
-			return r2
-		}
-		r = r2
-	}
 }
 
 // path is the IgnoreJSONFields path of a member key below parent (key nil:
@@ -727,30 +541,7 @@ func (c *canonicalizer) path(parent string, key []byte) []byte {
 	if parent != "" {
 		c.scratch = append(c.scratch, '.')
 	}
-	c.scratch = append(c.scratch, key...)
-	return c.scratch
-}
-
-func (c *canonicalizer) tag(t byte, n int) {
-	if len(c.out) > 32<<10 {
-		_, _ = c.w.Write(c.out)
-		c.out = c.out[:0]
-	}
-	c.out = append(c.out, t)
-	c.out = binary.AppendUvarint(c.out, uint64(n))
-}
-
-// put adds b to the output, which goes to w in pieces of about 32 KiB.
-func (c *canonicalizer) put(b []byte) {
-	if len(c.out)+len(b) > 32<<10 {
-		_, _ = c.w.Write(c.out)
-		c.out = c.out[:0]
-		if len(b) > 32<<10 {
-			_, _ = c.w.Write(b)
-			return
-		}
-	}
-	c.out = append(c.out, b...)
+	return append(c.scratch, key...)
 }
 
 // ignoreSet is the paths of IgnoreJSONFields, with every prefix of them, so
