@@ -3,40 +3,25 @@ package idempotencyfx
 import (
 	"context"
 	"errors"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/redisfx/redisfx/internal/backoff"
 	"github.com/redisfx/redisfx/internal/throttle"
 )
 
 // notifier wakes waiting duplicates when the request they wait for
-// completes. The completion script PUBLISHes the outcome on the record key's
-// channel (only when someone waits); one shared subscription per process
-// receives it, and every waiter of that key in this process is woken by the
-// one message (in-process coalescing), with the outcome in hand: no poll,
-// no extra round trip.
-//
-// Nothing here is needed for correctness: a waiter also polls (at
-// PollInterval, and at once when its subscription is confirmed), and its
-// WaitTimeout runs whatever the subscription does. So a waiter never blocks
-// on pub/sub: it registers its interest (watch) and goes on; one goroutine
-// (run) owns the subscription connection and does every network call.
-//
-// That goroutine checks the connection's health: a command (SUBSCRIBE,
-// UNSUBSCRIBE, or a PING after pingAfter of silence) that gets no reply
-// within StoreTimeout means the connection is dead even if no error says so
-// (a NAT or load balancer that dropped it silently), and it is replaced:
-// closed, dialled anew, every channel subscribed again. A SUBSCRIBE refused
-// for lack of channel permission (NOPERM) is logged and counted; waiters
-// then learn the outcome by polling.
-//
-// The subscription connection is opened at the first wait, not at start, so
-// an application that never sees a concurrent duplicate holds no extra
-// connection.
+// completes: the completion script PUBLISHes the outcome on the record key's
+// channel, and one shared subscription per process wakes every waiter of
+// that key with the outcome in hand. It is an optimisation only: waiters
+// also poll, and their WaitTimeout runs whatever pub/sub does, so a waiter
+// never blocks on it. One goroutine (run) owns the connection, opened at the
+// first wait; a command unanswered within StoreTimeout (a connection dropped
+// silently by a NAT) gets the connection replaced and every channel
+// subscribed again.
 type notifier struct {
 	rdb     redis.UniversalClient
 	log     *zap.Logger
@@ -48,8 +33,9 @@ type notifier struct {
 	running bool
 	closed  bool
 	wake    chan struct{} // (buffered) topics changed: subscribe or unsubscribe
-	stop    chan struct{} // closed by close
-	done    chan struct{} // closed when run has returned
+	stop    context.Context
+	cancel  context.CancelFunc // called by close
+	done    chan struct{}      // closed when run has returned
 
 	deniedLog   throttle.Every
 	replacedLog throttle.Every
@@ -76,9 +62,11 @@ type signal struct {
 }
 
 func newNotifier(rdb redis.UniversalClient, log *zap.Logger, obs *observer, timeout time.Duration) *notifier {
-	return &notifier{rdb: rdb, log: log, obs: obs, timeout: timeout, topics: map[string]*topic{},
-		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
+	n := &notifier{rdb: rdb, log: log, obs: obs, timeout: timeout, topics: map[string]*topic{},
+		wake: make(chan struct{}, 1), done: make(chan struct{}),
 		deniedLog: throttle.Every{Interval: 10 * time.Second}, replacedLog: throttle.Every{Interval: 10 * time.Second}}
+	n.stop, n.cancel = context.WithCancel(context.Background())
+	return n
 }
 
 // watch is one waiter's interest in a key's channel.
@@ -155,10 +143,10 @@ func (w *watch) release() {
 }
 
 // run owns the subscription connection until close: it opens one, serves it
-// until it breaks, and replaces it.
+// until it breaks, and replaces it, backing off while Redis is away.
 func (n *notifier) run() {
 	defer close(n.done)
-	backoff := 50 * time.Millisecond
+	pause := backoff.Backoff{Min: 50 * time.Millisecond, Max: 2 * time.Second}
 	for {
 		began := time.Now()
 		err := n.serve(n.rdb.Subscribe(context.Background()))
@@ -171,14 +159,11 @@ func (n *notifier) run() {
 				zap.Error(err))
 		}
 		if time.Since(began) > 10*time.Second {
-			backoff = 50 * time.Millisecond
+			pause.Reset()
 		}
-		select { // Redis may be away: do not spin
-		case <-n.stop:
+		if !pause.Wait(n.stop) {
 			return
-		case <-time.After(backoff):
 		}
-		backoff = min(2*backoff, 2*time.Second)
 	}
 }
 
@@ -245,7 +230,7 @@ func (n *notifier) serve(ps *redis.PubSub) error {
 			return err
 		}
 		select {
-		case <-n.stop:
+		case <-n.stop.Done():
 			return errStopped
 		case <-c.broken:
 			return c.err
@@ -346,7 +331,7 @@ func (n *notifier) receive(c *conn) {
 // refused handles an error reply on the subscription connection: a
 // SUBSCRIBE refused because the Redis user may not use the channel.
 func (n *notifier) refused(err error) {
-	if strings.HasPrefix(err.Error(), "NOPERM") {
+	if redis.IsPermissionError(err) {
 		n.obs.notificationFailure(notifySubscribeDenied)
 	}
 	if n.deniedLog.Allow() {
@@ -364,7 +349,7 @@ func (n *notifier) close() {
 		return
 	}
 	n.closed = true
-	close(n.stop)
+	n.cancel()
 	running := n.running
 	n.mu.Unlock()
 	if running {

@@ -126,7 +126,7 @@ func (s *Service) checkChannels(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.StoreTimeout)
 	defer cancel()
 	err := s.store.rdb.Publish(ctx, s.cfg.KeyPrefix+":", "").Err()
-	if err == nil || !strings.HasPrefix(err.Error(), "NOPERM") {
+	if !redis.IsPermissionError(err) {
 		return
 	}
 	s.obs.notificationFailure(notifySubscribeDenied)
