@@ -4,7 +4,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
 )
 
 func TestConfig_InvalidValuesNameTheOption(t *testing.T) {

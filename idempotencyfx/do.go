@@ -8,27 +8,20 @@ import (
 )
 
 // Do runs fn at most once per key, for work that is not HTTP (a message
-// consumer, a job). key is the idempotency key, unscoped (DoInScope takes a
-// scope); fingerprint identifies the input, so that a key reused with
-// different input is refused with IdempotencyFingerprintMismatchError.
-//
-// The first call runs fn and records its result for DefaultTTL; later calls
-// with the same key return the recorded result with replayed true. A call
-// made while another runs waits up to WaitTimeout. An error returned by fn
-// (or a panic, which is re-raised) records a failure that lasts LockTimeout,
-// during which calls get IdempotencyFailedError. Store errors are returned
-// as IdempotencyStoreError whatever the ErrorPolicy: the caller decides.
-// Called inside the work that holds the same record (a Do within a Do, or
-// within the request, with the same key and scope), fn runs at once as part
-// of that work, unrecorded of its own.
+// consumer, a job). fingerprint identifies the input: a key reused with
+// other input gets IdempotencyFingerprintMismatchError. The first call runs
+// fn and records its result for DefaultTTL; later calls return it with
+// replayed true; a call while another runs waits up to WaitTimeout. An
+// error or panic of fn records a failure for LockTimeout
+// (IdempotencyFailedError). Store errors are returned as
+// IdempotencyStoreError whatever the ErrorPolicy. Inside the work that
+// holds the same record, fn runs at once as part of that work.
 func (s *Service) Do(ctx context.Context, key, fingerprint string, fn func(context.Context) ([]byte, error)) (result []byte, replayed bool, err error) {
 	return s.DoInScope(ctx, "", key, fingerprint, fn)
 }
 
-// DoInScope is Do with the key in a scope (a tenant, a user), as the
-// middleware's Config.Scope gives one: the same key in two scopes is two
-// records, and a scoped record is the one the middleware uses for a request
-// of that scope.
+// DoInScope is Do with the key in a scope (a tenant, a user), the record the
+// middleware uses for a request of that scope.
 func (s *Service) DoInScope(ctx context.Context, scope, key, fingerprint string, fn func(context.Context) ([]byte, error)) (result []byte, replayed bool, err error) {
 	key, err = ParseKey([]string{key}) // a quoted key is the header's record: unquote it as the middleware does
 	if err != nil {
@@ -91,11 +84,9 @@ func (s *Service) DoInScope(ctx context.Context, scope, key, fingerprint string,
 	return out, false, nil
 }
 
-// Get reads the record of an idempotency key (in a scope, "" for none); nil
-// when there is none. key is the key as a client sends it in the header (a
-// quoted sf-string is unquoted, as the middleware does) or the unquoted key.
-// A key that itself begins and ends with a double quote must be passed as
-// its header carries it (`"\"a\""`): `"a"` is read as the header form of a.
+// Get reads the record of a key in a scope ("" for none); nil when there is
+// none. key is as the header carries it (a quoted sf-string is unquoted) or
+// unquoted; a key that itself is quoted must be passed as its header carries it.
 func (s *Service) Get(ctx context.Context, scope, key string) (*Record, error) {
 	rec, err := s.store.get(ctx, s.StoreKey(scope, recordKey(key)))
 	if err != nil {
@@ -104,11 +95,10 @@ func (s *Service) Get(ctx context.Context, scope, key string) (*Record, error) {
 	return rec, nil
 }
 
-// Delete removes the record of an idempotency key: the operator's
-// action, after which the key can be retried cleanly at once. Deleting an
-// in-progress record lets a duplicate run while the first still runs; the
-// first's outcome is then refused (stale owner). It reports whether a record
-// existed. key is read as Get reads it.
+// Delete removes the record of a key (read as Get reads it), after which the
+// key can be retried at once; deleting an in-progress record lets a
+// duplicate run and the first's outcome is refused. It reports whether a
+// record existed.
 func (s *Service) Delete(ctx context.Context, scope, key string) (bool, error) {
 	n, err := s.store.rdb.Del(ctx, s.StoreKey(scope, recordKey(key))).Result()
 	if err != nil {
@@ -117,9 +107,7 @@ func (s *Service) Delete(ctx context.Context, scope, key string) (bool, error) {
 	return n == 1, nil
 }
 
-// recordKey is the key a record is stored under for key as given to Get or
-// Delete: the header's form ("\"order 42\"") is unquoted as the middleware
-// unquotes it; anything else (the unquoted key) is taken as it is.
+// recordKey is the stored key of key as given to Get or Delete.
 func recordKey(key string) string {
 	if parsed, err := ParseKey([]string{key}); err == nil {
 		return parsed

@@ -1,9 +1,6 @@
 // Package idempotencyfx makes an HTTP route run its handler once per
-// idempotency key: a client that retries a POST (a network timeout, a
-// double click) gets the recorded response of the first attempt instead of
-// a second charge.
-//
-// # Getting started
+// idempotency key: a client that retries a POST gets the recorded response
+// of the first attempt instead of a second charge.
 //
 //	fx.New(
 //		idempotencyfx.Module, storefx.Module, httpfx.Module,
@@ -15,52 +12,17 @@
 //		})),
 //	)
 //
-// The configuration is a Config or *Config in the graph; its zero value is
-// the defaults (24 h records, 30 s lease, 10 s wait, fail-closed). Without
-// Fx, New builds a Service on any storefx or go-redis client whose context
-// deadlines are enforced, and Service.Install puts it on a router of your own.
+// A request without the Idempotency-Key header passes through (unless the
+// route uses IdempotentRequired). The first request with a key runs the
+// handler, and its response is recorded before it is sent; a repeat with
+// the same fingerprint gets it again with Idempotent-Replayed: true, one
+// with another fingerprint gets 422, one while the first still runs waits
+// up to WaitTimeout, then gets its result or 409. A 5xx, an error or a
+// panic records a failure: repeats get 409 until LockTimeout has passed.
+// When Redis cannot be reached, ErrorPolicy decides (fail-closed: 500).
 //
-// # The rules
-//
-//   - A request without the Idempotency-Key header passes through (unless the
-//     route uses IdempotentRequired, or Config.RequireKey).
-//   - The first request with a key runs the handler; its response (status,
-//     headers, body) is recorded when the handler returns, before it is sent.
-//   - A repeat with the same fingerprint (method, path, query and
-//     canonical JSON body, or Config.FingerprintGenerator) gets that response
-//     again, byte for byte, with Idempotent-Replayed: true; the handler does
-//     not run.
-//   - A repeat with another fingerprint gets 422 idempotency_key_reused.
-//   - A repeat while the first still runs waits for it, at most WaitTimeout
-//     (plus one store call in flight), and then gets its result or 409
-//     idempotency_request_in_progress with Retry-After.
-//   - A 5xx, an error, a panic or runtime.Goexit records a failure: repeats
-//     get 409 idempotency_previous_failed until LockTimeout has passed.
-//   - Completed records expire after DefaultTTL (NeverExpire keeps them).
-//
-// # Correctness under failure
-//
-// The in-progress record is a lease of LockTimeout, renewed while the handler
-// runs; only its owner may complete it, and a takeover of an expired lease
-// raises the fencing token (FencingToken(ctx)) that downstream writes can
-// check. Lease arithmetic uses Redis's clock. Every key has an expiry. When
-// Redis cannot be reached, ErrorPolicy decides: fail-closed answers 500
-// idempotency_store_unavailable, fail-open runs the handler unprotected and
-// logs a warning. Scope (a tenant or user) is part of the Redis key, and no
-// two (scope, key) pairs share one.
-//
-// # Errors
-//
-// The errors (IdempotencyFingerprintMismatchError and the others) embed
-// redisfx.BaseError and are plain Go errors; the module registers
-// DefaultErrorFilter in httpfx's chain to turn them into problem+json.
-// Change how they look by decorating ErrorFilter with fx.Decorate.
-//
-// # Work that is not HTTP
-//
-// Service.Do and Service.DoInScope give a message consumer or a job the
-// same guarantee for a function's result.
-//
-// docs/idempotency.md in the repository states every rule, the record and
-// key layout in Redis, and each decision behind them.
+// Without Fx, New builds a Service on a go-redis client and Service.Install
+// puts it on a router of your own; Service.Do gives work that is not HTTP
+// the same guarantee. docs/idempotency.md states every rule and the record
+// layout in Redis.
 package idempotencyfx

@@ -6,32 +6,23 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
-	"hash"
 	"net/http"
 	"net/url"
-	"sort"
+	"slices"
 	"strings"
-	"sync"
 )
 
-// DefaultFingerprint is a hex SHA-256 over the method, the path, the
-// canonical query and the body. The path and query are those the client
-// sent (the request's RequestURI), even when a middleware such as
-// http.StripPrefix rewrote r.URL before the route. JSON bodies
-// (Content-Type application/json or any +json type) are canonicalised
-// first: key order and whitespace do not change the fingerprint, array
-// order does, and "\u0041" equals "A".
-// Numbers are compared by their literal text (1.0 and 1 differ). Object
-// keys that differ only in case ("amount", "Amount") keep their order, as
-// it decides what encoding/json decodes into a struct, and so do keys that
-// are one integer written differently ("1", "01", "+1"), as it decides what
-// encoding/json decodes into a map with an integer key type. Map keys of a
-// type implementing encoding.TextUnmarshaler may parse in any way, which no
-// canonical form covers: a handler that decodes such maps needs a
-// FingerprintGenerator that hashes the body's bytes. A body that claims
-// to be JSON but does not parse is hashed as bytes, like any other; one
-// nested deeper than MaxJSONDepth is refused with
-// IdempotencyBodyTooDeepError (400). The work is linear in the body's size.
+// DefaultFingerprint is a hex SHA-256 over the method, the path and query
+// the client sent (r.RequestURI, even when a middleware such as
+// http.StripPrefix rewrote r.URL), with the query's parameters sorted by
+// name, and the body. A JSON body (application/json or +json) is
+// canonicalised first: key order, whitespace and string escapes do not
+// count, array order and number text do. The order of object keys that
+// differ only in case, or that are one integer written differently ("1",
+// "01"), counts, as it changes what encoding/json decodes. A body that does
+// not parse as JSON is hashed as bytes; one nested deeper than MaxJSONDepth
+// gets IdempotencyBodyTooDeepError (400). Maps keyed by an
+// encoding.TextUnmarshaler need a FingerprintGenerator of their own.
 func DefaultFingerprint(r *http.Request, body []byte) (string, error) {
 	return fingerprint(r, body, nil)
 }
@@ -51,45 +42,37 @@ func IgnoreJSONFields(paths ...string) FingerprintGenerator {
 }
 
 func fingerprint(r *http.Request, body []byte, ignore *ignoreSet) (string, error) {
-	f, ok := fingerprinters.Get().(*fingerprinter)
-	if !ok {
-		f = &fingerprinter{h: sha256.New()}
-	}
-	defer f.release()
+	h := sha256.New()
 	path, query := requestTarget(r)
-	f.field(r.Method)
-	f.field(path)
-	f.field(canonicalQuery(query))
-	f.flush()
-	json := false
-	if isJSON(contentType(r.Header)) {
-		switch err := canonical(f.h, body, ignore); { // writes nothing unless it succeeds
+	_, _ = h.Write(fields(r.Method, path, canonicalQuery(query)))
+	kind := "bytes"
+	if isJSON(r.Header.Get("Content-Type")) {
+		switch err := canonical(h, body, ignore); { // writes nothing unless it succeeds
 		case err == nil:
-			json = true
+			kind = "json"
 		case errors.Is(err, errTooDeep):
 			return "", bodyTooDeep()
 		}
 	}
-	if json {
-		f.field("json")
-		f.flush()
-	} else { // not JSON: nothing was written for it
-		f.field("bytes")
-		f.flush()
-		_, _ = f.h.Write(body)
+	_, _ = h.Write(fields(kind))
+	if kind == "bytes" {
+		_, _ = h.Write(body)
 	}
-	var digest [2 * sha256.Size]byte
-	hex.Encode(digest[:], f.h.Sum(f.sum[:0]))
-	return string(digest[:]), nil
+	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
-// requestTarget is the escaped path and raw query the client sent. A
-// middleware may have rewritten r.URL on the way (http.StripPrefix turns
-// /v1/payments and /v2/payments both into /payments): the fingerprint
-// must tell those requests apart, so on a server request it reads
-// r.RequestURI, which such rewrites leave alone. When r.URL still says what
-// RequestURI says (every request nothing rewrote) it is used as it is, with
-// no parsing; a request built for a client (RequestURI empty) has only r.URL.
+// fields encodes each field as its length (uvarint), then its text.
+func fields(fs ...string) []byte {
+	var b []byte
+	for _, f := range fs {
+		b = append(binary.AppendUvarint(b, uint64(len(f))), f...)
+	}
+	return b
+}
+
+// requestTarget is the escaped path and raw query the client sent: a server
+// request's RequestURI, which rewrites of r.URL leave alone (parsed only
+// when r.URL differs from it); a client request has only r.URL.
 func requestTarget(r *http.Request) (path, query string) {
 	path, query = r.URL.EscapedPath(), r.URL.RawQuery
 	uri := r.RequestURI
@@ -108,80 +91,32 @@ func requestTarget(r *http.Request) (path, query string) {
 	return path, query
 }
 
-// fingerprinter is a SHA-256 and a scratch buffer, pooled: the fields
-// before and after the body are gathered in the buffer and written in one
-// call. What is hashed, and so every fingerprint, does not depend on how
-// the writes are cut: each field is its length as a uvarint, then its text.
-type fingerprinter struct {
-	h   hash.Hash
-	buf []byte
-	sum [sha256.Size]byte // Sum appends here: buf may be too short, and growing it allocates
-}
-
-var fingerprinters = sync.Pool{New: func() any { return &fingerprinter{h: sha256.New()} }}
-
-func (f *fingerprinter) field(s string) {
-	f.buf = binary.AppendUvarint(f.buf, uint64(len(s)))
-	f.buf = append(f.buf, s...)
-}
-
-func (f *fingerprinter) flush() {
-	_, _ = f.h.Write(f.buf)
-	f.buf = f.buf[:0]
-}
-
-func (f *fingerprinter) release() {
-	f.h.Reset()
-	if cap(f.buf) > 1<<10 { // a long path or query: not kept
-		f.buf = nil
-	}
-	f.buf = f.buf[:0]
-	fingerprinters.Put(f)
-}
-
-// canonicalQuery sorts the parameters by name, keeping the order of values
-// of one name (which is meaningful). Names are compared decoded, as the
-// handler reads them (url.ParseQuery): "a", "%61" and "a+b"/"a%20b" are one
-// name, so two of them swapped reorder that name's values and change the
-// fingerprint. The parameters keep their raw text, so differently escaped
-// but equal requests may differ (a 422, never a wrong replay).
+// canonicalQuery sorts the parameters by decoded name (as url.ParseQuery
+// reads them), keeping the order of one name's values and their raw text.
 func canonicalQuery(raw string) string {
 	if raw == "" {
 		return ""
 	}
-	parts := strings.Split(raw, "&")
-	names := make([]string, len(parts))
-	for i, p := range parts {
+	type param struct{ name, raw string }
+	var ps []param
+	for p := range strings.SplitSeq(raw, "&") {
 		name, _, _ := strings.Cut(p, "=")
 		if strings.ContainsAny(name, "%+") {
 			if decoded, err := url.QueryUnescape(name); err == nil {
 				name = decoded
 			}
 		}
-		names[i] = name
+		ps = append(ps, param{name, p})
 	}
-	sort.Stable(byName{parts, names})
-	return strings.Join(parts, "&")
-}
-
-// byName sorts query parameters by their decoded names.
-type byName struct{ parts, names []string }
-
-func (b byName) Len() int           { return len(b.parts) }
-func (b byName) Less(i, j int) bool { return b.names[i] < b.names[j] }
-func (b byName) Swap(i, j int) {
-	b.parts[i], b.parts[j] = b.parts[j], b.parts[i]
-	b.names[i], b.names[j] = b.names[j], b.names[i]
-}
-
-// contentType is the first Content-Type value, read under its canonical
-// name as Header.Get reads it, without Get's canonicalisation of the name
-// on every call (~400 instructions per keyed request).
-func contentType(h http.Header) string {
-	if v := h["Content-Type"]; len(v) > 0 {
-		return v[0]
+	slices.SortStableFunc(ps, func(a, b param) int { return strings.Compare(a.name, b.name) })
+	var b strings.Builder
+	for i, p := range ps {
+		if i > 0 {
+			b.WriteByte('&')
+		}
+		b.WriteString(p.raw)
 	}
-	return ""
+	return b.String()
 }
 
 // isJSON reports whether a Content-Type is application/json or a +json
@@ -199,14 +134,11 @@ func isJSON(contentType string) bool {
 }
 
 // CanonicalJSON returns the canonical form of a JSON document as hashed by
-// DefaultFingerprint, or false if data is not JSON. Two documents have the
-// same canonical form exactly when they differ only in object key order and
-// insignificant whitespace (and string escapes), except that the order of
-// keys equal under case folding counts, and so does the order of keys that
-// are one integer ([+-]digits of one value), and that text that is not valid
-// UTF-8 (invalid bytes, lone surrogate escapes such as "\ud800") reads as
-// U+FFFD, as encoding/json decodes it. A document nested deeper than
-// MaxJSONDepth has no canonical form.
+// DefaultFingerprint, or false if data is not JSON or nests deeper than
+// MaxJSONDepth. Two documents share it exactly when they differ only in key
+// order, whitespace and string escapes, except for the order of keys that
+// collide under case folding or as one integer; invalid UTF-8 and lone
+// surrogates read as U+FFFD, as encoding/json decodes them.
 func CanonicalJSON(data []byte) ([]byte, bool) {
 	var b bytes.Buffer
 	if canonical(&b, data, nil) != nil {

@@ -253,3 +253,38 @@ func (g *gate) hold() {
 	g.enter.Do(func() { close(g.entered) })
 	<-g.release
 }
+
+// topicCount is the number of channels with a topic (for tests).
+func (n *notifier) topicCount() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return len(n.topics)
+}
+
+// confirmedCount is the number of channels whose subscription Redis has
+// confirmed on the current connection (for tests).
+func (n *notifier) confirmedCount() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	k := 0
+	for _, t := range n.topics {
+		if t.acked {
+			k++
+		}
+	}
+	return k
+}
+
+// pendingSignals is the number of channels with a waiter's signal not yet
+// fired (for tests: 0 once a message reached every waiting channel).
+func (n *notifier) pendingSignals() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	k := 0
+	for _, t := range n.topics {
+		if t.cur != nil {
+			k++
+		}
+	}
+	return k
+}

@@ -11,18 +11,13 @@ import (
 	"github.com/redisfx/redisfx/internal/durations"
 )
 
-// An outcome that the request could not record within its own two tries
-// (Redis stalled or unreachable just as the handler returned) is not given
-// up: the client gets its response, and the outcome is tried again in the
-// background for as long as the record can live (an in-progress record
-// expires 2×LockTimeout after its owner's last renewal). While it is still
-// in progress, a retry of the key waits or gets 409, as for a handler that
-// still runs, and it runs the handler again only after the lease has run
-// out AND no late try could land before another request took the record
-// over. The completion script writes only for the record's owner, so a late
-// outcome can never overwrite a newer one.
-
-// lateCompletions are the background tries of outcomes, and their end.
+// An outcome that its request could not record within its two tries is
+// tried again in the background while the record can live (2×LockTimeout
+// after the last renewal); meanwhile a retry waits or gets 409. Only the
+// record's owner can complete it, so a late outcome never overwrites a newer
+// one.
+//
+// lateCompletions are those background tries.
 type lateCompletions struct {
 	stop    context.Context // cancelled when Shutdown's grace ends: the tries give up
 	cancel  context.CancelFunc
@@ -51,11 +46,8 @@ func (lc *lateCompletions) start(try func(stop context.Context)) bool {
 	return true
 }
 
-// shutdown lets the tries finish until ctx is done, then cancels the rest
-// and returns. A try already sent is not waited for: go-redis does not
-// abort a read on cancellation, so it ends at its own StoreTimeout, or at
-// once when the Redis client is closed (storefx's stop hook, right after
-// this one), and is then logged as given up.
+// shutdown lets the tries finish until ctx is done, then cancels the rest.
+// A try already sent ends within StoreTimeout or when the client closes.
 func (lc *lateCompletions) shutdown(ctx context.Context) {
 	lc.mu.Lock()
 	lc.closed = true

@@ -12,19 +12,13 @@ import (
 	"github.com/redisfx/redisfx/storefx"
 )
 
-// renewalContext is where renewals start: sent even while the client's
-// circuit breaker is open, and without a span (a renewal every third of
-// the lease is the handler's housekeeping, not a trace of its own; it is
-// still counted in the command metrics).
+// renewalContext is where renewals start: past an open circuit breaker (they
+// keep a lease that was granted) and without a span of their own.
 var renewalContext = plugintrace.WithoutCommandSpans(storefx.BypassBreaker(context.Background()))
 
-// lease is the ownership of an in-progress record. While the handler runs
-// the lease is renewed every third of LockTimeout (each renewal waiting at
-// most that long), so a slow but living
-// handler never loses its record to a duplicate while its renewals land
-// in time (a LockTimeout under ShortLockTimeout may not, under load); when the owner dies the
-// renewals stop and the lease runs out after LockTimeout. No goroutine runs
-// between renewals (time.AfterFunc).
+// lease is the ownership of an in-progress record, renewed every third of
+// LockTimeout while the work runs (by time.AfterFunc: no goroutine between
+// renewals); when the owner dies it runs out after LockTimeout.
 type lease struct {
 	s     *Service
 	key   string
@@ -97,10 +91,7 @@ func (l *lease) renew() {
 	l.mu.Unlock()
 }
 
-// working reports whether the work under the lease still runs: its
-// handler (or function) has not returned. Encoding and recording the
-// outcome come after, and a request arriving then (a goroutine of the
-// handler) is a duplicate like any other.
+// working reports whether the work under the lease has not returned.
 func (l *lease) working() bool {
 	if l.ended.Load() {
 		return false
@@ -122,12 +113,9 @@ func (l *lease) stop() {
 	l.running.Wait()
 }
 
-// complete stops renewing and writes the outcome, if this lease still owns
-// the record. It is not cancelled by the client going away (the request's
-// context only carries the trace); it retries once on a store error, within
-// StoreTimeout each (the script recognises a retry of a write that landed).
-// When both tries fail, Service.finish goes on trying in the background
-// (completeLate), so that the client need not wait for Redis to come back.
+// complete stops renewing and writes the outcome if the lease still owns
+// the record, trying twice within StoreTimeout each (the script recognises a
+// retry of a write that landed); Service.finish goes on in the background.
 func (l *lease) complete(parent context.Context, state State, resp []byte, ttl time.Duration) (done completion, err error) {
 	l.stop()
 	for attempt := 0; attempt < 2; attempt++ {
@@ -138,10 +126,8 @@ func (l *lease) complete(parent context.Context, state State, resp []byte, ttl t
 	return completionRefused, err
 }
 
-// try sends the completion once, bounded by StoreTimeout and past the
-// circuit breaker: it ends a lease that was granted. The request's tries
-// and the background ones (completeLate) all come through here, so the
-// breaker is bypassed here and not by a caller.
+// try sends the completion once, past the circuit breaker: it ends a lease
+// that was granted.
 func (l *lease) try(parent context.Context, state State, resp []byte, ttl time.Duration) (completion, error) {
 	done, unreplicated, err := l.s.store.complete(l.s.calls.Context(storefx.BypassBreaker(parent)), l.key, l.owner, state, resp, ttl)
 	if unreplicated {

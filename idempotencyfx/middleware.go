@@ -16,10 +16,8 @@ import (
 type serviceKey struct{}
 
 // Install is the middleware that makes the Service reachable from
-// Idempotent() routes on a router of your own: add it once at the top,
-// r.Use(svc.Install). Module needs no middleware: it gives httpfx's router
-// the Service as an httpfx.ContextValue, which every request's context
-// carries without a request copy.
+// Idempotent() routes on a router of your own: r.Use(svc.Install). Module
+// needs none: it gives httpfx's router the Service as an httpfx.ContextValue.
 func (s *Service) Install(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), serviceKey{}, s)))
@@ -27,12 +25,10 @@ func (s *Service) Install(next http.Handler) http.Handler {
 }
 
 // Idempotent marks a route as idempotent: it runs its handler once per
-// idempotency key (see the package documentation for every rule).
+// idempotency key. It takes no arguments (the configuration is the
+// module's); bound twice on one route, it engages once.
 //
 //	r.With(idempotencyfx.Idempotent()).Post("/payments", h)
-//
-// It takes no arguments: the configuration is the module's. Bound twice on
-// one route, it engages once.
 func Idempotent() func(http.Handler) http.Handler {
 	return idempotent(false)
 }
@@ -121,7 +117,7 @@ func (s *Service) serveHTTP(w http.ResponseWriter, r *http.Request, next http.Ha
 }
 
 // refuse answers a request that may not run: an idempotency error, a store
-// error (by ErrorPolicy), or nothing at all when the client has gone.
+// error (by ErrorPolicy), or nothing when the client has gone.
 func (s *Service) refuse(w http.ResponseWriter, r *http.Request, next http.Handler, g grant, err error) {
 	ctx := r.Context()
 	var storeErr *IdempotencyStoreError
@@ -147,9 +143,8 @@ func (s *Service) refuse(w http.ResponseWriter, r *http.Request, next http.Handl
 }
 
 // runOwned runs the handler under the lease, records its outcome, and only
-// then sends the response. Every way out of the handler ends the lease and
-// records an outcome: a panic is recorded as a failure and re-raised, and so
-// is runtime.Goexit (a t.FailNow-style helper), which sends nothing.
+// then sends the response. A panic or runtime.Goexit records a failure
+// (a panic is re-raised).
 func (s *Service) runOwned(w http.ResponseWriter, r *http.Request, next http.Handler, l *lease) {
 	rec := newRecorder(w, s.cfg.MaxResponseBytes)
 	outer := outerHeaders(rec.header)
@@ -197,13 +192,10 @@ func (s *Service) runOwned(w http.ResponseWriter, r *http.Request, next http.Han
 	rec.send()
 }
 
-// failedUnlessAnswered is the outcome of a handler that failed (an error
-// status after its answer began, a panic): StateFailed, so that the key
-// can be tried again once the failure expires, unless part of a
-// non-failure answer already reached the client (streamed, hijacked,
-// larger than MaxResponseBytes). The client may have acted on that answer,
-// so the work must not run again: StateNotReplayable. A 499 passed through
-// is a failure: it says the client left, having nothing to act on.
+// failedUnlessAnswered is the outcome of a handler that failed: StateFailed
+// (the key may run again once it expires), unless part of a non-failure
+// answer already reached the client, who may have acted on it:
+// StateNotReplayable. A 499 passed through is a failure.
 func failedUnlessAnswered(rec *recorder) State {
 	if rec.passing && !failureStatus(rec.finishedStatus()) {
 		return StateNotReplayable
@@ -247,12 +239,10 @@ func bodyTooLarge(limit int64) error {
 		Message: "the request body is larger than the idempotency layer accepts"}}
 }
 
-// outerHeaders notes the response headers that outer middleware set before
-// the handler ran (a request id, say). They belong to this request, not to
-// the outcome, so a replay must not repeat them, and an answer made afresh
-// after a panic keeps them. A header the handler left alone still has the
-// very same value slice, which is what is compared: the values are not
-// copied.
+// outerHeaders notes the response headers outer middleware set before the
+// handler ran (a request id): they belong to this request, so a replay does
+// not repeat them and an answer after a panic keeps them. A header the
+// handler left alone keeps its very value slice, which is what is compared.
 func outerHeaders(h http.Header) http.Header {
 	if len(h) == 0 {
 		return nil

@@ -41,9 +41,8 @@ type notifier struct {
 	replacedLog throttle.Every
 }
 
-// pingAfter is the silence after which the subscription connection is
-// pinged: it keeps NAT and load-balancer state alive and proves the
-// connection still answers.
+// pingAfter is the silence after which the connection is pinged, keeping NAT
+// state alive and proving that it answers.
 const pingAfter = 5 * time.Second
 
 // topic is the subscription to one record key's channel.
@@ -75,8 +74,7 @@ type watch struct {
 	t *topic // nil once the notifier is closed: nothing will come
 }
 
-// watch registers interest in key's channel. It never waits for the
-// network.
+// watch registers interest in key's channel; it never waits for the network.
 func (n *notifier) watch(key string) *watch {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -118,8 +116,8 @@ func (w *watch) signal() *signal {
 	return w.t.cur
 }
 
-// confirmed returns a channel closed when the subscription is in place on
-// the current connection (a new channel after the connection is replaced).
+// confirmed is closed once the subscription is in place on the current
+// connection (a new channel after the connection is replaced).
 func (w *watch) confirmed() <-chan struct{} {
 	if w.t == nil {
 		return nil
@@ -280,8 +278,7 @@ func (n *notifier) sync(c *conn) error {
 	return nil
 }
 
-// command sends one command on the connection, bounded by timeout; its
-// reply comes through receive.
+// command sends one command, bounded by timeout; its reply comes through receive.
 func (n *notifier) command(c *conn, send func(context.Context) error) error {
 	c.sent()
 	ctx, cancel := context.WithTimeout(context.Background(), n.timeout)
@@ -328,8 +325,7 @@ func (n *notifier) receive(c *conn) {
 	}
 }
 
-// refused handles an error reply on the subscription connection: a
-// SUBSCRIBE refused because the Redis user may not use the channel.
+// refused handles an error reply on the subscription connection.
 func (n *notifier) refused(err error) {
 	if redis.IsPermissionError(err) {
 		n.obs.notificationFailure(notifySubscribeDenied)
@@ -340,8 +336,7 @@ func (n *notifier) refused(err error) {
 	}
 }
 
-// close ends the subscription and waits for run to return. Waiters still
-// waiting go on polling until their WaitTimeout.
+// close ends the subscription and waits for run; waiters go on polling.
 func (n *notifier) close() {
 	n.mu.Lock()
 	if n.closed {
@@ -355,39 +350,4 @@ func (n *notifier) close() {
 	if running {
 		<-n.done
 	}
-}
-
-// topicCount is the number of channels with a topic (for tests).
-func (n *notifier) topicCount() int {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return len(n.topics)
-}
-
-// confirmedCount is the number of channels whose subscription Redis has
-// confirmed on the current connection (for tests).
-func (n *notifier) confirmedCount() int {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	k := 0
-	for _, t := range n.topics {
-		if t.acked {
-			k++
-		}
-	}
-	return k
-}
-
-// pendingSignals is the number of channels with a waiter's signal not yet
-// fired (for tests: 0 once a message reached every waiting channel).
-func (n *notifier) pendingSignals() int {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	k := 0
-	for _, t := range n.topics {
-		if t.cur != nil {
-			k++
-		}
-	}
-	return k
 }

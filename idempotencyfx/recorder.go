@@ -12,11 +12,10 @@ import (
 	"github.com/redisfx/redisfx/httpfx"
 )
 
-// recorder buffers the handler's response so that the record is written to
-// Redis before the client sees anything: an immediate retry is then always a
-// replay. A response the recorder cannot keep (the handler flushes, hijacks
-// the connection, or writes more than the limit) is passed through to the
-// client as it comes and marked not replayable.
+// recorder buffers the handler's response so that the record is written
+// before the client sees anything: an immediate retry is then a replay. A
+// response it cannot keep (flushed, hijacked, over the limit) is passed
+// through and marked not replayable.
 type recorder struct {
 	w       http.ResponseWriter
 	limit   int
@@ -32,13 +31,10 @@ type recorder struct {
 	reason     string
 }
 
-// NoteError implements httpfx.ErrorNoter. A handler whose own idempotent
-// work (Service.Do, a nested route) met an earlier failed attempt or one
-// still in progress answers 409 with Retry-After: kept as this request's
-// completed outcome, that 409 would be replayed to every retry it invites,
-// until DefaultTTL. It is a failure of this request's work instead: retries
-// get 409 idempotency_previous_failed until LockTimeout, and then run the
-// handler again.
+// NoteError implements httpfx.ErrorNoter. A 409 with Retry-After rendered
+// from idempotent work inside the handler (an earlier failed attempt, one
+// in progress) is recorded as this request's failure, not its answer: kept
+// as completed, it would be replayed to every retry it invites.
 func (rec *recorder) NoteError(err error) {
 	var failed *IdempotencyFailedError
 	var timeout *IdempotencyTimeoutError
@@ -54,12 +50,9 @@ func newRecorder(w http.ResponseWriter, limit int) *recorder {
 // Header implements http.ResponseWriter.
 func (rec *recorder) Header() http.Header { return rec.header }
 
-// WriteHeader implements http.ResponseWriter. As net/http's writer, it
-// keeps the first status and panics on an invalid one (the handler's bug is
-// then a failed outcome and a 500, not a recorded answer). An error status
-// that comes after the answer began (httpfx renders a handler's returned
-// error this way, a 499 when the client left) still says the work failed:
-// the status sent stays the first, but the outcome is recorded as failed.
+// WriteHeader implements http.ResponseWriter: it keeps the first status and
+// panics on an invalid one, as net/http does. An error status after the
+// answer began (a returned error after a partial write) records a failure.
 func (rec *recorder) WriteHeader(code int) {
 	if rec.status != 0 || rec.passing {
 		rec.failed = rec.failed || failureStatus(code)
@@ -118,9 +111,8 @@ func (rec *recorder) Flush() {
 	_ = http.NewResponseController(rec.w).Flush()
 }
 
-// Hijack hands the connection to the handler; nothing can be recorded. A
-// hijack that fails (HTTP/2, a writer that cannot) changes nothing: the
-// handler then answers as usual, and that answer is recorded.
+// Hijack hands the connection to the handler; nothing is recorded. A failed
+// hijack changes nothing.
 func (rec *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	conn, rw, err := http.NewResponseController(rec.w).Hijack()
 	if err == nil {
@@ -134,8 +126,7 @@ func (rec *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 func (rec *recorder) Unwrap() http.ResponseWriter { return rec.w }
 
 // failureStatus reports whether a status says the work failed: a 5xx, or
-// the 499 httpfx renders when the handler's error was the client leaving.
-// Such an outcome is recorded as failed, never replayed as an answer.
+// httpfx's 499 for a client that left.
 func failureStatus(code int) bool {
 	return code >= 500 || code == httpfx.StatusClientClosedRequest
 }
@@ -156,12 +147,9 @@ func (rec *recorder) send() {
 	sendWithTrailers(rec.w, rec.finishedStatus(), rec.body, "")
 }
 
-// sendWithTrailers writes status and body (body, or if empty bodyText) to
-// w, whose header map holds the response's headers. The values of the
-// trailers the response declares (Trailer: X-Sum) are held back until after
-// the body, so that they are sent as trailers, as the handler meant, and not
-// as headers: the handler set them after its body, but a recorded or
-// replayed response has them all in hand before the first byte.
+// sendWithTrailers writes status and body (or bodyText) to w. Values of
+// declared trailers (Trailer: X-Sum) are held back until after the body, so
+// that they go out as trailers, as the handler meant.
 func sendWithTrailers(w http.ResponseWriter, status int, body []byte, bodyText string) {
 	h := w.Header()
 	var held http.Header

@@ -14,35 +14,24 @@ type Response struct {
 	Body   []byte
 }
 
-// The first byte of an encoded response says how the rest is stored. A
-// reader that meets another value refuses the record instead of misreading
-// it.
+// The first byte of an encoded response says how the rest is stored.
 const (
 	responseFormat   = 1 // status, headers, body as they are
 	responseDeflated = 2 // the same, DEFLATE-compressed
 )
 
-// compressAbove is the size from which a recorded response is compressed:
-// smaller ones gain nothing after Redis's allocation rounding.
+// compressAbove is the size from which a recorded response is compressed.
 const compressAbove = 512
 
-// maxRecordBytes is the largest encoded response (status, headers and body,
-// before compression) that is recorded and read back: a body of
-// MaxResponseBytesLimit and 1 MiB of headers. encodeResponse refuses more,
-// and so does the reader, so a replay is never shorter than its record.
+// maxRecordBytes is the largest encoded response recorded and read back: a
+// body of MaxResponseBytesLimit and 1 MiB of headers.
 const maxRecordBytes = MaxResponseBytesLimit + 1<<20
 
 var errBadRecord = errors.New("idempotencyfx: unreadable recorded response")
 
-// encodeResponse serialises a response in one compact binary blob, so a
-// replay reads one field and does no JSON work:
-//
-//	format byte, uvarint status, uvarint header count,
-//	per header: name (uvarint length + bytes), uvarint value count, values,
-//	then the body to the end.
-//
-// ok is false when the encoding is larger than maxRecordBytes: such a
-// response cannot be recorded.
+// encodeResponse serialises a response: format byte, uvarint status, uvarint
+// header count, per header its name (uvarint length + bytes), uvarint value
+// count and values, then the body. ok is false above maxRecordBytes.
 func encodeResponse(status int, header http.Header, skip map[string]struct{}, body []byte) (blob []byte, ok bool) {
 	size := 1 + 3 + 2 + len(body)
 	n := 0
@@ -82,10 +71,8 @@ func encodeResponse(status int, header http.Header, skip map[string]struct{}, bo
 	return b, true
 }
 
-// skipped reports whether header k is one not recorded. skip holds
-// canonical names, and a handler may set a name as it likes
-// (w.Header()["set-cookie"] = ...), which net/http sends as it is: looked up
-// only as written, a lower-case Set-Cookie was recorded and replayed.
+// skipped reports whether header k is not recorded, however the handler
+// spelled its name.
 func skipped(skip map[string]struct{}, k string) bool {
 	_, s := skip[textproto.CanonicalMIMEHeaderKey(k)] // no allocation when k is canonical
 	return s
@@ -96,8 +83,7 @@ func appendString(b []byte, s string) []byte {
 	return append(b, s...)
 }
 
-// decodeResponse reads a blob written by encodeResponse into a Response
-// (its body a copy): for Service.Get and Do, which hand it to the caller.
+// decodeResponse reads a blob of encodeResponse into a Response (its body a copy).
 func decodeResponse(b []byte) (Response, error) {
 	rp, err := decodeRecord(string(b))
 	if err != nil {
@@ -106,9 +92,8 @@ func decodeResponse(b []byte) (Response, error) {
 	return Response{Status: rp.status, Header: rp.headerMap(), Body: []byte(rp.body)}, nil
 }
 
-// replay is a recorded response decoded without copying the record: header
-// names and values and the body are substrings of the record's text (a
-// Redis reply, immutable), and the values of every header share one backing
+// replay is a recorded response decoded without copying: names, values and
+// body are substrings of the record, and every header's values share one
 // array whose last slot holds the replay marker.
 type replay struct {
 	status int
@@ -172,10 +157,8 @@ func decodeRecord(s string) (replay, error) {
 	return replay{status: int(status), header: fields, marker: values[len(values)-1:], body: d.s}, nil
 }
 
-// recordableStatus: what the recorder can record, a final status (101
-// included, which net/http treats as final). An informational status in a
-// record is corruption: replayed, it would go out as an interim answer
-// carrying the recorded headers, followed by an implicit 200.
+// recordableStatus: a final status (101 included). An informational status
+// in a record is corruption.
 func recordableStatus(status uint64) bool {
 	return status == http.StatusSwitchingProtocols || status >= 200 && status <= 999
 }

@@ -21,8 +21,8 @@ import (
 	"github.com/redisfx/redisfx/plugintrace"
 )
 
-// Service is the idempotency engine. The HTTP middleware (Idempotent) uses
-// it, and so can work that is not HTTP, such as a message consumer:
+// Service is the idempotency engine behind Idempotent routes; Do offers it
+// to work that is not HTTP (a message consumer):
 //
 //	out, replayed, err := svc.Do(ctx, msg.ID, fingerprint, func(ctx context.Context) ([]byte, error) {
 //		return chargeCard(ctx, msg)
@@ -43,18 +43,16 @@ type Service struct {
 	refusedLog     throttle.Every // the fail-closed error, at most every 10s
 	unpublishedLog throttle.Every // the failed-notification warning, at most every 10s
 
+	// onWaitPoll, set only by tests, runs after every poll of a waiting duplicate.
 	// onWaitPoll, set only by tests before any request, is called after
 	// every poll of a waiting duplicate: a test that needs the waiter
 	// parked (its confirmation poll done) waits for it instead of racing it.
 	onWaitPoll func()
 }
 
-// New builds a Service on a Redis client, without Fx. Options add a logger,
-// tracing, metrics and the HTTP error chain.
-//
-// The client must honour context deadlines, so that StoreTimeout bounds every
-// Redis call: a go-redis client needs ContextTimeoutEnabled (storefx.New
-// sets it); New refuses one without it.
+// New builds a Service on a Redis client, without Fx. The client must
+// honour context deadlines (go-redis: ContextTimeoutEnabled, which storefx
+// sets), so that StoreTimeout bounds every Redis call.
 func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Service, error) {
 	st, err := cfg.normalize()
 	if err != nil {
@@ -93,10 +91,9 @@ func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Service, error
 	return s, nil
 }
 
-// Start preloads the scripts (so the first request pays no SCRIPT LOAD),
-// warns about records that never expire and about a lease too short to be
-// kept under load, and checks that the Redis user may use the channels
-// that wake waiting duplicates.
+// Start preloads the scripts and warns about records that never expire, a
+// lease too short to keep under load, channels the Redis user may not use,
+// and an eviction policy that can drop records.
 func (s *Service) Start(ctx context.Context) error {
 	if s.cfg.DefaultTTL == NeverExpire {
 		s.log.Warn("idempotency: DefaultTTL is NeverExpire, so completed records never expire and accumulate in Redis; set a TTL (payments: 24-48h)")
@@ -115,13 +112,10 @@ func (s *Service) Start(ctx context.Context) error {
 	return nil
 }
 
-// checkChannels publishes on a channel under KeyPrefix that no record uses
-// (KeyPrefix + ":": a record's key after the prefix is never empty before a
-// ':'), to find out at start whether the Redis user has channel permission.
-// Redis 7 gives none by default (acl-pubsub-default resetchannels) to an
-// ACL user made without "&…" or "allchannels". Without it, waiting
-// duplicates are not woken by notification and fall back to polling: the
-// service works, slower, so this is a warning, not a start-up failure.
+// checkChannels publishes on a channel no record uses (KeyPrefix + ":") to
+// learn whether the Redis user may use the channels that wake waiting
+// duplicates (Redis 7 ACL users get none by default). Without them waiters
+// poll: slower, not wrong, so a warning.
 func (s *Service) checkChannels(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.StoreTimeout)
 	defer cancel()
@@ -135,11 +129,9 @@ func (s *Service) checkChannels(ctx context.Context) {
 		s.cfg.KeyPrefix+"* (or allchannels, or acl-pubsub-default allchannels)", zap.Error(err))
 }
 
-// checkEviction warns when Redis may evict idempotency records: every record
-// has a TTL, so any volatile-* or allkeys-* maxmemory policy can drop one,
-// and an evicted record lets a retry (or a concurrent duplicate) run the
-// handler again. It reads INFO (allowed where CONFIG is not, as on managed
-// Redis); on a Cluster one node answers.
+// checkEviction warns when Redis may evict records (every record has a TTL,
+// so any volatile-* or allkeys-* policy can drop one, and a retry then runs
+// the handler again). INFO is allowed where CONFIG may not be.
 func (s *Service) checkEviction(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.StoreTimeout)
 	defer cancel()
@@ -161,25 +153,17 @@ func (s *Service) checkEviction(ctx context.Context) {
 	}
 }
 
-// Shutdown ends the Service gracefully: outcomes still being recorded in
-// the background (their request's own tries failed) get until ctx is done
-// to land, then the rest are given up, and the completion subscription
-// stops. It returns when ctx is done at the latest: a try already sent then
-// ends on its own, within StoreTimeout or when the Redis client is closed.
-// In-flight requests should be drained first (httpfx stops the server
-// before this runs). idempotencyfx.Module calls it on stop, with a grace of
-// at most 2×StoreTimeout and half of the stop deadline.
+// Shutdown gives outcomes still being recorded in the background until ctx
+// is done, then gives up the rest and stops the completion subscription.
+// Drain in-flight requests first (httpfx stops the server before this runs).
 func (s *Service) Shutdown(ctx context.Context) error {
 	s.late.shutdown(ctx)
 	s.notify.close()
 	return nil
 }
 
-// stop is the Fx stop hook: Shutdown with a grace of at most two tries
-// (2×StoreTimeout) and at most half of what is left of the stop deadline.
-// Outcomes still pending at stop mean Redis is out of reach, where waiting
-// longer rarely helps, and the hooks that run after this one (storefx
-// closing the client, tracingfx flushing the last spans) need the rest.
+// stop is the Fx stop hook: Shutdown with a grace of at most 2×StoreTimeout
+// and half of the stop deadline, leaving the rest to the hooks after it.
 func (s *Service) stop(ctx context.Context) error {
 	grace := durations.Mul(s.cfg.StoreTimeout, 2)
 	if deadline, ok := ctx.Deadline(); ok {
@@ -190,8 +174,7 @@ func (s *Service) stop(ctx context.Context) error {
 	return s.Shutdown(ctx)
 }
 
-// Close is Shutdown without the grace: outcomes still being recorded in
-// the background are given up at once (each is logged).
+// Close is Shutdown without the grace.
 func (s *Service) Close() error {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -202,30 +185,26 @@ func (s *Service) Close() error {
 func (s *Service) Config() Config { return s.cfg.Config }
 
 // StoreKey returns the Redis key of an idempotency key in a scope ("" for
-// none). The layout (see storeKey) is an unambiguous encoding of the pair:
-// no two (scope, key) pairs share a Redis key.
+// none); no two (scope, key) pairs share one.
 func (s *Service) StoreKey(scope, key string) string {
 	return storeKey(s.cfg.KeyPrefix, scope, key)
 }
 
-// newOwner is a claim's owner token: 96 random bits, so that no one who
-// sees the tokens of completion messages (any client of the server can
-// subscribe to them, from any database) can name the owner of a record
-// still running and forge its outcome for its waiters. (An adversary
-// predicted the next tokens when they were a prefix and a counter.)
+// newOwner is a claim's owner token: 96 random bits, so that a subscriber to
+// completion messages cannot predict the owner of a running record and forge
+// its outcome for its waiters.
 func (s *Service) newOwner() string { return randid.Hex(12) }
 
-// grant is the result of acquire: either a lease (run the work) or a
-// recorded response to replay.
+// grant is the result of acquire: a lease (run the work) or a response to replay.
 type grant struct {
 	outcome Outcome
 	lease   *lease
 	resp    string // encoded response, for a replay
 }
 
-// acquire claims the record of storeKey for fingerprint fp, waiting for an
-// in-flight duplicate if there is one. Errors are the idempotency errors,
-// a store error (*IdempotencyStoreError), or the context's error.
+// acquire claims the record for fingerprint fp, waiting for an in-flight
+// duplicate if there is one. Errors are idempotency errors, a store error or
+// the context's error.
 func (s *Service) acquire(ctx context.Context, storeKey, key, fp string) (grant, error) {
 	owner := s.newOwner()
 	waiting := s.cfg.WaitTimeout > 0
@@ -242,15 +221,13 @@ func (s *Service) acquire(ctx context.Context, storeKey, key, fp string) (grant,
 	return s.wait(ctx, storeKey, key, fp, owner, c)
 }
 
+// claimOnce sends one claim. Once sent it runs to its end (StoreTimeout) even
+// if the client leaves: cut off in flight it could still land and leave a
+// record no one owns. A claim whose answer is lost is withdrawn.
 func (s *Service) claimOnce(ctx context.Context, storeKey, fp, owner string, waiting bool) (claim, error) {
 	if err := ctx.Err(); err != nil {
 		return claim{}, err // the client has gone: claim nothing for it
 	}
-	// Once sent, a claim is let finish (within StoreTimeout) even if the
-	// client goes away meanwhile: one cut off in flight may still land and
-	// leave a record that no one owns until its lease runs out. A detached
-	// context is also cheaper: it does not register with the request's,
-	// and its deadline is shared with the other calls of its moment.
 	c, unreplicated, err := s.store.claim(s.calls.Context(ctx), storeKey, fp, owner, s.cfg.LockTimeout, waiting)
 	if unreplicated {
 		s.obs.outcome(ctx, OutcomeUnreplicated)
@@ -267,82 +244,67 @@ func (s *Service) claimOnce(ctx context.Context, storeKey, fp, owner string, wai
 	return c, nil
 }
 
-// wait waits for the in-flight request of storeKey, whose claim reply was
-// running (its lease left and owner): woken by its completion message, or
-// by polling, which also notices an owner whose lease ran out, and takes
-// over.
-//
-// A message is taken only if it names the owner the latest claim reply
-// showed running: the channel is shared by every database of the server
-// (and by other clients that write the same key name), and the record may
-// have been deleted and taken anew meanwhile; the owner token is unique to
-// one attempt on this very record. Any other message (another owner's, one
-// of a version without the owner) makes the waiter ask its own record.
-//
-// WaitTimeout bounds the wait whatever pub/sub does: the waiter never waits
-// for the network to subscribe. It polls at once when its subscription is
-// confirmed (a completion before that was not published to it), and every
-// PollInterval (or when the lease runs out, if sooner) in any case, so a
-// lost message, a refused or silent subscription only slows it down. A
-// claim in flight at the deadline is let finish (it may take over the
-// record, which must not be left orphaned): a wait lasts at most
-// WaitTimeout plus one claim, bounded by StoreTimeout. It ends at once when
-// ctx ends (the client went away).
+// wait waits for the in-flight request whose claim reply was running: woken
+// by its completion message or by polling, which also takes over a lease
+// that ran out. A message counts only if it names the owner last seen
+// running (the channel is shared by every database, and the record may have
+// been taken anew). It polls when its subscription is confirmed and every
+// PollInterval, so pub/sub only makes it faster. It ends after WaitTimeout
+// (plus a claim in flight) or when ctx ends.
 func (s *Service) wait(ctx context.Context, storeKey, key, fp, owner string, running claim) (grant, error) {
-	leaseLeft, holder := running.wait, running.owner
 	began := time.Now()
 	ctx, span := s.obs.startWait(ctx, s.cfg.WaitTimeout)
+	g, err := s.awaitOutcome(ctx, storeKey, key, fp, owner, running)
+	s.obs.waited(span, time.Since(began), g.outcome, err)
+	return g, err
+}
+
+func (s *Service) awaitOutcome(ctx context.Context, storeKey, key, fp, owner string, running claim) (grant, error) {
+	leaseLeft, holder := running.wait, running.owner
 	deadline := time.NewTimer(s.cfg.WaitTimeout)
 	defer deadline.Stop()
 	w := s.notify.watch(storeKey)
 	defer w.release()
-	g, err := func() (grant, error) {
-		poll := time.NewTimer(s.pollAfter(leaseLeft))
-		defer poll.Stop()
-		var polledOn <-chan struct{} // the confirmation already answered with a poll
-		// The signal is kept until it fires, not taken anew on every turn:
-		// a message delivered while this waiter's poll is in flight fires
-		// it, and the waiter must still see it after handling the poll.
-		sig := w.signal()
-		for {
-			confirmed := w.confirmed()
-			if confirmed == polledOn {
-				confirmed = nil
-			}
-			select {
-			case <-sig.fired:
-				if g, ok, err := s.grantFromMessage(sig.payload, key, holder); ok {
-					return g, err
-				}
-				sig = w.signal()
-				poll.Reset(0) // not this request's outcome: ask Redis
-			case <-confirmed:
-				polledOn = confirmed
-				poll.Reset(0)
-			case <-poll.C:
-				c, err := s.claimOnce(ctx, storeKey, fp, owner, true)
-				if s.onWaitPoll != nil {
-					s.onWaitPoll()
-				}
-				if err != nil {
-					return grant{}, err
-				}
-				if c.kind != claimInProgress {
-					return s.grantFor(c, storeKey, key, owner, true)
-				}
-				leaseLeft, holder = c.wait, c.owner
-				poll.Reset(s.pollAfter(c.wait))
-			case <-deadline.C:
-				// Retry after the owner's lease at the latest: by then it has
-				// finished, or its key can be taken over.
-				return grant{outcome: OutcomeInProgress}, newTimeout(key, leaseLeft)
-			case <-ctx.Done():
-				return grant{}, ctx.Err()
-			}
+	poll := time.NewTimer(s.pollAfter(leaseLeft))
+	defer poll.Stop()
+	var polledOn <-chan struct{} // the confirmation already answered with a poll
+	// Kept until it fires: a message that came during a poll must still be seen.
+	sig := w.signal()
+	for {
+		confirmed := w.confirmed()
+		if confirmed == polledOn {
+			confirmed = nil
 		}
-	}()
-	s.obs.waited(span, time.Since(began), g.outcome, err)
-	return g, err
+		select {
+		case <-sig.fired:
+			if g, ok, err := s.grantFromMessage(sig.payload, key, holder); ok {
+				return g, err
+			}
+			sig = w.signal()
+			poll.Reset(0) // not this request's outcome: ask Redis
+		case <-confirmed:
+			polledOn = confirmed
+			poll.Reset(0)
+		case <-poll.C:
+			c, err := s.claimOnce(ctx, storeKey, fp, owner, true)
+			if s.onWaitPoll != nil {
+				s.onWaitPoll()
+			}
+			if err != nil {
+				return grant{}, err
+			}
+			if c.kind != claimInProgress {
+				return s.grantFor(c, storeKey, key, owner, true)
+			}
+			leaseLeft, holder = c.wait, c.owner
+			poll.Reset(s.pollAfter(c.wait))
+		case <-deadline.C:
+			// Retry after the owner's lease at the latest.
+			return grant{outcome: OutcomeInProgress}, newTimeout(key, leaseLeft)
+		case <-ctx.Done():
+			return grant{}, ctx.Err()
+		}
+	}
 }
 
 // pollAfter is when a waiter polls next, given the owner's lease left.
@@ -369,14 +331,10 @@ func (s *Service) grantFor(c claim, storeKey, key, owner string, waited bool) (g
 	return grant{}, newStoreError(fmt.Errorf("unexpected claim reply %q", c.kind))
 }
 
-// grantFromMessage reads a completion message (see idemscript.Complete):
-// state byte, 'o', owner token length, ':', owner token, response. ok is
-// false for a message this waiter cannot use: not well formed, of an older
-// version (state, fingerprint, response: it does not say which record it
-// is of), or the outcome of another owner than holder, the one this
-// waiter's claim saw running (the same key in another database of the
-// server, or the record deleted and taken by another request while this
-// one waited); the waiter then asks its own record.
+// grantFromMessage reads a completion message (state byte, 'o', owner token
+// length, ':', owner token, response). ok is false for a message this waiter
+// cannot use (malformed, of an older version, or another owner's than
+// holder): the waiter then asks its own record.
 func (s *Service) grantFromMessage(payload, key, holder string) (g grant, ok bool, err error) {
 	if len(payload) < 2 || payload[1] != 'o' || holder == "" {
 		return grant{}, false, nil
@@ -406,9 +364,8 @@ func replayOutcome(waited bool) Outcome {
 	return OutcomeReplay
 }
 
-// finish records the outcome of owned work. It reports a stale owner (the
-// lease was taken over) and store failures in the log and metrics; the
-// caller's response is not affected.
+// finish records the outcome of owned work; failures to record are logged
+// and counted, and retried in the background. The response is not affected.
 func (s *Service) finish(ctx context.Context, l *lease, state State, resp []byte) {
 	ttl := s.cfg.DefaultTTL
 	switch {
@@ -419,9 +376,7 @@ func (s *Service) finish(ctx context.Context, l *lease, state State, resp []byte
 	}
 	done, err := l.complete(ctx, state, resp, ttl)
 	if err != nil {
-		// Not store_error: that counts requests refused (or run unprotected)
-		// because Redis failed, and this one ran and is answered. Each
-		// pending outcome ends as late or lost: pending = late + lost.
+		// Not store_error (this request ran). Each pending ends late or lost.
 		s.obs.count(OutcomePendingCompletion)
 		if s.late.start(func(stop context.Context) { s.completeLate(ctx, stop, l, state, resp, ttl) }) {
 			s.log.Warn("idempotency: the outcome could not be recorded yet; trying again in the background while the record lives",
@@ -464,17 +419,12 @@ func (s *Service) warnFailOpen(err error) {
 
 type fenceKey struct{}
 
-// leaseMark is what idempotent work carries in its context: the fencing
-// token and the lease, which names the Service and the record it holds.
-// Inside the work, a request (or a Do call) with the key, in the same
-// scope, of the record that work holds is served by the work's lease: a
-// second Idempotent() bound on the same route, with a copy or a Clone of
-// the request between, or the same key sent again from the handler. Claiming
-// that record again could only wait for the work it runs in. With any other
-// key, or for another Service, it is a sub-request, protected in its own
-// right, whatever writer or request it is served with. Once the work has
-// ended (a goroutine of the handler outliving it, say) the mark serves
-// nothing.
+// leaseMark is what idempotent work carries in its context: its fencing
+// token and lease. Inside the work, a request or Do call for the record it
+// holds (the same key and scope, same Service) is served by that lease:
+// claiming the record again could only wait for itself. Any other key is a
+// sub-request, protected in its own right. Once the work ended the mark
+// serves nothing.
 type leaseMark struct {
 	token int64
 	lease *lease
@@ -487,10 +437,8 @@ func newLeaseMark(ctx context.Context, l *lease) *leaseMark {
 	return &leaseMark{token: l.token, lease: l, outer: outer}
 }
 
-// holdsRecord reports whether ctx is idempotent work of this Service, still
-// running, whose lease holds record: the same key claimed again inside it
-// would wait for itself. Another Service's work never counts: with the
-// same KeyPrefix on another Redis (or database) its record is another.
+// holdsRecord reports whether ctx is running work of this Service, or work
+// it runs in, whose lease holds record.
 func (s *Service) holdsRecord(ctx context.Context, record string) bool {
 	m, _ := ctx.Value(fenceKey{}).(*leaseMark)
 	for ; m != nil; m = m.outer { // any work this one runs in: A's key sent from B inside A waits for A too
@@ -502,12 +450,10 @@ func (s *Service) holdsRecord(ctx context.Context, record string) bool {
 }
 
 // FencingToken returns the fencing token of the idempotent work running in
-// ctx. It strictly increases at every new owner of a (scope, key): Redis
-// TIME in microseconds at the claim, or the previous owner's token + 1 if
-// that is higher (a takeover within the same microsecond, a Redis clock set
-// back), so it also increases after the record expired, was deleted or was
-// lost. Pass it to downstream writes so that they can refuse a stale
-// attempt. It is 0 outside idempotent work.
+// ctx, 0 outside it. It strictly increases at every new owner of a (scope,
+// key) (Redis TIME in microseconds, or the previous token + 1 if higher),
+// also after the record expired or was deleted: pass it to downstream writes
+// so that they can refuse a stale attempt.
 func FencingToken(ctx context.Context) int64 {
 	if m, _ := ctx.Value(fenceKey{}).(*leaseMark); m != nil {
 		return m.token

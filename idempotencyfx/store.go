@@ -43,7 +43,8 @@ func (s State) String() string {
 	return "unknown(" + string(s) + ")"
 }
 
-// store runs the record scripts on one Redis client.
+// store runs the record scripts on one Redis client; acks > 0 makes writes
+// wait for that many replicas (WAIT).
 type store struct {
 	rdb redis.UniversalClient
 	// acks > 0: claims that write wait for that many replicas (WAIT).
@@ -51,8 +52,8 @@ type store struct {
 	ackTimeout time.Duration
 }
 
-// claimKind is the first element of the claim script's reply: what the
-// record said (internal/idemscript.Claim documents the replies).
+// claimKind is the first element of the claim script's reply
+// (internal/idemscript.Claim documents the replies).
 type claimKind byte
 
 // Claim replies.
@@ -76,9 +77,8 @@ type claim struct {
 	owner string        // for p: the owner token of the attempt that runs
 }
 
-// claim runs claimScript. unreplicated reports a write that did not reach
-// ReplicaAcks replicas in time: the claim stands (the lease is ours), but
-// the failover window stays open for it.
+// claim runs the Claim script. unreplicated reports a write that did not
+// reach ReplicaAcks replicas in time: the claim stands.
 func (s store) claim(ctx context.Context, key, fp, owner string, lease time.Duration, wait bool) (c claim, unreplicated bool, err error) {
 	call := &scriptCall{keys: [1]string{key}, strs: [2]string{fp, owner}, num: lease.Milliseconds()}
 	w := "0"
@@ -124,13 +124,9 @@ func (s store) claim(ctx context.Context, key, fp, owner string, lease time.Dura
 	return c, unreplicated, nil
 }
 
-// scriptCall is a record script's key and arguments in one allocation, for
-// the claim and the completion that every keyed request sends: go-redis
-// takes them as a []string and a []any, and an interface holding a string
-// or a number allocates a copy of it, one allocation per argument; one
-// holding a pointer does not, and go-redis writes a *string or *int64
-// argument as the value it points to (tracingfx's statements and error
-// redaction read them the same way).
+// scriptCall is a script's key and arguments in one allocation: go-redis
+// writes a *string or *int64 argument as its value, and an interface holding
+// a pointer does not allocate a copy as one holding a string would.
 type scriptCall struct {
 	keys [1]string
 	args [4]any
@@ -139,16 +135,10 @@ type scriptCall struct {
 }
 
 // run runs the script call. With ReplicaAcks it runs on a dedicated
-// connection to the master that holds the call's key and, when wrote says
-// the script wrote, WAITs there (WAIT covers the writes of its own
-// connection only); unreplicated reports a WAIT that fell short. The
-// Cluster client follows Redis's redirections for its own commands, not
-// for such a connection: run does, as the Cluster client would, while a
-// slot moves (MOVED: the slot has another master, and the client's slot
-// map is reloaded; ASK: the slot is migrating and the key has left, so
-// ASKING and the script go to the importing master), up to maxRedirects
-// times. A redirected script did not run, so running it elsewhere runs it
-// once.
+// connection to the key's master and, when wrote says the script wrote, WAITs
+// there (WAIT covers its own connection's writes only). On that connection it
+// follows MOVED and ASK as the Cluster client would, up to maxRedirects: a
+// redirected script did not run, so running it elsewhere runs it once.
 func (s store) run(ctx context.Context, script *redis.Script, call *scriptCall, wrote func(*redis.Cmd) bool) (cmd *redis.Cmd, unreplicated bool, err error) {
 	key, keys, args := call.keys[0], call.keys[:], call.args[:]
 	if s.acks == 0 {
@@ -211,12 +201,10 @@ func (s store) run(ctx context.Context, script *redis.Script, call *scriptCall, 
 	return cmd, unreplicated, nil
 }
 
-// maxRedirects bounds the redirections run follows, as go-redis's
-// ClusterOptions.MaxRedirects (3) does for its own commands.
+// maxRedirects is go-redis's ClusterOptions.MaxRedirects default.
 const maxRedirects = 3
 
-// reloadSlots has a Cluster client reload its slot map (in the
-// background) after a MOVED that it did not see itself.
+// reloadSlots has a Cluster client reload its slot map after a MOVED it did not see.
 func reloadSlots(rdb redis.UniversalClient) {
 	if c := nodeclient.Cluster(rdb); c != nil {
 		c.ReloadState(context.Background())
@@ -244,11 +232,9 @@ const (
 	completionUnpublished completion = 2 // recorded; the notification to waiters failed
 )
 
-// complete runs completeScript. With ReplicaAcks, a recorded outcome waits
-// for the replicas as a claim does, so that a failover after the answer
-// cannot bring back the in-progress record (whose lease would run out and
-// let a retry run the work again); unreplicated reports a WAIT that fell
-// short: the outcome stands.
+// complete runs the Complete script. With ReplicaAcks a recorded outcome
+// waits for the replicas as a claim does, so that a failover cannot bring
+// back the in-progress record.
 func (s store) complete(ctx context.Context, key, owner string, state State, resp []byte, ttl time.Duration) (done completion, unreplicated bool, err error) {
 	wrote := func(cmd *redis.Cmd) bool {
 		n, _ := cmd.Int()
