@@ -22,20 +22,23 @@ func ParseKey(values []string) (string, error) {
 	if len(values) != 1 {
 		return "", invalidKey("the idempotency key header must be sent exactly once")
 	}
-	v := values[0]
+	v, quoted := values[0], false
 	if v != "" && v[0] == '"' { // a lone `"` too: an sf-string with no closing quote
-		return unquote(v)
-	}
-	if v == "" {
-		return "", invalidKey("the idempotency key is empty")
-	}
-	if len(v) > MaxKeyLength {
-		return "", invalidKey("the idempotency key is longer than 255 characters")
-	}
-	for i := 0; i < len(v); i++ {
-		if c := v[i]; c < 0x21 || c > 0x7e {
-			return "", invalidKey("the idempotency key must be visible ASCII characters only")
+		var err error
+		if v, err = unquote(v); err != nil {
+			return "", err
 		}
+		quoted = true
+	}
+	switch {
+	case v == "":
+		return "", invalidKey("the idempotency key is empty")
+	case len(v) > MaxKeyLength:
+		return "", invalidKey("the idempotency key is longer than 255 characters")
+	case quoted && strings.ContainsFunc(v, func(c rune) bool { return c < 0x20 || c > 0x7e }): // sf-string allows spaces
+		return "", invalidKey("the idempotency key must be printable ASCII characters only")
+	case !quoted && strings.ContainsFunc(v, func(c rune) bool { return c < 0x21 || c > 0x7e }):
+		return "", invalidKey("the idempotency key must be visible ASCII characters only")
 	}
 	return v, nil
 }
@@ -46,13 +49,12 @@ func unquote(v string) (string, error) {
 		return "", invalidKey("the quoted idempotency key has no closing quote")
 	}
 	inner := v[1 : len(v)-1]
-	if strings.IndexByte(inner, '\\') < 0 && strings.IndexByte(inner, '"') < 0 {
-		return checkQuoted(inner)
+	if !strings.ContainsAny(inner, `\"`) {
+		return inner, nil
 	}
 	var b strings.Builder
 	for i := 0; i < len(inner); i++ {
-		c := inner[i]
-		switch c {
+		switch c := inner[i]; c {
 		case '\\':
 			i++
 			if i == len(inner) || (inner[i] != '"' && inner[i] != '\\') {
@@ -65,22 +67,7 @@ func unquote(v string) (string, error) {
 			b.WriteByte(c)
 		}
 	}
-	return checkQuoted(b.String())
-}
-
-func checkQuoted(s string) (string, error) {
-	if s == "" {
-		return "", invalidKey("the idempotency key is empty")
-	}
-	if len(s) > MaxKeyLength {
-		return "", invalidKey("the idempotency key is longer than 255 characters")
-	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c > 0x7e { // sf-string allows spaces
-			return "", invalidKey("the idempotency key must be printable ASCII characters only")
-		}
-	}
-	return s, nil
+	return b.String(), nil
 }
 
 func invalidKey(msg string) error {

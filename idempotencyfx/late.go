@@ -7,7 +7,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/redisfx/redisfx/internal/ctxsleep"
+	"github.com/redisfx/redisfx/internal/backoff"
 	"github.com/redisfx/redisfx/internal/durations"
 )
 
@@ -65,8 +65,8 @@ func (lc *lateCompletions) shutdown(ctx context.Context) {
 }
 
 // completeLate retries the completion of l until it lands or is refused,
-// the record's life is over, or the Service closes. The first retry goes
-// out at once, later ones back off up to a tenth of the lease.
+// the record's life is over, or the Service closes: at once, then backing
+// off up to a tenth of the lease.
 func (s *Service) completeLate(parent, stop context.Context, l *lease, state State, resp []byte, ttl time.Duration) {
 	// The record expires before this: its owner's last renewal was earlier.
 	end := time.Now().Add(durations.Mul(s.cfg.LockTimeout, 2))
@@ -74,11 +74,10 @@ func (s *Service) completeLate(parent, stop context.Context, l *lease, state Sta
 	ctx, cancel := context.WithCancel(context.WithoutCancel(parent))
 	defer context.AfterFunc(stop, cancel)()
 	defer cancel()
-	pause, longest := time.Duration(0), max(s.cfg.LockTimeout/10, 10*time.Millisecond)
-	tries := 2 // the request's own
+	pause := backoff.Backoff{Min: 10 * time.Millisecond, Max: max(s.cfg.LockTimeout/10, 10*time.Millisecond)}
 	why := "Redis out of reach while the record lived"
-	for ctxsleep.Sleep(ctx, min(pause, time.Until(end))) {
-		pause = min(max(2*pause, 10*time.Millisecond), longest)
+	tries := 2 // the request's own
+	for {
 		tries++
 		done, err := l.try(ctx, state, resp, ttl)
 		if err == nil && done == completionRefused {
@@ -92,7 +91,7 @@ func (s *Service) completeLate(parent, stop context.Context, l *lease, state Sta
 			s.reportCompletion(parent, l, done)
 			return
 		}
-		if !time.Now().Before(end) {
+		if !time.Now().Before(end) || !pause.Wait(ctx) {
 			break
 		}
 	}
