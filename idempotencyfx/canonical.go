@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"cmp"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"io"
 	"math"
 	"slices"
+	"strings"
 	"unicode"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -283,57 +285,38 @@ func unescape(d []byte) (r rune, n int) {
 	if len(d) < 2 {
 		return 0, 0
 	}
-	switch e := d[1]; e {
-	case '"', '\\', '/':
-		return rune(e), 2
-	case 'b':
-		return '\b', 2
-	case 'f':
-		return '\f', 2
-	case 'n':
-		return '\n', 2
-	case 'r':
-		return '\r', 2
-	case 't':
-		return '\t', 2
-	case 'u':
-		r, ok := hex4(d[2:])
-		if !ok {
-			return 0, 0
-		}
-		if !utf16.IsSurrogate(r) {
-			return r, 6
-		}
-		if len(d) >= 8 && d[6] == '\\' && d[7] == 'u' {
-			if r2, ok := hex4(d[8:]); ok {
-				if dec := utf16.DecodeRune(r, r2); dec != utf8.RuneError {
-					return dec, 12
-				}
+	if k := strings.IndexByte(`"\/bfnrt`, d[1]); k >= 0 {
+		return rune("\"\\/\b\f\n\r\t"[k]), 2
+	}
+	if d[1] != 'u' {
+		return 0, 0
+	}
+	r, ok := hex4(d[2:])
+	if !ok {
+		return 0, 0
+	}
+	if !utf16.IsSurrogate(r) {
+		return r, 6
+	}
+	if len(d) >= 8 && d[6] == '\\' && d[7] == 'u' {
+		if r2, ok := hex4(d[8:]); ok {
+			if dec := utf16.DecodeRune(r, r2); dec != utf8.RuneError {
+				return dec, 12
 			}
 		}
-		return utf8.RuneError, 6
 	}
-	return 0, 0
+	return utf8.RuneError, 6
 }
 
 func hex4(d []byte) (rune, bool) {
+	var b [2]byte
 	if len(d) < 4 {
 		return 0, false
 	}
-	var r rune
-	for _, b := range d[:4] {
-		switch {
-		case b >= '0' && b <= '9':
-			r = r<<4 | rune(b-'0')
-		case b >= 'a' && b <= 'f':
-			r = r<<4 | rune(b-'a'+10)
-		case b >= 'A' && b <= 'F':
-			r = r<<4 | rune(b-'A'+10)
-		default:
-			return 0, false
-		}
+	if _, err := hex.Decode(b[:], d[:4]); err != nil {
+		return 0, false
 	}
-	return r, true
+	return rune(b[0])<<8 | rune(b[1]), true
 }
 
 // bytesOf returns the bytes of string or number node i.

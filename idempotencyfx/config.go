@@ -36,21 +36,17 @@ type ScopeFunc func(r *http.Request) (string, error)
 // Config holds the options of the idempotency module. Zero fields take
 // their defaults.
 type Config struct {
-	// DefaultTTL is how long a completed record lives. Default (zero) 24h.
-	// NeverExpire keeps records for ever: allowed, but warned about at
-	// start, because records then pile up in Redis. Guidance: payments
-	// 24-48h, orders 4-24h, webhooks 24-72h.
+	// DefaultTTL is how long a completed record lives. Default 24h; NeverExpire
+	// keeps records for ever (warned about at start). Guidance: payments 24-48h,
+	// orders 4-24h, webhooks 24-72h.
 	DefaultTTL time.Duration
-	// HeaderName carries the key. Default "Idempotency-Key". Matched
-	// case-insensitively, as HTTP header names are.
+	// HeaderName carries the key (matched case-insensitively). Default "Idempotency-Key".
 	HeaderName string
 	// KeyPrefix is put before the key to form the Redis key. Default "idempotency:".
 	KeyPrefix string
-	// LockTimeout is the in-progress lease, renewed while the handler runs
-	// (every third of it, each renewal waiting at most that long), and the
-	// lifetime of a failed record. Default 30s, minimum 10ms. A slow handler
-	// keeps its lease only while its renewals land in time, so values
-	// under ShortLockTimeout (1s), which Start warns about, are for tests.
+	// LockTimeout is the in-progress lease, renewed every third of it while the
+	// handler runs, and the lifetime of a failed record. Default 30s, minimum
+	// 10ms; values under ShortLockTimeout (warned about) are for tests.
 	LockTimeout time.Duration
 	// WaitTimeout is the longest a concurrent duplicate waits for the first
 	// request to finish before it gets 409. Default 10s. Use NoWait for 0.
@@ -70,25 +66,21 @@ type Config struct {
 	// MaxBodyBytes bounds the request body read for the fingerprint; larger
 	// bodies get 413 before any store call. Default 1 MiB.
 	MaxBodyBytes int64
-	// MaxResponseBytes bounds the recorded response body; larger responses
-	// are passed through and recorded as not replayable. Default 1 MiB, at
-	// most MaxResponseBytesLimit.
+	// MaxResponseBytes bounds the recorded response body (at most
+	// MaxResponseBytesLimit); larger responses pass through, not replayable.
+	// Default 1 MiB.
 	MaxResponseBytes int
 	// SkipHeaders are response headers that are not recorded. Default: Date,
 	// Content-Length, Set-Cookie. Hop-by-hop headers are never recorded.
 	SkipHeaders []string
 	// StoreTimeout bounds each Redis call on the request path. Default 2s.
-	// Claims and recorded outcomes that start within a sixty-fourth of it
-	// share one deadline (one timer for all of them), rounded down: each
-	// is given at least 63/64 of StoreTimeout and never more.
+	// Calls that start within a sixty-fourth of it share one deadline: each gets
+	// at least 63/64 of it and never more.
 	StoreTimeout time.Duration
-	// ReplicaAcks, when above 0, makes every claim that creates or takes over
-	// a record, and every recorded outcome, wait (WAIT) until that many
-	// replicas have it, at most ReplicaAckTimeout, on the write's own
-	// connection. It narrows the window in which a failover to a replica
-	// that never saw the claim or the outcome lets a retry run the handler
-	// again; it costs two more round trips per new key. Off by default. See
-	// docs/operations.md.
+	// ReplicaAcks, above 0, makes every claim that takes a record and every
+	// recorded outcome WAIT for that many replicas (at most ReplicaAckTimeout),
+	// narrowing the failover window in which a retry could run the handler
+	// again; two more round trips per new key. Off by default (docs/operations.md).
 	ReplicaAcks int
 	// ReplicaAckTimeout bounds that wait. Default 50ms.
 	ReplicaAckTimeout time.Duration
@@ -97,9 +89,7 @@ type Config struct {
 	PollInterval time.Duration
 }
 
-// ShortLockTimeout is the shortest LockTimeout Start takes without a
-// warning: a shorter one is accepted (tests use such values), but each
-// lease renewal must land within a third of the lease.
+// ShortLockTimeout is the shortest LockTimeout Start takes without a warning.
 const ShortLockTimeout = time.Second
 
 // Defaults of Config.
@@ -115,17 +105,12 @@ const (
 	DefaultPollInterval = 500 * time.Millisecond
 )
 
-// NeverExpire as Config.DefaultTTL keeps completed records for ever (a
-// TTL of 0 where the configuration is text). It is a named value, not zero: a zero DefaultTTL
-// takes the default, as every zero field does, so that a Config literal that
-// leaves it out does not fill Redis for ever.
+// NeverExpire as Config.DefaultTTL keeps completed records for ever (a zero
+// DefaultTTL takes the default, as every zero field does).
 const NeverExpire time.Duration = -1
 
-// MaxResponseBytesLimit is the largest MaxResponseBytes accepted. A replay
-// is the recorded response byte for byte or it is refused; reading a record
-// back is bounded (a corrupt or hostile record must not expand without
-// limit), and this is the body that bound leaves room for, with 1 MiB for
-// the headers.
+// MaxResponseBytesLimit is the largest MaxResponseBytes accepted: reading a
+// record back is bounded, and a replay is the whole record or nothing.
 const MaxResponseBytesLimit = 64 << 20
 
 // DefaultConfig returns the configuration used when the application
@@ -218,9 +203,8 @@ func (c Config) validate() error {
 	return nil
 }
 
-// hopByHop headers belong to one connection and are never recorded (RFC 9110 §7.6.1).
-// Trailer is not one of them: it declares which fields follow the body, end
-// to end, and a replay needs it for net/http to send them as trailers.
+// hopByHop headers are never recorded (RFC 9110 §7.6.1). Trailer is not one:
+// a replay needs it to send the trailers.
 var hopByHop = []string{"Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
 	"Proxy-Connection", "Te", "Transfer-Encoding", "Upgrade"}
 

@@ -9,9 +9,9 @@ import (
 	"github.com/redisfx/redisfx/httpfx"
 )
 
-// ErrorFilter maps idempotency errors to problem responses. Module provides
-// DefaultErrorFilter as this type and puts it first in httpfx's error chain;
-// an application changes statuses or payloads by decorating it:
+// ErrorFilter maps idempotency errors to problem responses. Module puts
+// DefaultErrorFilter first in httpfx's chain as this type; decorate it to
+// change statuses or payloads:
 //
 //	fx.Decorate(func(next idempotencyfx.ErrorFilter) idempotencyfx.ErrorFilter {
 //		return func(err error, r *http.Request) (httpfx.Problem, bool) {

@@ -11,13 +11,11 @@ import (
 // MaxKeyLength is the longest accepted idempotency key, in characters.
 const MaxKeyLength = 255
 
-// ParseKey validates the values of the key header and returns the key.
-//
-// A key is 1 to 255 visible ASCII characters (0x21-0x7E). An RFC 8941 sf-string
-// ("…", with \" and \\ escapes, spaces allowed inside) is accepted and
-// unquoted, as the IETF idempotency-key draft sends it. More than one header
-// line is rejected: a proxy that splits or merges headers must not turn two
-// requests into one.
+// ParseKey validates the values of the key header and returns the key: 1 to
+// 255 visible ASCII characters, or an RFC 8941 sf-string ("…" with \" and
+// \\ escapes, spaces allowed), unquoted, as the IETF idempotency-key draft
+// sends it. More than one header line is refused: a proxy that splits or
+// merges headers must not turn two requests into one.
 func ParseKey(values []string) (string, error) {
 	if len(values) != 1 {
 		return "", invalidKey("the idempotency key header must be sent exactly once")
@@ -74,13 +72,9 @@ func invalidKey(msg string) error {
 	return &IdempotencyKeyInvalidError{BaseError: redisfx.BaseError{Code: CodeKeyInvalid, Message: msg}}
 }
 
-// keyFromRequest reads the key header: header is the canonical header
-// name. net/http writes the names of every request it reads in canonical
-// form, but a request built in process (a batch endpoint dispatching
-// sub-requests, a test) may hold the name in any spelling, or in two:
-// every spelling is read, so that such a request is neither let through
-// unprotected nor, holding two keys, taken for one that has a single key.
-// The request's value slices are never appended to.
+// keyFromRequest reads the key header (header: its canonical name) in every
+// spelling: a request built in process may hold the name in any case, or in
+// two, and must be neither let through nor taken for one with a single key.
 func keyFromRequest(r *http.Request, header string) (key string, present bool, err error) {
 	values, ok := r.Header[header]
 	for name, vs := range r.Header {
@@ -96,16 +90,10 @@ func keyFromRequest(r *http.Request, header string) (key string, present bool, e
 	return key, true, err
 }
 
-// storeKey is the Redis key of (scope, key):
-//
-//	unscoped:  prefix + escapedKey
-//	scoped:    prefix + url.QueryEscape(scope) + ":" + escapedKey
-//
-// where escapedKey is the key with '%' written as %25 and ':' as %3A. The
-// only ':' after the prefix is the scope separator, so a key can never pose
-// as a scope ("tenant-a:order-1" sent without a scope is
-// prefix + "tenant-a%3Aorder-1"), and an escaped scope is never empty. Keys
-// without '%' and ':' (UUIDs, "order-42") are written as they are.
+// storeKey is the Redis key of (scope, key): prefix + escapedKey, or prefix +
+// url.QueryEscape(scope) + ":" + escapedKey, where escapedKey writes '%' as
+// %25 and ':' as %3A. The only ':' after the prefix separates the scope, so
+// a key can never pose as a scope.
 func storeKey(prefix, scope, key string) string {
 	if strings.IndexByte(key, '%') >= 0 || strings.IndexByte(key, ':') >= 0 { // ContainsAny costs ~500 instructions on a short key
 		key = keyEscaper.Replace(key)

@@ -43,10 +43,8 @@ func serviceValue(s *Service) httpfx.ContextValue {
 	return httpfx.ContextValue{Key: serviceKey{}, Value: s}
 }
 
-// collaborators are what the module needs from the app, optional here only
-// so that a missing one gets a message naming what to add (Fx's own names
-// only the type). NewFromParams still requires them, so Fx's graph shows
-// the dependency.
+// collaborators are optional here only so that a missing one gets a message
+// naming what to add; NewFromParams requires them.
 type collaborators struct {
 	fx.In
 	Redis redis.UniversalClient `optional:"true"`
@@ -77,6 +75,7 @@ type Params struct {
 	Filter      ErrorFilter    `optional:"true"`
 	// Registerer receives the idempotency metrics (from metricsfx).
 	Registerer prometheus.Registerer `optional:"true"`
+	// Tracer opens plugin spans (tracingfx provides it, a no-op when plugin tracing is off).
 	// Tracer opens plugin spans; tracingfx provides it under this name, as
 	// a no-op when pluginTracing is off.
 	Tracer trace.TracerProvider `name:"redisfx.plugin_tracer" optional:"true"`

@@ -32,30 +32,20 @@ const (
 	OutcomeFailOpen       Outcome = "fail_open"       // Redis unavailable; the handler ran unprotected
 	OutcomeInvalidKey     Outcome = "invalid_key"     // malformed key: 400
 	OutcomeKeyRequired    Outcome = "key_required"    // missing required key: 400
-	// OutcomeUnreplicated counts claims that did not reach ReplicaAcks
-	// replicas within ReplicaAckTimeout (counted besides the request's outcome).
+	// OutcomeUnreplicated counts claims that missed ReplicaAcks in time (besides the request's outcome).
 	OutcomeUnreplicated Outcome = "unreplicated_claim"
-	// OutcomeUnreplicatedCompletion counts recorded outcomes that did not
-	// reach ReplicaAcks replicas within ReplicaAckTimeout (counted besides
-	// the request's outcome, and not put on its span).
+	// OutcomeUnreplicatedCompletion counts recorded outcomes that missed
+	// ReplicaAcks in time (besides the request's outcome, not on its span).
 	OutcomeUnreplicatedCompletion Outcome = "unreplicated_completion"
-	// OutcomePendingCompletion counts outcomes that their request could
-	// not record within its own two tries (counted besides the request's
-	// outcome, new: the handler ran and the client got its answer). Each
-	// ends as a late_completion or a lost_completion (at once when the
-	// Service is closing), so pending = late + lost once the background
-	// tries are over.
+	// OutcomePendingCompletion counts outcomes their request could not record
+	// in its two tries (besides the request's outcome); each ends late or lost.
 	OutcomePendingCompletion Outcome = "pending_completion"
-	// OutcomeLateCompletion counts outcomes recorded in the background
-	// after their request's own two tries failed (see
-	// OutcomePendingCompletion).
+	// OutcomeLateCompletion counts outcomes recorded in the background.
 	OutcomeLateCompletion Outcome = "late_completion"
-	// OutcomeLostCompletion counts outcomes whose recording was never
-	// confirmed: Redis stayed out of reach while the record lived, another
-	// request took the record over after the lease ran out, or the Service
-	// closed first. A retry of such a key may run the handler again. A try
-	// that timed out after its command was sent may still have landed:
-	// Service.Get tells.
+	// OutcomeLostCompletion counts outcomes whose recording was never confirmed
+	// (Redis out of reach while the record lived, a takeover, or the Service
+	// closed): a retry may run the handler again. Service.Get tells whether a
+	// timed-out try landed.
 	OutcomeLostCompletion Outcome = "lost_completion"
 )
 
@@ -80,8 +70,8 @@ const (
 	notifyConnectionReplaced = "connection_replaced" // the subscription connection failed or went silent and was replaced
 )
 
-// observer records outcomes as metrics and span attributes. Every method is
-// a no-op for the parts that are not configured.
+// observer records outcomes as metrics and span attributes; parts not
+// configured are no-ops.
 type observer struct {
 	requests       *prometheus.CounterVec
 	wait           prometheus.Histogram
@@ -149,8 +139,8 @@ const (
 	AttrWaitTimeoutMS = "redisfx.idempotency.wait_timeout_ms"
 )
 
-// startWait opens the idempotency.wait plugin span, when plugin tracing is
-// on. Its Redis operation is the SUBSCRIBE that waits for the completion.
+// startWait opens the idempotency.wait plugin span (its Redis operation is
+// the SUBSCRIBE that waits), when plugin tracing is on.
 func (o *observer) startWait(ctx context.Context, timeout time.Duration) (context.Context, *plugintrace.Span) {
 	if o.tracer == nil {
 		return ctx, nil
@@ -159,11 +149,8 @@ func (o *observer) startWait(ctx context.Context, timeout time.Duration) (contex
 		attribute.Int64(AttrWaitTimeoutMS, timeout.Milliseconds()))
 }
 
-// waited records a wait that ended with outcome (or err): the histogram, and
-// the span's outcome and status. The status is OK when the wait learnt the
-// first request's fate (a replay, a failure, a mismatch, a takeover) and
-// ERROR when it did not: WaitTimeout ran out, Redis failed, or the client
-// went away.
+// waited records a wait's duration, and its span's outcome and status: OK
+// when it learnt the first request's fate, ERROR when it did not.
 func (o *observer) waited(span *plugintrace.Span, d time.Duration, oc Outcome, err error) {
 	if o.wait != nil {
 		o.wait.Observe(d.Seconds())
