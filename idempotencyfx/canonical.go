@@ -26,24 +26,16 @@ var (
 	errTooDeep = errors.New("idempotencyfx: JSON nested deeper than MaxJSONDepth")
 )
 
-// The canonical form of a JSON document is a tagged, length-prefixed
-// serialisation: 'a' + element count then the elements; 'o' + member count
-// then, per member sorted by key, 'k' + key and the value; 's' + string;
-// 'n' + number text; 't', 'f', 'z' for true, false, null. Counts and lengths
-// are uvarints. Strings are compared as encoding/json decodes them (invalid
-// UTF-8 is U+FFFD, "\u0041" is "A"). Duplicate keys all count, in document
-// order: encoding/json does not simply keep the last (a null leaves a field
-// as it was, repeated objects merge into a struct).
-//
-// Key order matters where it changes what encoding/json decodes: an object
-// with two keys equal under case folding (struct fields match them alike,
-// the last wins) is tagged 'O' and ordered by folded key, then document
-// order; one with two different keys of one integer ("1", "01", "+1"; one
-// key of a map with an integer key type) is tagged 'N' and ordered by that
-// integer (or folded key), then document order.
-//
-// A first pass parses the document into a flat list of nodes, a second
-// writes it from that list: linear in the body's size, plus sorting keys.
+// The canonical form of a JSON document: 'a' + element count, then the
+// elements; 'o' + member count, then per member sorted by key 'k' + key and
+// the value; 's' + string (decoded as encoding/json decodes it); 'n' +
+// number text; 't', 'f', 'z'. Counts and lengths are uvarints. Duplicate
+// keys all count, in document order (encoding/json merges them). Where key
+// order changes what encoding/json decodes, it is kept: an object with two
+// keys equal under case folding is tagged 'O' and ordered by folded key,
+// then document order; one with two keys of one integer ("1", "01") is
+// tagged 'N' and ordered by class (see collision), then document order.
+// Parsing makes a flat list of nodes, writing walks it: linear in the size.
 
 // node is one value of the parsed document, in document order. The children
 // of a container follow it; an object's are key, value, key, value...
@@ -71,9 +63,8 @@ type canonicalizer struct {
 	out     []byte
 }
 
-// canonical writes the canonical form of data to w. It returns errNotJSON
-// when data is not exactly one JSON document and errTooDeep when it nests
-// deeper than MaxJSONDepth; nothing is written to w then.
+// canonical writes the canonical form of data to w, or nothing if data is
+// not one JSON document (errNotJSON) or nests too deep (errTooDeep).
 func canonical(w io.Writer, data []byte, ignore *ignoreSet) error {
 	if len(data) > math.MaxInt32 {
 		return errNotJSON
@@ -398,9 +389,8 @@ func (c *canonicalizer) arrange(ms []member) (tag byte) {
 }
 
 // scanKeys tells what may collide: plain is false when a key has an
-// upper-case ASCII letter or a non-ASCII rune (it may fold onto another);
-// oddInts is true when a key is an integer not written as strconv.Itoa
-// would ("01", "+1", "-0"), the only way two keys decode to one integer.
+// upper-case or non-ASCII letter; oddInts is true when a key is an integer
+// not written as strconv.Itoa would ("01", "+1", "-0").
 func (c *canonicalizer) scanKeys(ms []member) (plain, oddInts bool) {
 	plain = true
 	for _, m := range ms {
@@ -430,12 +420,10 @@ type folded struct {
 	m      member
 }
 
-// collision reports whether two different keys of the object decode to the
-// same field or map key, and if so orders ms by class, then document order.
-// Without ints the class of a key is its case folding (duplicates count
-// too); with ints a key that is an integer ([+-]digits) is of the class of
-// its value (as strconv.ParseInt reads it: "1", "01", "+1" are one, "-0" is
-// "0"), any other of its folding, and only two integer keys written
+// collision reports whether two different keys decode to one field or map
+// key, and if so orders ms by class, then document order. The class of a key
+// is its folding, or with ints, for an integer key, its value (as
+// strconv.ParseInt reads it); with ints only two integer keys written
 // differently count.
 func (c *canonicalizer) collision(ms []member, ints bool) bool {
 	c.foldBuf, c.folds = c.foldBuf[:0], c.folds[:0]
@@ -474,9 +462,8 @@ const (
 	classFolded = 1
 )
 
-// appendClass appends the class of a key: for an integer ([+-]digits) a
-// tag and its value in shortest form ("-" only if below zero), for any
-// other key another tag and its folding.
+// appendClass appends the class of a key: for an integer a tag and its value
+// in shortest form, for any other key another tag and its folding.
 func appendClass(out, key []byte) []byte {
 	digits, neg := key, false
 	if len(digits) > 0 && (digits[0] == '+' || digits[0] == '-') {

@@ -38,8 +38,7 @@ type lease struct {
 
 func (s *Service) newLease(key, owner string, token int64) *lease {
 	l := &lease{s: s, key: key, owner: owner, token: token}
-	// Under mu: the first renewal may run before AfterFunc returns (a
-	// short lease on a loaded machine), and it reads the timer.
+	// Under mu: the first renewal, which reads the timer, may run before AfterFunc returns.
 	l.mu.Lock()
 	l.timer = time.AfterFunc(s.cfg.LockTimeout/3, l.renew)
 	l.mu.Unlock()
@@ -56,12 +55,8 @@ func (l *lease) renew() {
 	l.mu.Unlock()
 	defer l.running.Done()
 
-	// Renewals and completions are sent even while the client's circuit
-	// breaker is open: they hold or end a lease that was granted, and a
-	// breaker still open after a short stall must not cost it.
-	// One renewal waits at most a third of the lease, and the next goes
-	// out a third of the lease after this one was sent, not after it
-	// returned: a single slow round trip must not push the next renewal
+	// Each renewal waits at most a third of the lease, and the next goes out
+	// a third after this one was sent: one slow round trip must not push it
 	// past the lease's end.
 	period := l.s.cfg.LockTimeout / 3
 	sent := time.Now()

@@ -44,9 +44,6 @@ type Service struct {
 	unpublishedLog throttle.Every // the failed-notification warning, at most every 10s
 
 	// onWaitPoll, set only by tests, runs after every poll of a waiting duplicate.
-	// onWaitPoll, set only by tests before any request, is called after
-	// every poll of a waiting duplicate: a test that needs the waiter
-	// parked (its confirmation poll done) waits for it instead of racing it.
 	onWaitPoll func()
 }
 
