@@ -53,15 +53,18 @@ func (s *Service) DoInScope(ctx context.Context, scope, key, fingerprint string,
 		}
 		return []byte(rp.body), true, nil
 	}
-	l := g.lease
+	return s.runDo(ctx, g.lease, fn)
+}
+
+// runDo runs fn under the lease and records its result. A panic or
+// runtime.Goexit records a failure (a panic is re-raised).
+func (s *Service) runDo(ctx context.Context, l *lease, fn func(context.Context) ([]byte, error)) (result []byte, replayed bool, err error) {
 	returned := false
 	defer func() {
 		if returned {
 			return
 		}
-		// fn panicked (re-raised) or called runtime.Goexit (which goes on
-		// after this): either way the attempt failed.
-		panicked := recover()
+		panicked := recover() // nil: runtime.Goexit, which goes on after this
 		s.finish(ctx, l, StateFailed, nil)
 		if panicked != nil {
 			panic(panicked)

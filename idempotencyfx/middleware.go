@@ -74,24 +74,11 @@ func (s *Service) serveHTTP(w http.ResponseWriter, r *http.Request, next http.Ha
 		next.ServeHTTP(w, r)
 		return
 	}
-	body, err := readBody(r, s.cfg.MaxBodyBytes)
+	record, fp, err := s.identify(r, key)
 	if err != nil {
 		s.errors.Render(w, r, err)
 		return
 	}
-	fp, err := s.cfg.FingerprintGenerator(r, body)
-	if err != nil {
-		s.errors.Render(w, r, err)
-		return
-	}
-	scope := ""
-	if s.cfg.Scope != nil {
-		if scope, err = s.cfg.Scope(r); err != nil {
-			s.errors.Render(w, r, err)
-			return
-		}
-	}
-	record := s.StoreKey(scope, key)
 	if s.holdsRecord(ctx, record) { // engaged further out: see leaseMark
 		next.ServeHTTP(w, r)
 		return
@@ -114,6 +101,25 @@ func (s *Service) serveHTTP(w http.ResponseWriter, r *http.Request, next http.Ha
 	}
 	s.obs.outcome(ctx, g.outcome)
 	s.runOwned(w, r, next, g.lease)
+}
+
+// identify reads the body for the request's fingerprint and returns its
+// record's Redis key.
+func (s *Service) identify(r *http.Request, key string) (record, fp string, err error) {
+	body, err := readBody(r, s.cfg.MaxBodyBytes)
+	if err != nil {
+		return "", "", err
+	}
+	if fp, err = s.cfg.FingerprintGenerator(r, body); err != nil {
+		return "", "", err
+	}
+	scope := ""
+	if s.cfg.Scope != nil {
+		if scope, err = s.cfg.Scope(r); err != nil {
+			return "", "", err
+		}
+	}
+	return s.StoreKey(scope, key), fp, nil
 }
 
 // refuse answers a request that may not run: an idempotency error, a store

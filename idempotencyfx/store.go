@@ -26,19 +26,13 @@ const (
 	StateNotReplayable State = "u"
 )
 
+var stateNames = map[State]string{StateNone: "none", StateInProgress: "in_progress", StateCompleted: "completed",
+	StateFailed: "failed", StateNotReplayable: "not_replayable"}
+
 // String implements fmt.Stringer.
 func (s State) String() string {
-	switch s {
-	case StateNone:
-		return "none"
-	case StateInProgress:
-		return "in_progress"
-	case StateCompleted:
-		return "completed"
-	case StateFailed:
-		return "failed"
-	case StateNotReplayable:
-		return "not_replayable"
+	if name, ok := stateNames[s]; ok {
+		return name
 	}
 	return "unknown(" + string(s) + ")"
 }
@@ -152,14 +146,31 @@ func (s store) run(ctx context.Context, script *redis.Script, call *scriptCall, 
 	if node == nil {
 		return nil, false, fmt.Errorf("idempotencyfx: ReplicaAcks needs a standalone, Sentinel or Cluster client, not %T", s.rdb)
 	}
+	cmd, conn, release := s.runFollowingRedirects(ctx, node, script, keys, args)
+	defer release()
+	if err := cmd.Err(); err != nil {
+		return cmd, false, err
+	}
+	if wrote(cmd) {
+		if acked, err := conn.Wait(ctx, s.acks, s.ackTimeout).Result(); err != nil || acked < int64(s.acks) {
+			unreplicated = true
+		}
+	}
+	return cmd, unreplicated, nil
+}
+
+// runFollowingRedirects runs script on a connection of node, following MOVED
+// and ASK; it returns the connection that ran it and how to release it.
+func (s store) runFollowingRedirects(ctx context.Context, node *redis.Client, script *redis.Script, keys []string, args []any) (*redis.Cmd, *redis.Conn, func()) {
 	conn := node.Conn()
 	var redirected *redis.Client // of the node Redis sent the script to
-	defer func() {
+	release := func() {
 		_ = conn.Close()
 		if redirected != nil {
 			_ = redirected.Close()
 		}
-	}()
+	}
+	var cmd *redis.Cmd
 	asking := false
 	for redirects := 0; ; redirects++ {
 		if asking {
@@ -174,15 +185,12 @@ func (s store) run(ctx context.Context, script *redis.Script, call *scriptCall, 
 		movedTo, moved := redis.IsMovedError(cmd.Err())
 		askedTo, asked := redis.IsAskError(cmd.Err())
 		if !moved && !asked || redirects == maxRedirects {
-			break
+			return cmd, conn, release
 		}
 		if moved {
 			reloadSlots(s.rdb)
 		}
-		_ = conn.Close()
-		if redirected != nil {
-			_ = redirected.Close()
-		}
+		release()
 		to := movedTo
 		if asked {
 			to = askedTo
@@ -190,15 +198,6 @@ func (s store) run(ctx context.Context, script *redis.Script, call *scriptCall, 
 		redirected = nodeclient.OneConn(node, to)
 		conn, asking = redirected.Conn(), asked
 	}
-	if err := cmd.Err(); err != nil {
-		return cmd, false, err
-	}
-	if wrote(cmd) {
-		if acked, err := conn.Wait(ctx, s.acks, s.ackTimeout).Result(); err != nil || acked < int64(s.acks) {
-			unreplicated = true
-		}
-	}
-	return cmd, unreplicated, nil
 }
 
 // maxRedirects is go-redis's ClusterOptions.MaxRedirects default.
