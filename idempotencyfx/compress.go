@@ -10,10 +10,8 @@ import (
 )
 
 // Recorded responses above compressAbove bytes are stored DEFLATE-compressed
-// when that saves at least a tenth: Redis memory is the cost that grows with
-// DefaultTTL, and a JSON response shrinks to a third. Writers and readers
-// are pooled; their allocations dwarf a 1 KiB body otherwise.
-
+// when that saves a tenth (Redis memory grows with DefaultTTL); writers and
+// readers are pooled.
 var (
 	writers = sync.Pool{New: func() any {
 		w, _ := flate.NewWriter(nil, flate.BestSpeed)
@@ -30,8 +28,7 @@ type inflater interface {
 
 var errRecordTooLarge = errors.New("idempotencyfx: recorded response larger than the readable limit")
 
-// deflate returns responseDeflated followed by the compressed encoding
-// (which itself starts with responseFormat).
+// deflate returns responseDeflated, then the compressed encoding.
 func deflate(payload []byte) []byte {
 	var buf bytes.Buffer
 	buf.Grow(len(payload)/2 + 16)
@@ -47,8 +44,7 @@ func deflate(payload []byte) []byte {
 	return buf.Bytes()
 }
 
-// inflate decompresses a stored response. More than maxRecordBytes is
-// refused: a record is read back whole or not at all, never cut short.
+// inflate decompresses a stored response; more than maxRecordBytes is refused.
 func inflate(z string) ([]byte, error) {
 	r, ok := readers.Get().(inflater)
 	if !ok {

@@ -14,13 +14,10 @@ import (
 	"github.com/redisfx/redisfx/internal/fxconfig"
 )
 
-// Module provides the idempotency *Service, registers its error filter
-// (ErrorFilter, first in httpfx's chain) and installs the service in
-// httpfx's router, so that routes can opt in with Idempotent().
-//
-// It needs a Redis client (storefx.Module) and a *zap.Logger. The
-// configuration is a Config or *Config in the graph (fx.Supply either);
-// without one, DefaultConfig.
+// Module provides the *Service, puts its ErrorFilter first in httpfx's chain
+// and installs the Service in httpfx's router for Idempotent() routes. It
+// needs a Redis client (storefx.Module) and a *zap.Logger; the configuration
+// is a Config or *Config in the graph, DefaultConfig without one.
 var Module = fx.Module("redisfx.idempotency",
 	fx.Invoke(checkCollaborators),
 	fx.Provide(
@@ -37,8 +34,7 @@ func registerErrorFilter(f ErrorFilter) httpfx.RegisteredErrorFilter {
 	return httpfx.RegisteredErrorFilter{Name: "idempotency", Order: 10, Filter: httpfx.ErrorFilter(f)}
 }
 
-// serviceValue makes the Service reachable from Idempotent() routes, as
-// Install does on a router of your own, without a request copy per request.
+// serviceValue makes the Service reachable from Idempotent() routes, as Install does.
 func serviceValue(s *Service) httpfx.ContextValue {
 	return httpfx.ContextValue{Key: serviceKey{}, Value: s}
 }
@@ -76,8 +72,6 @@ type Params struct {
 	// Registerer receives the idempotency metrics (from metricsfx).
 	Registerer prometheus.Registerer `optional:"true"`
 	// Tracer opens plugin spans (tracingfx provides it, a no-op when plugin tracing is off).
-	// Tracer opens plugin spans; tracingfx provides it under this name, as
-	// a no-op when pluginTracing is off.
 	Tracer trace.TracerProvider `name:"redisfx.plugin_tracer" optional:"true"`
 }
 

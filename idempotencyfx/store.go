@@ -40,8 +40,7 @@ func (s State) String() string {
 // store runs the record scripts on one Redis client; acks > 0 makes writes
 // wait for that many replicas (WAIT).
 type store struct {
-	rdb redis.UniversalClient
-	// acks > 0: claims that write wait for that many replicas (WAIT).
+	rdb        redis.UniversalClient
 	acks       int
 	ackTimeout time.Duration
 }
