@@ -1,18 +1,20 @@
 package storefx
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
-	"runtime"
-	"sort"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/fx"
 
+	"github.com/redisfx/redisfx/internal/backoff"
 	"github.com/redisfx/redisfx/plugintrace"
 )
 
@@ -35,16 +37,12 @@ type ClientInfo struct {
 	Cluster bool
 }
 
-// Instrumentation builds a go-redis hook for a client. Modules such as
-// tracingfx contribute one to the value group "redisfx.store.instrumentation"
-// (see AsInstrumentation); every client that storefx builds gets a hook from
-// each. A nil hook is skipped.
-//
-// On a Cluster the hooks are per node, as go-redis's redisotel attaches
-// them: storefx calls the Instrumentation for each node the client opens
-// (ClusterClient.OnNewNode), with ClientInfo.Node naming it, so a hook sees
-// the commands that node served, including a redirected attempt (MOVED,
-// ASK) and the client's own slot-map reloads.
+// Instrumentation builds a go-redis hook for a client; a nil hook is
+// skipped. Modules such as tracingfx contribute one to InstrumentationGroup
+// (see AsInstrumentation), and every client storefx builds gets a hook from
+// each. On a Cluster the hooks are per node, as redisotel attaches them:
+// ClientInfo.Node names the node, whose hook sees every command it served,
+// redirected attempts and slot-map reloads included.
 type Instrumentation func(ClientInfo) redis.Hook
 
 // AsInstrumentation annotates a constructor of an Instrumentation so that its
@@ -65,49 +63,42 @@ type Client struct {
 // New builds a client from cfg without Fx. It does not connect: use
 // (*Registry).Ping or the client's own Ping to check the server.
 func New(name string, cfg Config, inst ...Instrumentation) (*Client, error) {
-	opts, err := cfg.options()
+	o, err := cfg.options()
 	if err != nil {
 		return nil, err
 	}
-	info := ClientInfo{Name: name, Addrs: append([]string(nil), opts.Addrs...), Network: "tcp", DB: opts.DB}
-	if opts.Dialer != nil {
-		info.Network = "unix"
-	}
-	if opts.MasterName == "" && (len(opts.Addrs) > 1 || opts.IsClusterMode) {
-		// As NewUniversalClient would, but with a slot map that follows a
-		// failover within seconds instead of a minute.
-		co := opts.Cluster()
-		co.ClusterStateReloadInterval = cfg.ClusterStateReloadInterval
-		if co.ClusterStateReloadInterval == 0 {
-			co.ClusterStateReloadInterval = 2 * time.Second
-		}
-		if co.PoolSize == 0 {
-			// go-redis gives a Cluster node 5 per CPU, half its standalone
-			// default; Config.PoolSize promises 10 per CPU per node.
-			co.PoolSize = 10 * runtime.GOMAXPROCS(0)
-		}
-		c := redis.NewClusterClient(co)
-		info.DB, info.Cluster = 0, true
-		bs := newBreakerSet(cfg.Breaker)
-		// Nodes are opened lazily, after this: each gets its own hooks, and
-		// its own circuit breaker (the first hook, so a refused command
-		// makes no span): a dead master must not stop the others.
-		c.OnNewNode(func(node *redis.Client) {
-			nodeInfo := info
-			nodeInfo.Node = node.Options().Addr
-			bs.add(node)
-			addHooks(node, nodeInfo, inst)
+	c := &Client{Details: ClientInfo{Name: name, Network: "tcp"}, breakers: newBreakerSet(cfg.Breaker)}
+	switch {
+	case o.cluster != nil:
+		c.Details.Addrs, c.Details.Cluster = o.cluster.Addrs, true
+		c.setup = setupFieldsOf(cfg, o.cluster.Password, 0)
+		cc := redis.NewClusterClient(o.cluster)
+		// Nodes open lazily, each with its own breaker (the first hook, so a
+		// refused command makes no span: a dead master must not stop the
+		// others) and its own hooks.
+		info := c.Details
+		cc.OnNewNode(func(node *redis.Client) {
+			info := info
+			info.Node = node.Options().Addr
+			c.breakers.add(node)
+			addHooks(node, info, inst)
 		})
-		return &Client{UniversalClient: c, Details: info, breakers: bs, setup: setupFieldsOf(cfg, opts)}, nil
+		c.UniversalClient = cc
+		return c, nil
+	case o.failover != nil:
+		c.Details.Addrs, c.Details.DB = o.failover.SentinelAddrs, o.failover.DB
+		c.setup = setupFieldsOf(cfg, o.failover.Password, o.failover.DB)
+		c.UniversalClient = redis.NewFailoverClient(o.failover)
+	default:
+		s := o.simple
+		c.Details.Addrs, c.Details.Node, c.Details.DB = []string{s.Addr}, s.Addr, s.DB
+		c.Details.Network = cmp.Or(s.Network, "tcp")
+		c.setup = setupFieldsOf(cfg, s.Password, s.DB)
+		c.UniversalClient = redis.NewClient(s)
 	}
-	c := redis.NewUniversalClient(opts)
-	bs := newBreakerSet(cfg.Breaker)
-	bs.add(c) // first: the outermost hook, so a refused command makes no span
-	if opts.MasterName == "" && len(opts.Addrs) > 0 {
-		info.Node = opts.Addrs[0]
-	}
-	addHooks(c, info, inst)
-	return &Client{UniversalClient: c, Details: info, breakers: bs, setup: setupFieldsOf(cfg, opts)}, nil
+	c.breakers.add(c.UniversalClient) // first: the outermost hook, so a refused command makes no span
+	addHooks(c.UniversalClient, c.Details, inst)
+	return c, nil
 }
 
 // addHooks adds to c the hook each Instrumentation builds for info.
@@ -158,12 +149,7 @@ func (r *Registry) Client(name string) *Client {
 func (r *Registry) Names() []string {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	names := make([]string, 0, len(r.clients))
-	for n := range r.clients {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
+	return slices.Sorted(maps.Keys(r.clients))
 }
 
 // Ping checks every registered client once, now, and returns the first
@@ -179,58 +165,45 @@ func (r *Registry) Ping(ctx context.Context) error {
 	return nil
 }
 
-// connect pings the client until it answers, with a backoff, for at most the
-// configured ConnectTimeout (or until ctx ends). The error names the address.
-// The pings make no command span: a start is not a trace.
-//
-// A server that answers with an error was reached: a refusal that retrying
-// cannot change (a wrong password, a database it does not have) fails at
-// once, naming the field to fix; one that may pass (LOADING, BUSY …) is
-// retried, and reported as such, never as "unreachable".
+// connect pings the client until it answers, with backoff, for at most
+// timeout (or until ctx ends); the error names the address. A refusal that
+// retrying cannot change (a wrong password, a database the server lacks)
+// fails at once; an answer that may pass (LOADING, BUSY …) is retried and
+// reported as "not ready", never as "unreachable".
 func connect(ctx context.Context, c *Client, timeout time.Duration) error {
-	// The start-up PINGs pass the breaker and are not counted by it: after
-	// five of them it would open, and its refusal, not the real cause,
-	// would end the start-up error.
+	// The start-up PINGs make no span and pass the breaker uncounted: open,
+	// its refusal would hide the real cause.
 	ctx, cancel := context.WithTimeout(withProbe(plugintrace.WithoutCommandSpans(ctx)), timeout)
 	defer cancel()
-	backoff := 25 * time.Millisecond
-	attempts := 0
-	var cause error        // the last error that was not our own deadline
-	causeAnswered := false // cause is an answer of Redis: it is reachable, not ready
-	for {
-		attempts++
+	b := backoff.Backoff{Min: 25 * time.Millisecond, Max: 500 * time.Millisecond}
+	var cause error   // the last error that was not our own deadline
+	answered := false // cause is an answer of Redis: reachable, not ready
+	for attempts := 1; ; attempts++ {
 		err := c.Ping(ctx).Err()
 		if err == nil {
 			return nil
 		}
-		answered, refusal := c.setup.classify(err)
+		ans, refusal := c.setup.classify(err)
 		if refusal != nil {
 			return fmt.Errorf("storefx: client %q: Redis at %v answered and refused the connection: %w",
 				c.Details.Name, c.Details.Addrs, refusal)
 		}
-		if cause == nil || ctx.Err() == nil || !errors.Is(err, ctx.Err()) {
-			cause, causeAnswered = err, answered
+		if cause == nil || !errors.Is(err, ctx.Err()) {
+			cause, answered = err, ans
 		}
-		wait := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			wait.Stop()
-			if errors.Is(cause, ctx.Err()) {
-				// go-redis retried dialing until our deadline and returned the
-				// deadline, not why it could not connect: find out.
-				cause = diagnose(c.Details)
-			}
-			if causeAnswered {
-				return fmt.Errorf("storefx: client %q: Redis at %v answered but was not ready (%d attempts in %v): %w",
-					c.Details.Name, c.Details.Addrs, attempts, timeout, cause)
-			}
-			return fmt.Errorf("storefx: client %q: Redis at %v is unreachable (%d attempts in %v): %w",
-				c.Details.Name, c.Details.Addrs, attempts, timeout, cause)
-		case <-wait.C:
+		if b.Wait(ctx) {
+			continue
 		}
-		if backoff < 500*time.Millisecond {
-			backoff *= 2
+		state := "is unreachable"
+		if answered {
+			state = "answered but was not ready"
 		}
+		if errors.Is(cause, ctx.Err()) {
+			// go-redis retried dialing until our deadline: find out why.
+			cause = diagnose(c.Details)
+		}
+		return fmt.Errorf("storefx: client %q: Redis at %v %s (%d attempts in %v): %w",
+			c.Details.Name, c.Details.Addrs, state, attempts, timeout, cause)
 	}
 }
 
@@ -238,9 +211,6 @@ func connect(ctx context.Context, c *Client, timeout time.Duration) error {
 // the cause of a failed start: "connection refused", "no such host", or a
 // server that accepts connections but does not answer in time.
 func diagnose(info ClientInfo) error {
-	if len(info.Addrs) == 0 {
-		return errors.New("no address")
-	}
 	conn, err := net.DialTimeout(info.Network, info.Addrs[0], time.Second)
 	if err != nil {
 		return err

@@ -1,13 +1,13 @@
 package storefx
 
 import (
-	"context"
+	"cmp"
 	"crypto/tls"
-	"errors"
 	"fmt"
-	"math"
 	"net"
 	"net/netip"
+	"net/url"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -16,7 +16,7 @@ import (
 	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/redisfx/redisfx"
-	"github.com/redisfx/redisfx/internal/fxconfig"
+	"github.com/redisfx/redisfx/internal/durations"
 )
 
 // DefaultClientName is the name of the client that Module provides unnamed.
@@ -24,19 +24,21 @@ import (
 const DefaultClientName = "default"
 
 // Config describes one Redis connection. The zero value connects to
-// localhost:6379 without TLS. Every duration (Breaker's too) is at most
-// 100 years; a longer one is refused, naming it.
+// localhost:6379 without TLS.
 //
-// The address is chosen from the first of these that is set: URL, Addrs,
-// Host/Port. With MasterName set the addresses are Sentinel addresses; with
-// two or more Addrs (or Cluster set) the client is a Redis Cluster client.
+// The client is a Sentinel client with MasterName (or master_name in the
+// URL), else a Cluster client with Cluster, two or more Addrs (or addr in
+// the URL), else a standalone one. Its address is the first of URL, Addrs
+// and Host/Port that is set.
 type Config struct {
-	// URL is a redis:// or rediss:// URL (redis://user:pass@host:port/db) or a
-	// unix:// socket URL (unix:///run/redis.sock?db=2). Settings in the URL
-	// override Username, Password, DB and TLS.
+	// URL is parsed by go-redis's ParseURL (redis://user:pass@host:port/db,
+	// rediss://…, unix:///path?db=2), ParseClusterURL for a Cluster or
+	// ParseFailoverURL for Sentinel (whose user:pass@ are the Sentinels').
+	// Every option go-redis reads from it (?dial_timeout=3s&pool_size=50)
+	// applies and overrides the matching field; TLS, set, is used for rediss://.
 	URL string
-	// Addrs lists host:port addresses: one for a standalone server, several
-	// for the seed nodes of a Cluster, or the Sentinels with MasterName.
+	// Addrs lists host:port addresses: one standalone server, the seed
+	// nodes of a Cluster, or the Sentinels with MasterName.
 	Addrs []string
 	// Host and Port name a standalone server when URL and Addrs are empty.
 	// Defaults: "localhost" and 6379.
@@ -67,42 +69,30 @@ type Config struct {
 	// ReadTimeout and WriteTimeout bound socket reads and writes. Default 3s.
 	ReadTimeout  time.Duration
 	WriteTimeout time.Duration
-	// ClientName is sent with CLIENT SETNAME on every connection, so the
-	// connection is recognisable in CLIENT LIST. Empty sends nothing.
+	// ClientName is sent with CLIENT SETNAME on every connection.
 	ClientName string
 
-	// ClusterStateReloadInterval is how stale a Cluster client's slot map may
-	// get before it is reloaded. After a master dies, its slots move to a
-	// replica, but go-redis learns of it only at the next reload (a dead node
-	// sends no MOVED; go-redis issue #3979). Default 2s (go-redis: 60s).
+	// ClusterStateReloadInterval is how stale a Cluster slot map may get: a
+	// dead master sends no MOVED, so its replica's promotion is learnt at the
+	// next reload. Default 2s (go-redis: 60s).
 	ClusterStateReloadInterval time.Duration
-	// ConnectTimeout bounds the start-up check: Module pings the server,
-	// retrying with backoff, for at most this long before start-up fails.
-	// Default 5s; it is also cut short by Fx's start timeout.
+	// ConnectTimeout bounds the start-up check, a PING retried with backoff.
+	// Default 5s.
 	ConnectTimeout time.Duration
-
-	// HealthCheckInterval is how often a background PING checks the server
-	// once the client is started; /readyz and the store_up gauge report the
-	// last result, so they never wait for Redis. Default 1s.
+	// HealthCheckInterval is how often a background PING checks a started
+	// client; /readyz and store_up report the last result. Default 1s.
 	HealthCheckInterval time.Duration
-	// HealthCheckTimeout bounds each health-check PING: a server that does
-	// not answer within it (down, frozen, paused) is reported down. Default
-	// 500ms.
+	// HealthCheckTimeout bounds each health-check PING. Default 500ms.
 	HealthCheckTimeout time.Duration
 
-	// Breaker configures the client's circuit breaker, on by default: after
-	// consecutive failed commands, commands fail at once with
-	// ErrCircuitOpen instead of waiting for a dead or frozen Redis, until a
-	// background probe reaches it again (see BreakerConfig).
+	// Breaker configures the client's circuit breaker, on by default.
 	Breaker BreakerConfig
 
-	// SendIdentity sends CLIENT SETINFO (library name and version) on each new
-	// connection. Off by default: on servers that lack the command it only
-	// adds a failed round trip to every dial.
+	// SendIdentity sends CLIENT SETINFO on each new connection (off: a
+	// failed round trip on servers without it).
 	SendIdentity bool
-	// MaintNotifications enables go-redis's maintenance-notification
-	// handshake (useful only on Redis Enterprise / Redis Cloud). Off by
-	// default, because on other servers it fails and logs at every dial.
+	// MaintNotifications enables go-redis's maintenance notifications
+	// (Redis Enterprise; off: other servers refuse them at every dial).
 	MaintNotifications bool
 }
 
@@ -122,281 +112,207 @@ func (c Config) Validate() error {
 	return err
 }
 
-// defaultIOTimeout is the ReadTimeout and WriteTimeout of a zero Config.
+// defaultIOTimeout is the ReadTimeout and WriteTimeout of a zero Config
+// (go-redis's own is 5s).
 const defaultIOTimeout = 3 * time.Second
 
-// options turns the Config into go-redis options, validating every field.
-func (c Config) options() (*redis.UniversalOptions, error) {
-	o := &redis.UniversalOptions{
-		Addrs:            c.Addrs,
-		MasterName:       c.MasterName,
-		SentinelUsername: c.SentinelUsername,
-		SentinelPassword: c.SentinelPassword,
-		Username:         c.Username,
-		Password:         c.Password,
-		DB:               c.DB,
-		TLSConfig:        c.TLS,
-		PoolSize:         c.PoolSize,
-		MinIdleConns:     c.MinIdleConns,
-		DialTimeout:      c.DialTimeout,
-		ReadTimeout:      c.ReadTimeout,
-		WriteTimeout:     c.WriteTimeout,
-		ClientName:       c.ClientName,
-		IsClusterMode:    c.Cluster,
-		DisableIdentity:  !c.SendIdentity,
-		// A context deadline bounds the network wait of a command, so that
-		// a caller's timeout (idempotencyfx's StoreTimeout) holds even when
-		// Redis is paused or slow; go-redis ignores it otherwise.
-		ContextTimeoutEnabled: true,
-	}
-	if !c.MaintNotifications {
-		o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
-	}
+// validate checks what users plausibly get wrong, naming the field, in the
+// order of the struct.
+func (c Config) validate() error {
 	switch {
-	case c.URL != "":
-		if len(c.Addrs) > 0 {
-			return nil, fieldErr("Config.URL", "set together with Config.Addrs; use one of them")
-		}
-		u, err := ParseURL(c.URL)
-		if err != nil {
-			return nil, err
-		}
-		o.Addrs = []string{u.Addr}
-		if u.Network == "unix" {
-			// UniversalOptions has no Network field: dial the socket ourselves.
-			o.Dialer = func(ctx context.Context, _, addr string) (net.Conn, error) {
-				var d net.Dialer
-				return d.DialContext(ctx, "unix", addr)
-			}
-		}
-		o.DB = u.DB
-		if u.Username != "" {
-			o.Username = u.Username
-		}
-		if u.Password != "" {
-			o.Password = u.Password
-		}
-		if u.TLS != nil && o.TLSConfig == nil {
-			o.TLSConfig = u.TLS
-		}
-	case len(c.Addrs) > 0:
-		for i, a := range c.Addrs {
-			if err := validateAddr(a); err != nil {
-				return nil, fieldErr(fmt.Sprintf("Config.Addrs[%d]", i), "%v", err)
-			}
-		}
-	default:
-		host, port := c.Host, c.Port
-		if host == "" {
-			host = "localhost"
-		}
-		if port == 0 {
-			port = 6379
-		}
-		if port < 0 || port > 65535 {
-			return nil, fieldErr("Config.Port", "%d is not a TCP port (1-65535)", c.Port)
-		}
-		host, err := validateHost(host)
-		if err != nil {
-			return nil, fieldErr("Config.Host", "%v", err)
-		}
-		o.Addrs = []string{net.JoinHostPort(host, strconv.Itoa(port))}
+	case c.URL != "" && len(c.Addrs) > 0:
+		return fieldErr("Config.URL", "set together with Config.Addrs; use one of them")
+	case hasPort(c.Host):
+		return fieldErr("Config.Host", "%q holds a port: put the host in Config.Host and the port in Config.Port", c.Host)
+	case c.Port < 0 || c.Port > 65535:
+		return fieldErr("Config.Port", "%d is not a TCP port (1-65535)", c.Port)
+	case c.DB < 0:
+		return fieldErr("Config.DB", "%d is negative", c.DB)
+	case c.DB != 0 && c.topology() == clusterClient:
+		return fieldErr("Config.DB", "Redis Cluster has only database 0")
+	case c.PoolSize < 0:
+		return fieldErr("Config.PoolSize", "%d is negative", c.PoolSize)
+	case c.MinIdleConns < 0:
+		return fieldErr("Config.MinIdleConns", "%d is negative", c.MinIdleConns)
+	case strings.ContainsFunc(c.ClientName, func(r rune) bool { return r < '!' || r > '~' }):
+		// Redis refuses CLIENT SETNAME with it, and so every connection.
+		return fieldErr("Config.ClientName", "%q: Redis accepts only '!' to '~' (no spaces, newlines or non-ASCII)", c.ClientName)
 	}
-	if c.DB < 0 {
-		return nil, fieldErr("Config.DB", "%d is negative", c.DB)
-	}
-	if c.DB > maxDB {
-		return nil, fieldErr("Config.DB", "%d is beyond any Redis database number (SELECT takes at most %d; "+
-			"the server's databases setting, 16 by default, is the real limit)", c.DB, maxDB)
-	}
-	if c.DB != 0 && (len(c.Addrs) > 1 || c.Cluster) && c.MasterName == "" {
-		return nil, fieldErr("Config.DB", "Redis Cluster has only database 0")
-	}
-	if o.DB != 0 && c.Cluster && c.MasterName == "" {
-		// The URL's database: go-redis's Cluster client drops it in silence.
-		return nil, fieldErr("Config.URL", "database %d, but Redis Cluster has only database 0", o.DB)
-	}
-	// go-redis authenticates only when there is a password: a user name
-	// alone would connect as Redis's default user, in silence. (An ACL user
-	// with nopass takes any password.)
-	if o.Username != "" && o.Password == "" {
-		field := "Config.Username"
-		if c.Username == "" {
-			field = "Config.URL"
-		}
-		return nil, fieldErr(field, "a user name without a password: go-redis would not authenticate and the "+
-			"connection would be Redis's default user's; give the user's password (any one for an ACL user with nopass)")
-	}
-	if c.SentinelUsername != "" && c.SentinelPassword == "" {
-		return nil, fieldErr("Config.SentinelUsername", "a user name without Config.SentinelPassword: go-redis would not "+
-			"authenticate with the Sentinels and would use their default user")
-	}
-	for _, r := range c.ClientName {
-		if r < '!' || r > '~' {
-			// Redis refuses CLIENT SETNAME with it, and so every connection.
-			return nil, fieldErr("Config.ClientName", "%q holds %q: Redis accepts only '!' to '~' (no spaces, newlines or non-ASCII)",
-				c.ClientName, r)
-		}
-	}
-	// go-redis's own default is 5s since v9.x; the documented one is 3s.
-	if o.ReadTimeout == 0 {
-		o.ReadTimeout = defaultIOTimeout
-	}
-	if o.WriteTimeout == 0 {
-		o.WriteTimeout = defaultIOTimeout
-	}
-	// Checked in the order of the struct, so the same Config always reports
-	// the same field first.
-	for _, f := range []struct {
-		name string
-		v    int
-	}{{"Config.PoolSize", c.PoolSize}, {"Config.MinIdleConns", c.MinIdleConns}} {
-		if f.v < 0 {
-			return nil, fieldErr(f.name, "%d is negative", f.v)
+	for i, a := range c.Addrs {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return fieldErr(fmt.Sprintf("Config.Addrs[%d]", i), "%q is not host:port (an IPv6 address is written [::1]:6379)", a)
 		}
 	}
 	for _, f := range []struct {
 		name string
 		d    time.Duration
 	}{
-		{"Config.DialTimeout", c.DialTimeout}, {"Config.ReadTimeout", c.ReadTimeout},
-		{"Config.WriteTimeout", c.WriteTimeout}, {"Config.ClusterStateReloadInterval", c.ClusterStateReloadInterval},
-		{"Config.ConnectTimeout", c.ConnectTimeout}, {"Config.HealthCheckInterval", c.HealthCheckInterval},
-		{"Config.HealthCheckTimeout", c.HealthCheckTimeout},
+		{"DialTimeout", c.DialTimeout}, {"ReadTimeout", c.ReadTimeout}, {"WriteTimeout", c.WriteTimeout},
+		{"ClusterStateReloadInterval", c.ClusterStateReloadInterval}, {"ConnectTimeout", c.ConnectTimeout},
+		{"HealthCheckInterval", c.HealthCheckInterval}, {"HealthCheckTimeout", c.HealthCheckTimeout},
 	} {
 		if f.d < 0 {
-			return nil, fieldErr(f.name, "%v is negative", f.d)
-		}
-		if why := fxconfig.TooLong(f.d); why != "" {
-			// The arithmetic on them must not overflow: go-redis waits for
-			// a pooled connection ReadTimeout + 1s, and a health check is
-			// stale after HealthCheckInterval + HealthCheckTimeout.
-			return nil, fieldErr(f.name, "%s", why)
+			return fieldErr("Config."+f.name, "%v is negative", f.d)
 		}
 	}
-	if err := c.Breaker.validate(); err != nil {
+	return c.Breaker.validate()
+}
+
+// hasPort reports whether host holds a port ("127.0.0.1:6380"): joined
+// with Port it would make an address nobody can dial. An IPv6 address,
+// bare or in brackets, has colons but no port.
+func hasPort(host string) bool {
+	bare := strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	_, err := netip.ParseAddr(bare)
+	return strings.Contains(host, ":") && err != nil
+}
+
+// topology is the kind of client a Config describes.
+type topology int
+
+const (
+	standaloneClient topology = iota
+	clusterClient
+	sentinelClient
+)
+
+func (c Config) topology() topology {
+	var q url.Values
+	if u, err := url.Parse(c.URL); err == nil {
+		q = u.Query()
+	}
+	switch {
+	case c.MasterName != "" || q.Has("master_name"):
+		return sentinelClient
+	case c.Cluster || len(c.Addrs) > 1 || q.Has("addr"):
+		return clusterClient
+	}
+	return standaloneClient
+}
+
+// clientOptions is the go-redis configuration of one client: exactly one
+// field is set.
+type clientOptions struct {
+	simple   *redis.Options
+	cluster  *redis.ClusterOptions
+	failover *redis.FailoverOptions
+}
+
+// options validates c and maps it onto the go-redis options of its
+// topology, overridden by what the URL sets.
+func (c Config) options() (o clientOptions, err error) {
+	if err := c.validate(); err != nil {
+		return o, err
+	}
+	u := c.universal()
+	switch c.topology() {
+	case sentinelClient:
+		o.failover, err = c.failoverOptions(u)
+	case clusterClient:
+		o.cluster, err = c.clusterOptions(u)
+	default:
+		o.simple, err = c.simpleOptions(u)
+	}
+	return o, err
+}
+
+// universal maps c onto go-redis's options, with storefx's defaults.
+func (c Config) universal() *redis.UniversalOptions {
+	u := &redis.UniversalOptions{
+		Addrs: c.Addrs, MasterName: c.MasterName, SentinelUsername: c.SentinelUsername, SentinelPassword: c.SentinelPassword,
+		Username: c.Username, Password: c.Password, DB: c.DB, TLSConfig: c.TLS,
+		PoolSize: c.PoolSize, MinIdleConns: c.MinIdleConns, DialTimeout: c.DialTimeout,
+		ReadTimeout: cmp.Or(c.ReadTimeout, defaultIOTimeout), WriteTimeout: cmp.Or(c.WriteTimeout, defaultIOTimeout),
+		ClientName: c.ClientName, DisableIdentity: !c.SendIdentity,
+		// A context deadline bounds a command's network wait, so a caller's
+		// timeout holds against a paused Redis.
+		ContextTimeoutEnabled: true,
+	}
+	if len(u.Addrs) == 0 {
+		host := strings.TrimSuffix(strings.TrimPrefix(c.Host, "["), "]")
+		u.Addrs = []string{net.JoinHostPort(cmp.Or(host, "localhost"), strconv.Itoa(cmp.Or(c.Port, 6379)))}
+	}
+	if !c.MaintNotifications {
+		u.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	}
+	return u
+}
+
+func (c Config) simpleOptions(u *redis.UniversalOptions) (*redis.Options, error) {
+	o := u.Simple()
+	if err := fromURL(c.URL, o, redis.ParseURL); err != nil {
 		return nil, err
 	}
-	return o, nil
+	o.TLSConfig = cmp.Or(c.TLS, o.TLSConfig)
+	o.PoolTimeout = poolTimeout(o.PoolTimeout, o.ReadTimeout)
+	if o.DB < 0 { // go-redis would skip SELECT: database 0, in silence
+		return nil, fieldErr("Config.URL", "database %d is negative", o.DB)
+	}
+	return o, userWithoutPassword(o.Username, o.Password, c.Username, "Config.Username")
 }
 
-// maxDB is the largest database number SELECT accepts (a signed 32-bit
-// integer); the server's databases setting decides which ones exist.
-const maxDB = math.MaxInt32
-
-// validateHost checks Config.Host and returns it as net.JoinHostPort wants
-// it: an IPv6 literal may be written bare ("::1") or in brackets ("[::1]").
-// A host holding a port ("127.0.0.1:6380") is refused: joined with
-// Config.Port it made "[127.0.0.1:6380]:6379", which fails only at start-up,
-// after ConnectTimeout, as "no such host".
-func validateHost(host string) (string, error) {
-	if strings.HasPrefix(host, "[") && strings.HasSuffix(host, "]") {
-		if isIPv6(host[1 : len(host)-1]) {
-			return host[1 : len(host)-1], nil
-		}
+func (c Config) clusterOptions(u *redis.UniversalOptions) (*redis.ClusterOptions, error) {
+	o := u.Cluster()
+	o.ClusterStateReloadInterval = cmp.Or(c.ClusterStateReloadInterval, 2*time.Second)
+	// go-redis gives a Cluster node 5 per CPU; PoolSize promises 10.
+	o.PoolSize = cmp.Or(o.PoolSize, 10*runtime.GOMAXPROCS(0))
+	if err := fromURL(c.URL, o, redis.ParseClusterURL); err != nil {
+		return nil, err
 	}
-	if strings.Contains(host, ":") {
-		if isIPv6(host) {
-			return host, nil // a bare IPv6 address: its colons are not a port
-		}
-		if h, p, err := net.SplitHostPort(host); err == nil {
-			if n, err := strconv.Atoi(p); err == nil && n > 0 && n <= 65535 && h != "" {
-				return "", fmt.Errorf("%q is host:port: put the host (%q) in Config.Host and the port (%d) in Config.Port", host, h, n)
-			}
-			return "", fmt.Errorf("%q holds a ':' and a port part: put only the host in Config.Host and the port in Config.Port", host)
-		}
-		return "", fmt.Errorf("%q is neither a host name nor an IPv6 address", host)
+	// ParseClusterURL ignores the URL's path: its database would be dropped in silence.
+	if s, err := redis.ParseURL(c.URL); err == nil && s.DB != 0 {
+		return nil, fieldErr("Config.URL", "database %d, but Redis Cluster has only database 0", s.DB)
 	}
-	if !hostName(host) {
-		return "", fmt.Errorf("%q is not a host name", host)
-	}
-	return host, nil
+	o.TLSConfig = cmp.Or(c.TLS, o.TLSConfig)
+	o.PoolTimeout = poolTimeout(o.PoolTimeout, o.ReadTimeout)
+	return o, userWithoutPassword(o.Username, o.Password, c.Username, "Config.Username")
 }
 
-// hostName reports whether s is an IPv4 address or could be a name: letters,
-// digits, '-', '_' and '.', no empty label (a trailing dot is allowed), and
-// a dotted number only as an IPv4 address. Anything else was dialled until
-// ConnectTimeout and failed as "no such host", naming no field:
-// "127.0.0.1,127.0.0.2", "127.0.0.1;6379", "256.1.1.1", "foo..bar" (found
-// by adversaries). Go's DNS rules are not applied whole: /etc/hosts, read
-// first, takes names DNS refuses (an all-digit container name, a label
-// over 63 characters), and those dialled before.
-func hostName(s string) bool {
-	if ip, err := netip.ParseAddr(s); err == nil {
-		return ip.Is4()
+func (c Config) failoverOptions(u *redis.UniversalOptions) (*redis.FailoverOptions, error) {
+	o := u.Failover()
+	if err := fromURL(c.URL, o, redis.ParseFailoverURL); err != nil {
+		return nil, err
 	}
-	s = strings.TrimSuffix(s, ".")
-	if s == "" || strings.Contains(s, "..") || s[0] == '.' {
-		return false
+	o.TLSConfig = cmp.Or(c.TLS, o.TLSConfig)
+	o.PoolTimeout = poolTimeout(o.PoolTimeout, o.ReadTimeout)
+	if o.DB < 0 {
+		return nil, fieldErr("Config.URL", "database %d is negative", o.DB)
 	}
-	dottedNumber := true
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		digit := '0' <= c && c <= '9'
-		letter := 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || c == '-' || c == '_'
-		if !digit && !letter && c != '.' {
-			return false
-		}
-		dottedNumber = dottedNumber && !letter
+	if err := userWithoutPassword(o.SentinelUsername, o.SentinelPassword, c.SentinelUsername, "Config.SentinelUsername"); err != nil {
+		return nil, err
 	}
-	return !dottedNumber || !strings.Contains(s, ".")
+	return o, userWithoutPassword(o.Username, o.Password, c.Username, "Config.Username")
 }
 
-// isIPv6 reports whether s is an IPv6 address, with an optional zone
-// ("fe80::1%eth0"). netip reads everything after '%' as the zone, so a zone
-// holding ':', '[' or ']' ("fe80::1%eth0]:80") is a port in disguise.
-func isIPv6(s string) bool {
-	ip, err := netip.ParseAddr(s)
-	return err == nil && ip.Is6() && !strings.ContainsAny(ip.Zone(), ":[]/ ")
+// poolTimeout is go-redis's default wait for a pooled connection,
+// ReadTimeout + 1s, without its overflow.
+func poolTimeout(pool, read time.Duration) time.Duration {
+	if pool == 0 && read > 0 {
+		return durations.Add(read, time.Second)
+	}
+	return pool
 }
 
-// validateAddr checks one host:port of Config.Addrs (a standalone server,
-// a Cluster seed or a Sentinel).
-func validateAddr(a string) error {
-	bare := a
-	if strings.HasPrefix(a, "[") && strings.HasSuffix(a, "]") {
-		bare = a[1 : len(a)-1]
+// userWithoutPassword refuses a user name without a password: go-redis
+// would not authenticate, and the connection would be the default user's.
+// field names where user comes from when it is configured; else the URL.
+func userWithoutPassword(user, password, configured, field string) error {
+	if user == "" || password != "" {
+		return nil
 	}
-	if isIPv6(bare) {
-		return fmt.Errorf("%q is an IPv6 address without a port: write [%s]:6379", a, bare)
+	if user != configured {
+		field = "Config.URL"
 	}
-	host, port, err := net.SplitHostPort(a)
-	if err != nil {
-		return fmt.Errorf("%q is not host:port", a)
-	}
-	p, err := strconv.Atoi(port)
-	if err != nil || p <= 0 || p > 65535 {
-		return fmt.Errorf("%q has no valid port", a)
-	}
-	if host == "" {
-		return errors.New("empty host in " + a)
-	}
-	if strings.Contains(host, ":") {
-		if !isIPv6(host) {
-			return fmt.Errorf("%q: %q in brackets is not an IPv6 address", a, host)
-		}
-	} else if !hostName(host) {
-		return fmt.Errorf("%q: %q is not a host name", a, host)
-	}
-	return nil
+	return fieldErr(field, "a user name without a password: go-redis would not authenticate and the connection "+
+		"would be Redis's default user's (an ACL user with nopass takes any password)")
 }
 
 // healthCheck returns HealthCheckInterval and HealthCheckTimeout, or their defaults.
 func (c Config) healthCheck() (interval, timeout time.Duration) {
-	interval, timeout = c.HealthCheckInterval, c.HealthCheckTimeout
-	if interval == 0 {
-		interval = DefaultHealthCheckInterval
-	}
-	if timeout == 0 {
-		timeout = DefaultHealthCheckTimeout
-	}
-	return interval, timeout
+	return cmp.Or(c.HealthCheckInterval, DefaultHealthCheckInterval), cmp.Or(c.HealthCheckTimeout, DefaultHealthCheckTimeout)
 }
 
 // connectTimeout is ConnectTimeout or its default.
 func (c Config) connectTimeout() time.Duration {
-	if c.ConnectTimeout > 0 {
-		return c.ConnectTimeout
-	}
-	return 5 * time.Second
+	return cmp.Or(c.ConnectTimeout, 5*time.Second)
 }

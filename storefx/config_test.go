@@ -1,6 +1,7 @@
 package storefx
 
 import (
+	"crypto/tls"
 	"errors"
 	"net/url"
 	"runtime"
@@ -13,74 +14,148 @@ import (
 	"github.com/redisfx/redisfx"
 )
 
+// builtOptions returns the options go-redis holds for the client New
+// builds from cfg (a Cluster's as *redis.Options: its nodes').
+func builtOptions(t *testing.T, cfg Config) *redis.Options {
+	t.Helper()
+	c, err := New("default", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	switch u := c.Unwrap().(type) {
+	case *redis.Client:
+		return u.Options()
+	case *redis.ClusterClient:
+		o := u.Options()
+		return &redis.Options{Addr: strings.Join(o.Addrs, ","), Username: o.Username, Password: o.Password,
+			TLSConfig: o.TLSConfig, PoolSize: o.PoolSize, DialTimeout: o.DialTimeout, ReadTimeout: o.ReadTimeout,
+			WriteTimeout: o.WriteTimeout, PoolTimeout: o.PoolTimeout, Protocol: o.Protocol, DisableIdentity: o.DisableIdentity,
+			ContextTimeoutEnabled: o.ContextTimeoutEnabled}
+	}
+	t.Fatalf("New built a %T", c.Unwrap())
+	return nil
+}
+
+// Every option go-redis reads from a URL reaches the client: they were
+// refused ("option ... is not read from the URL"), although users copy such
+// URLs from their platform.
+func TestURLOptionsReachTheClient(t *testing.T) {
+	const opts = "?dial_timeout=3s&pool_size=50&protocol=2&read_timeout=7s&client_name=app&max_retries=2"
+	p, err := ParseURL("redis://h:6379/0" + opts)
+	if err != nil || p.DialTimeout != 3*time.Second || p.PoolSize != 50 || p.Protocol != 2 {
+		t.Fatalf("ParseURL: %+v, %v", p, err)
+	}
+	for _, cfg := range []Config{{URL: "redis://u:pw@h:6379/3" + opts}, {URL: "redis://u:pw@h:6379" + opts, Cluster: true}} {
+		o := builtOptions(t, cfg)
+		if o.DialTimeout != 3*time.Second || o.PoolSize != 50 || o.Protocol != 2 || o.ReadTimeout != 7*time.Second ||
+			o.Username != "u" || o.Password != "pw" || o.PoolTimeout != 8*time.Second || !o.DisableIdentity || !o.ContextTimeoutEnabled {
+			t.Errorf("%s: the client's options %+v", cfg.URL, o)
+		}
+	}
+	if o := builtOptions(t, Config{URL: "redis://u:pw@h:6379/3" + opts}); o.DB != 3 || o.ClientName != "app" || o.MaxRetries != 2 {
+		t.Errorf("DB %d, ClientName %q, MaxRetries %d", o.DB, o.ClientName, o.MaxRetries)
+	}
+	// What the URL leaves unset comes from Config; what it sets wins.
+	o := builtOptions(t, Config{URL: "redis://h:1?pool_size=7", PoolSize: 3, MinIdleConns: 2, Password: "cfg", DialTimeout: time.Second})
+	if o.PoolSize != 7 || o.MinIdleConns != 2 || o.Password != "cfg" || o.DialTimeout != time.Second {
+		t.Errorf("URL over Config: %+v", o)
+	}
+	// Config.TLS (a CA, say) is used for rediss://; without it the URL's.
+	own := &tls.Config{ServerName: "own", MinVersion: tls.VersionTLS12}
+	if o := builtOptions(t, Config{URL: "rediss://h:1", TLS: own}); o.TLSConfig != own {
+		t.Errorf("rediss:// with Config.TLS: %+v", o.TLSConfig)
+	}
+	if o := builtOptions(t, Config{URL: "rediss://h:1?skip_verify=true"}); o.TLSConfig == nil || !o.TLSConfig.InsecureSkipVerify {
+		t.Errorf("rediss:// with skip_verify: %+v", o.TLSConfig)
+	}
+}
+
+// The URL selects go-redis's parser of its topology: a Cluster's ?addr=
+// seeds and Sentinel's ?master_name= are read too.
+func TestURLTopologies(t *testing.T) {
+	o, err := Config{URL: "redis://a:1?addr=b:2&addr=c:3"}.options()
+	if err != nil || o.cluster == nil || strings.Join(o.cluster.Addrs, ",") != "a:1,b:2,c:3" {
+		t.Fatalf("cluster URL: %+v, %v", o.cluster, err)
+	}
+	o, err = Config{URL: "redis://s:pw@a:26379/2?master_name=m&addr=b:26379&password=mpw"}.options()
+	if f := o.failover; err != nil || f == nil || f.MasterName != "m" || f.DB != 2 || f.SentinelPassword != "pw" ||
+		f.Password != "mpw" || strings.Join(f.SentinelAddrs, ",") != "a:26379,b:26379" {
+		t.Fatalf("failover URL: %+v, %v", o.failover, err)
+	}
+	o, err = Config{URL: "redis://a:26379", MasterName: "m", Password: "mpw"}.options()
+	if err != nil || o.failover == nil || o.failover.MasterName != "m" || o.failover.Password != "mpw" {
+		t.Fatalf("MasterName with a URL: %+v, %v", o.failover, err)
+	}
+}
+
 // The documented default of ReadTimeout and WriteTimeout is 3s; go-redis's
 // own became 5s, and a zero Config got that.
 func TestConfigOptions_DefaultIOTimeoutsAre3s(t *testing.T) {
 	for _, cfg := range []Config{{}, {URL: "redis://h:1/0"}, {Addrs: []string{"a:1", "b:2"}}} {
-		o, err := cfg.options()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if o.ReadTimeout != 3*time.Second || o.WriteTimeout != 3*time.Second {
+		if o := builtOptions(t, cfg); o.ReadTimeout != 3*time.Second || o.WriteTimeout != 3*time.Second {
 			t.Errorf("%+v: ReadTimeout %v, WriteTimeout %v, want 3s", cfg, o.ReadTimeout, o.WriteTimeout)
 		}
 	}
-	o, _ := Config{ReadTimeout: time.Second, WriteTimeout: 2 * time.Second}.options()
-	if o.ReadTimeout != time.Second || o.WriteTimeout != 2*time.Second {
+	if o := builtOptions(t, Config{ReadTimeout: time.Second, WriteTimeout: 2 * time.Second}); o.ReadTimeout != time.Second || o.WriteTimeout != 2*time.Second {
 		t.Errorf("set timeouts not kept: %v %v", o.ReadTimeout, o.WriteTimeout)
+	}
+}
+
+// go-redis waits for a pooled connection ReadTimeout + 1s: the longest
+// ReadTimeout overflowed it into a negative wait. It saturates.
+func TestConfigOptions_LongestReadTimeoutKeepsAPositivePoolWait(t *testing.T) {
+	if o := builtOptions(t, Config{ReadTimeout: 1<<63 - 1}); o.PoolTimeout != 1<<63-1 {
+		t.Fatalf("PoolTimeout %v", o.PoolTimeout)
 	}
 }
 
 func TestConfigOptions(t *testing.T) {
 	tests := []struct {
-		name      string
-		cfg       Config
-		wantAddrs []string
-		wantDB    int
-		wantTLS   bool
-		wantUser  string
-		wantErr   string // substring naming the field
+		name     string
+		cfg      Config
+		wantAddr string
+		wantDB   int
+		wantTLS  bool
+		wantUser string
+		wantErr  string // substring naming the field
 	}{
-		{name: "zero value is localhost", cfg: Config{}, wantAddrs: []string{"localhost:6379"}},
-		{name: "host and port", cfg: Config{Host: "redis.internal", Port: 6380}, wantAddrs: []string{"redis.internal:6380"}},
-		{name: "url with db and user", cfg: Config{URL: "redis://alice:pw@10.0.0.1:7000/3"},
-			wantAddrs: []string{"10.0.0.1:7000"}, wantDB: 3, wantUser: "alice"},
-		{name: "rediss enables tls", cfg: Config{URL: "rediss://cache.example:6380"}, wantAddrs: []string{"cache.example:6380"}, wantTLS: true},
-		{name: "unix socket", cfg: Config{URL: "unix:///run/redis.sock?db=2"}, wantAddrs: []string{"/run/redis.sock"}, wantDB: 2},
-		{name: "cluster addrs", cfg: Config{Addrs: []string{"a:7000", "b:7001", "c:7002"}}, wantAddrs: []string{"a:7000", "b:7001", "c:7002"}},
+		{name: "zero value is localhost", cfg: Config{}, wantAddr: "localhost:6379"},
+		{name: "host and port", cfg: Config{Host: "redis.internal", Port: 6380}, wantAddr: "redis.internal:6380"},
+		{name: "ipv6 host", cfg: Config{Host: "::1", Port: 6380}, wantAddr: "[::1]:6380"},
+		{name: "ipv6 host in brackets", cfg: Config{Host: "[fe80::1%eth0]"}, wantAddr: "[fe80::1%eth0]:6379"},
+		{name: "url with db and user", cfg: Config{URL: "redis://alice:pw@10.0.0.1:7000/3"}, wantAddr: "10.0.0.1:7000", wantDB: 3, wantUser: "alice"},
+		{name: "rediss enables tls", cfg: Config{URL: "rediss://cache.example:6380"}, wantAddr: "cache.example:6380", wantTLS: true},
+		{name: "unix socket", cfg: Config{URL: "unix:///run/redis.sock?db=2"}, wantAddr: "/run/redis.sock", wantDB: 2},
+		{name: "cluster addrs", cfg: Config{Addrs: []string{"a:7000", "b:7001", "c:7002"}}, wantAddr: "a:7000,b:7001,c:7002"},
+		{name: "largest db", cfg: Config{DB: 1<<31 - 1}, wantAddr: "localhost:6379", wantDB: 1<<31 - 1},
 		{name: "bad scheme", cfg: Config{URL: "http://x:1"}, wantErr: "Config.URL"},
-		{name: "url without host", cfg: Config{URL: "redis://"}, wantErr: "Config.URL"},
 		{name: "url and addrs", cfg: Config{URL: "redis://x:1", Addrs: []string{"y:2"}}, wantErr: "Config.URL"},
 		{name: "bad db in url", cfg: Config{URL: "redis://x:1/abc"}, wantErr: "Config.URL"},
 		{name: "port out of range", cfg: Config{Port: 70000}, wantErr: "Config.Port"},
+		{name: "host with port", cfg: Config{Host: "127.0.0.1:6380"}, wantErr: "invalid Config.Host: \"127.0.0.1:6380\" holds a port"},
+		{name: "ipv6 host with port", cfg: Config{Host: "[::1]:6380"}, wantErr: "Config.Host"},
 		{name: "addr without port", cfg: Config{Addrs: []string{"a:7000", "b"}}, wantErr: "Config.Addrs[1]"},
+		{name: "bare ipv6 addr", cfg: Config{Addrs: []string{"::1"}}, wantErr: "Config.Addrs[0]"},
 		{name: "negative db", cfg: Config{DB: -1}, wantErr: "Config.DB"},
+		{name: "negative db in url", cfg: Config{URL: "redis://h:1/-1"}, wantErr: "invalid Config.URL: database -1 is negative"},
 		{name: "db on cluster", cfg: Config{Addrs: []string{"a:1", "b:2"}, DB: 1}, wantErr: "Config.DB"},
 		// The URL's database was dropped in silence on a Cluster.
 		{name: "url db on cluster", cfg: Config{URL: "redis://127.0.0.1:7000/3", Cluster: true}, wantErr: "invalid Config.URL: database 3, but Redis Cluster has only database 0"},
-		// Beyond SELECT's signed 32-bit argument: refused by every server,
-		// which start-up reported as "unreachable" after ConnectTimeout.
-		{name: "db beyond int32", cfg: Config{DB: 1 << 31}, wantErr: "invalid Config.DB: 2147483648 is beyond any Redis database number"},
-		{name: "url db beyond int32", cfg: Config{URL: "redis://127.0.0.1:7000/99999999999"}, wantErr: "invalid Config.URL: database number 99999999999 is beyond"},
-		{name: "largest db", cfg: Config{DB: 1<<31 - 1}, wantAddrs: []string{"localhost:6379"}, wantDB: 1<<31 - 1},
-		{name: "url largest db", cfg: Config{URL: "redis://h:1/2147483647"}, wantAddrs: []string{"h:1"}, wantDB: 1<<31 - 1},
 		{name: "negative pool", cfg: Config{PoolSize: -1}, wantErr: "Config.PoolSize"},
 		{name: "negative timeout", cfg: Config{ReadTimeout: -time.Second}, wantErr: "Config.ReadTimeout"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			o, err := tt.cfg.options()
 			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				if err := tt.cfg.Validate(); err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("err = %v, want one naming %s", err, tt.wantErr)
 				}
 				return
 			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if strings.Join(o.Addrs, ",") != strings.Join(tt.wantAddrs, ",") {
-				t.Errorf("Addrs = %v, want %v", o.Addrs, tt.wantAddrs)
+			o := builtOptions(t, tt.cfg)
+			if o.Addr != tt.wantAddr {
+				t.Errorf("Addr = %v, want %v", o.Addr, tt.wantAddr)
 			}
 			if o.DB != tt.wantDB {
 				t.Errorf("DB = %d, want %d", o.DB, tt.wantDB)
@@ -167,99 +242,25 @@ func FuzzParseURL(f *testing.F) {
 	})
 }
 
-// A URL that is wrong in a common way gets an error that says how to fix it.
+// A URL that is wrong in a common way gets an error that says how to fix
+// it, and never shows the credentials.
 func TestParseURL_ErrorsSayHowToFixIt(t *testing.T) {
 	for raw, want := range map[string]string{
-		"redis://127.0.0.1:notaport/0": `storefx: invalid Config.URL: port "notaport" is not a TCP port (1-65535)`,
-		"redis://127.0.0.1:6379/-1":    `storefx: invalid Config.URL: database number -1 is negative`,
-		"redis://u:s3cret@h:99999/0":   `storefx: invalid Config.URL: port "99999" is not a TCP port (1-65535)`,
-		// Options were accepted and ignored: the pool stayed at 20.
-		"redis://h:6379/0?pool_size=3":   `storefx: invalid Config.URL: option "pool_size" is not read from the URL: set Config.PoolSize`,
-		"redis://h:6379/0?max_retries=0": `storefx: invalid Config.URL: option "max_retries" is not read from the URL: set the matching Config field`,
+		"redis://127.0.0.1:notaport/0": `storefx: invalid Config.URL: invalid port ":notaport" after host`,
+		"redis://h:6379/0?nosuch=3":    `storefx: invalid Config.URL: unexpected option: nosuch`,
 		// A password with an unescaped '/' or '?' was read as host, path and
-		// options, and the error repeated its tail (an adversary's find).
+		// options, and the error repeated its tail.
 		"redis://default:123/Tr0ub4dorXyz@redis.internal:6379/0": `storefx: invalid Config.URL: '@' after the host: a user name or password holding '/', '?' or '#' must be percent-encoded (%2F, %3F, %23); the URL is not shown, it may hold credentials`,
 		"redis://default:?Tr0ub4dorXyz@redis.internal:6379/0":    `storefx: invalid Config.URL: '@' after the host: a user name or password holding '/', '?' or '#' must be percent-encoded (%2F, %3F, %23); the URL is not shown, it may hold credentials`,
-		"localhost:6379":        `storefx: invalid Config.URL: "localhost:6379" is an address, not a URL: write redis://localhost:6379`,
-		"pw@localhost:6379":     `storefx: invalid Config.URL: not a URL (redis://host:port/db, rediss://… or unix:///path)`,
-		"redis://u:pa/ss@h:x/0": `storefx: invalid Config.URL: not a URL (redis://host:port/db, rediss://… or unix:///path)`,
-		// Dialled as the DNS name "127.0.0.1:6379" until ConnectTimeout, and
-		// start-up failed naming no field (an adversary's find).
-		"redis://127.0.0.1:6379:6379/0":            `storefx: invalid Config.URL: the host "127.0.0.1:6379:6379" is neither a host name with a port nor an IPv6 address in brackets (redis://[::1]:6379)`,
-		"redis://u:p@h:1:2":                        `storefx: invalid Config.URL: the host "h:1:2" is neither a host name with a port nor an IPv6 address in brackets (redis://[::1]:6379)`,
-		"redis://:s3cret@127.0.0.1,127.0.0.2:6379": `storefx: invalid Config.URL: the host "127.0.0.1,127.0.0.2:6379" is neither a host name with a port nor an IPv6 address in brackets (redis://[::1]:6379)`,
-		"redis://:s3cret@127.0.0.1;6379":           `storefx: invalid Config.URL: the host "127.0.0.1;6379" is neither a host name with a port nor an IPv6 address in brackets (redis://[::1]:6379)`,
+		"localhost:6379":    `storefx: invalid Config.URL: not a URL: write redis://[user:password@]host:port/db, rediss://… or unix:///path`,
+		"pw@localhost:6379": `storefx: invalid Config.URL: not a URL: write redis://[user:password@]host:port/db, rediss://… or unix:///path`,
+		// A mistyped separator: the path would hold the password.
+		"redis:/app:S3cret://Pass@db:6379":  `storefx: invalid Config.URL: not a URL: write redis://[user:password@]host:port/db, rediss://… or unix:///path`,
+		"redis://u:s3cret-pw@h:1/s3cret-pw": `storefx: invalid Config.URL: invalid database number: "xxxxx"`,
 	} {
 		if _, err := ParseURL(raw); err == nil || err.Error() != want {
 			t.Errorf("ParseURL(%q) = %v\n want %s", raw, err, want)
 		}
-	}
-}
-
-// Config.Host holding host:port passed Validate; joined with Config.Port it
-// made "[127.0.0.1:6380]:6379", and start-up failed after ConnectTimeout
-// with "no such host", naming no field. IPv6 literals, bare or in
-// brackets, are hosts, not host:port.
-func TestConfigHost_PortIsRefusedIPv6IsNot(t *testing.T) {
-	for host, want := range map[string]string{
-		"127.0.0.1:45345":   `storefx: invalid Config.Host: "127.0.0.1:45345" is host:port: put the host ("127.0.0.1") in Config.Host and the port (45345) in Config.Port`,
-		"redis.internal:80": `storefx: invalid Config.Host: "redis.internal:80" is host:port: put the host ("redis.internal") in Config.Host and the port (80) in Config.Port`,
-		"[::1]:6380":        `storefx: invalid Config.Host: "[::1]:6380" is host:port: put the host ("::1") in Config.Host and the port (6380) in Config.Port`,
-		"localhost:":        `storefx: invalid Config.Host: "localhost:" holds a ':' and a port part: put only the host in Config.Host and the port in Config.Port`,
-		"a:b:c":             `storefx: invalid Config.Host: "a:b:c" is neither a host name nor an IPv6 address`,
-		"fe80::1%eth0]:80":  `storefx: invalid Config.Host: "fe80::1%eth0]:80" is neither a host name nor an IPv6 address`,
-		"[redis]":           `storefx: invalid Config.Host: "[redis]" is not a host name`,
-		"redis/0":           `storefx: invalid Config.Host: "redis/0" is not a host name`,
-		"10.0.0.1,10.0.0.2": `storefx: invalid Config.Host: "10.0.0.1,10.0.0.2" is not a host name`,
-		"256.1.1.1":         `storefx: invalid Config.Host: "256.1.1.1" is not a host name`,
-		"1.2.3.4.5":         `storefx: invalid Config.Host: "1.2.3.4.5" is not a host name`,
-		"foo..bar":          `storefx: invalid Config.Host: "foo..bar" is not a host name`,
-		".":                 `storefx: invalid Config.Host: "." is not a host name`,
-	} {
-		err := Config{Host: host, Port: 6379}.Validate()
-		var cfgErr *redisfx.ConfigError
-		if !errors.As(err, &cfgErr) || cfgErr.Field != "Config.Host" || err.Error() != want {
-			t.Errorf("Host %q: err = %v\n want *redisfx.ConfigError %s", host, err, want)
-		}
-	}
-	for host, addr := range map[string]string{
-		"::1": "[::1]:6380", "[::1]": "[::1]:6380", "fe80::1%eth0": "[fe80::1%eth0]:6380",
-		"::ffff:10.0.0.1": "[::ffff:10.0.0.1]:6380", "10.0.0.1": "10.0.0.1:6380", "redis.internal": "redis.internal:6380",
-		"redis.internal.": "redis.internal.:6380", "my_redis": "my_redis:6380", "localhost": "localhost:6380",
-		"redis-0.redis.default.svc.cluster.local": "redis-0.redis.default.svc.cluster.local:6380", "xn--bcher-kva.example": "xn--bcher-kva.example:6380",
-		"1password.io": "1password.io:6380",
-		// Names /etc/hosts may give, which DNS would refuse (helper-86).
-		"123456789012": "123456789012:6380", "-weird": "-weird:6380",
-	} {
-		o, err := Config{Host: host, Port: 6380}.options()
-		if err != nil || len(o.Addrs) != 1 || o.Addrs[0] != addr {
-			t.Errorf("Host %q: %v, %v; want address %s", host, o, err, addr)
-		}
-	}
-}
-
-// Config.Addrs (a server, Cluster seeds or Sentinels) gets the same check of
-// its hosts, and a bare IPv6 address is told how to add the port.
-func TestConfigAddrs_HostsAreChecked(t *testing.T) {
-	for addr, want := range map[string]string{
-		"::1":             `storefx: invalid Config.Addrs[1]: "::1" is an IPv6 address without a port: write [::1]:6379`,
-		"[::1]":           `storefx: invalid Config.Addrs[1]: "[::1]" is an IPv6 address without a port: write [::1]:6379`,
-		"[redis:1]:6379":  `storefx: invalid Config.Addrs[1]: "[redis:1]:6379": "redis:1" in brackets is not an IPv6 address`,
-		"redis/0:6379":    `storefx: invalid Config.Addrs[1]: "redis/0:6379": "redis/0" is not a host name`,
-		"h:6379:6379":     `storefx: invalid Config.Addrs[1]: "h:6379:6379" is not host:port`,
-		"redis.internal":  `storefx: invalid Config.Addrs[1]: "redis.internal" is not host:port`,
-		"redis.internal:": `storefx: invalid Config.Addrs[1]: "redis.internal:" has no valid port`,
-	} {
-		for _, cfg := range []Config{{Addrs: []string{"a:1", addr}}, {Addrs: []string{"a:1", addr}, MasterName: "mymaster"}} {
-			err := cfg.Validate()
-			var cfgErr *redisfx.ConfigError
-			if !errors.As(err, &cfgErr) || cfgErr.Field != "Config.Addrs[1]" || err.Error() != want {
-				t.Errorf("Addrs %q (MasterName %q): err = %v\n want %s", cfg.Addrs, cfg.MasterName, err, want)
-			}
-		}
-	}
-	if err := (Config{Addrs: []string{"[::1]:7000", "[fe80::1%eth0]:7001", "10.0.0.1:7002"}}).Validate(); err != nil {
-		t.Errorf("IPv6 seeds refused: %v", err)
 	}
 }
 

@@ -16,32 +16,22 @@ import (
 const InstrumentationGroup = "redisfx.store.instrumentation"
 
 // Module provides the application's default Redis client as a
-// redis.UniversalClient (and as *Client), and the *Registry of all clients.
-// With a prometheus.Registerer in the graph (metricsfx) it registers the
-// store availability gauge store_up{client}. Every started client is
-// health-checked in the background (Config.HealthCheckInterval); the
-// gauge and /readyz report the last check.
+// redis.UniversalClient (and as *Client), and the *Registry of all clients;
+// with a prometheus.Registerer in the graph it registers store_up{client}.
 //
-// The configuration is a Config or *Config in the graph (fx.Supply either);
-// without one the client connects to localhost:6379 (DefaultConfig). Use
-// FromEnvConfig to read REDIS_URL. On start the client is pinged, with
-// retries, for at most Config.ConnectTimeout; start-up fails with an error
-// naming the address and the cause if Redis does not answer, and at once,
-// naming the Config field, if Redis refuses the connection (see the
-// package documentation). Then the
-// background health check starts. On stop it ends and the client is closed.
-// The client is built with the app even when nothing else asks for it
-// (an app of storefx and httpfx alone, whose /readyz reports Redis).
+// The configuration is a Config or *Config in the graph (fx.Supply either),
+// else DefaultConfig; FromEnvConfig reads REDIS_URL. On start the client is
+// pinged for at most Config.ConnectTimeout (see the package documentation
+// for the errors), then health-checked in the background; on stop it is
+// closed. The client is built even when nothing asks for it, so that Redis
+// is checked at start and /readyz reports it.
 var Module = fx.Module("redisfx.store",
 	fx.Provide(
 		newRegistry,
 		newDefaultClient,
 		func(c *Client) redis.UniversalClient { return c.UniversalClient },
 	),
-	// Without it Fx would build the client only for a module that asks for
-	// it: with none, Redis was never pinged at start and /readyz, which
-	// reads the registry, reported ready with Redis down.
-	fx.Invoke(func(*Client) {}),
+	fx.Invoke(func(*Client) {}), // built with the app: see above
 )
 
 type registryParams struct {
@@ -64,14 +54,12 @@ func newRegistry(p registryParams) (*Registry, error) {
 
 type clientParams struct {
 	fx.In
-	Lifecycle fx.Lifecycle
-	Registry  *Registry
+	Lifecycle       fx.Lifecycle
+	Registry        *Registry
+	Instrumentation []Instrumentation `group:"redisfx.store.instrumentation"`
 	// The app's configuration, in either form (at most one of them).
 	Config      *Config `optional:"true"`
 	ConfigValue Config  `optional:"true"`
-	// Instrumentation adds hooks to every client (tracingfx's command spans
-	// and metrics).
-	Instrumentation []Instrumentation `group:"redisfx.store.instrumentation"`
 }
 
 func newDefaultClient(p clientParams) (*Client, error) {
@@ -105,8 +93,9 @@ func NamedClient(name string, cfg Config) fx.Option {
 
 type namedClientParams struct {
 	fx.In
-	Lifecycle       fx.Lifecycle
-	Registry        *Registry
+	Lifecycle fx.Lifecycle
+	Registry  *Registry
+	// Instrumentation adds hooks to every client (tracingfx's command spans).
 	Instrumentation []Instrumentation `group:"redisfx.store.instrumentation"`
 }
 
@@ -122,9 +111,7 @@ func newManagedClient(name string, cfg Config, lc fx.Lifecycle, reg *Registry, i
 	var unwatch func()
 	lc.Append(fx.Hook{
 		OnStart: func(ctx context.Context) error {
-			// Fx runs no OnStop for a hook whose OnStart failed: the client
-			// is closed here then, or its breaker would go on probing an
-			// address nobody uses.
+			// Fx runs no OnStop after a failed OnStart: close the client here.
 			if err := connect(ctx, c, cfg.connectTimeout()); err != nil {
 				_ = c.Close()
 				return err
@@ -137,11 +124,8 @@ func newManagedClient(name string, cfg Config, lc fx.Lifecycle, reg *Registry, i
 			return err
 		},
 		OnStop: func(context.Context) error {
-			// A health check in flight must end at once, with Redis out of
-			// reach too: closing the client ends one waiting for an
-			// answer (cancelling its context does not: it ran to
-			// HealthCheckTimeout, past a short stop deadline, in CI), and
-			// unwatch's cancel ends one dialling.
+			// Closing first ends a health check waiting for an answer (its
+			// context does not); unwatch then ends one dialling.
 			err := c.Close()
 			unwatch()
 			return err

@@ -50,7 +50,7 @@ func TestStartFailsAtOnceWhenRedisRefusesTheConnection(t *testing.T) {
 	tests := []struct {
 		name  string
 		cfg   storefx.Config
-		field string
+		field string // "": no field is named
 		reply string // the start of Redis's answer, at the end of the error
 	}{
 		{"db the server lacks", storefx.Config{Addrs: []string{plain.Addr()}, DB: 16}, "Config.DB", "ERR DB index is out of range"},
@@ -60,8 +60,11 @@ func TestStartFailsAtOnceWhenRedisRefusesTheConnection(t *testing.T) {
 		{"wrong password", storefx.Config{Addrs: []string{locked.Addr()}, Password: wrong}, "Config.Password", "WRONGPASS "},
 		{"wrong password in url", storefx.Config{URL: "redis://:" + wrong + "@" + locked.Addr() + "/0"}, "Config.URL", "WRONGPASS "},
 		{"wrong user", storefx.Config{Addrs: []string{plain.Addr()}, Username: "alice", Password: password}, "Config.Password", "WRONGPASS "},
+		{"db beyond SELECT's range", storefx.Config{Addrs: []string{plain.Addr()}, DB: 1 << 31}, "Config.DB", "ERR value is out of range"},
+		{"url db beyond SELECT's range", storefx.Config{URL: plain.URL() + "/99999999999"}, "Config.URL", "ERR value is out of range"},
+		// Any other refusal fails at once too, ending with Redis's reply.
 		{"acl user may not select", storefx.Config{Addrs: []string{plain.Addr()}, Username: "bob", Password: password, DB: 1},
-			"Config.Username", "NOPERM "},
+			"", "NOPERM "},
 		{"not a cluster", storefx.Config{Addrs: []string{plain.Addr()}, Cluster: true}, "Config.Cluster", "ERR This instance has cluster support disabled"},
 	}
 	for _, tt := range tests {
@@ -81,8 +84,8 @@ func TestStartFailsAtOnceWhenRedisRefusesTheConnection(t *testing.T) {
 				t.Errorf("error does not say Redis answered and refused: %v", err)
 			}
 			var cfgErr *redisfx.ConfigError
-			if !errors.As(err, &cfgErr) || cfgErr.Field != tt.field {
-				t.Errorf("error %v, want a *redisfx.ConfigError naming %s", err, tt.field)
+			if named := errors.As(err, &cfgErr); named != (tt.field != "") || named && cfgErr.Field != tt.field {
+				t.Errorf("error %v, want a *redisfx.ConfigError naming %q", err, tt.field)
 			}
 			var reply redis.Error
 			if !errors.As(err, &reply) || !strings.HasPrefix(reply.Error(), tt.reply) || !strings.HasSuffix(msg, reply.Error()) {

@@ -143,12 +143,9 @@ func LoadEnv(getenv func(string) string) (Env, error) {
 		return e, &EnvError{"HTTP_ADDR", e.HTTPAddr, msg}
 	}
 	if e.RedisURL != "" {
-		if _, err := storefx.ParseURL(e.RedisURL); err != nil {
-			return e, &EnvError{"REDIS_URL", redactURL(e.RedisURL), "not a redis:// or rediss:// URL"}
-		}
-		// storefx's own rules on what the URL gives (a user name without a
-		// password, say), reported with the variable's name; its reasons
-		// never repeat a password.
+		// storefx's own rules on the URL (go-redis's parsing, a user name
+		// without a password …), reported with the variable's name; its
+		// reasons never repeat a password.
 		var ce *redisfx.ConfigError
 		if err := (storefx.Config{URL: e.RedisURL}).Validate(); errors.As(err, &ce) {
 			return e, &EnvError{"REDIS_URL", redactURL(e.RedisURL), ce.Reason}
