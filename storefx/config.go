@@ -128,7 +128,7 @@ func (c Config) validate() error {
 		return fieldErr("Config.Port", "%d is not a TCP port (1-65535)", c.Port)
 	case c.DB < 0:
 		return fieldErr("Config.DB", "%d is negative", c.DB)
-	case c.DB != 0 && c.topology() == clusterClient:
+	case c.DB != 0 && c.cluster():
 		return fieldErr("Config.DB", "Redis Cluster has only database 0")
 	case c.PoolSize < 0:
 		return fieldErr("Config.PoolSize", "%d is negative", c.PoolSize)
@@ -167,27 +167,17 @@ func hasPort(host string) bool {
 	return strings.Contains(host, ":") && err != nil
 }
 
-// topology is the kind of client a Config describes.
-type topology int
+// sentinel reports whether c describes a Sentinel client.
+func (c Config) sentinel() bool { return c.MasterName != "" || urlHas(c.URL, "master_name") }
 
-const (
-	standaloneClient topology = iota
-	clusterClient
-	sentinelClient
-)
+// cluster reports whether c describes a Cluster client.
+func (c Config) cluster() bool {
+	return !c.sentinel() && (c.Cluster || len(c.Addrs) > 1 || urlHas(c.URL, "addr"))
+}
 
-func (c Config) topology() topology {
-	var q url.Values
-	if u, err := url.Parse(c.URL); err == nil {
-		q = u.Query()
-	}
-	switch {
-	case c.MasterName != "" || q.Has("master_name"):
-		return sentinelClient
-	case c.Cluster || len(c.Addrs) > 1 || q.Has("addr"):
-		return clusterClient
-	}
-	return standaloneClient
+func urlHas(raw, option string) bool {
+	u, err := url.Parse(raw)
+	return err == nil && u.Query().Has(option)
 }
 
 // clientOptions is the go-redis configuration of one client: exactly one
@@ -198,17 +188,17 @@ type clientOptions struct {
 	failover *redis.FailoverOptions
 }
 
-// options validates c and maps it onto the go-redis options of its
-// topology, overridden by what the URL sets.
+// options validates c and maps it onto the go-redis options of its kind of
+// client, overridden by what the URL sets.
 func (c Config) options() (o clientOptions, err error) {
 	if err := c.validate(); err != nil {
 		return o, err
 	}
 	u := c.universal()
-	switch c.topology() {
-	case sentinelClient:
+	switch {
+	case c.sentinel():
 		o.failover, err = c.failoverOptions(u)
-	case clusterClient:
+	case c.cluster():
 		o.cluster, err = c.clusterOptions(u)
 	default:
 		o.simple, err = c.simpleOptions(u)

@@ -11,13 +11,10 @@ import (
 )
 
 // RouteRedisLogs sends go-redis's own log lines (a failed dial, a pool
-// problem) to the app's *zap.Logger, named "go-redis", at warn level,
-// instead of the standard library's logger on stderr.
-//
-// go-redis has one logger for the whole process, so this option changes it
-// for every go-redis client in the process, including clients storefx did not
-// build, and it is not undone at stop. That is why it is an option, not part
-// of Module:
+// problem) to the app's *zap.Logger, named "go-redis", at warn level. It
+// is an option, not part of Module, because go-redis's logger is
+// process-wide: every go-redis client of the process is affected, and it
+// is not undone at stop.
 //
 //	fx.New(storefx.Module, storefx.RouteRedisLogs, …)
 var RouteRedisLogs = fx.Invoke(routeRedisLogs)
@@ -32,8 +29,7 @@ type RedisLogger struct {
 	Log *zap.Logger
 }
 
-// Printf logs one go-redis line at warn level: go-redis logs only what went
-// wrong.
+// Printf logs one go-redis line at warn level: go-redis logs only failures.
 func (l RedisLogger) Printf(_ context.Context, format string, v ...any) {
 	l.Log.Warn(strings.TrimSpace(fmt.Sprintf(format, v...)))
 }

@@ -38,7 +38,7 @@ func setupFieldsOf(cfg Config, password string, db int) setupFields {
 	case len(cfg.Addrs) > 1:
 		f.cluster = "Config.Addrs"
 	}
-	if cfg.topology() == sentinelClient {
+	if cfg.sentinel() {
 		f.master = from("Config.MasterName", cfg.MasterName != "")
 	}
 	return f
