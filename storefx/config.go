@@ -116,8 +116,7 @@ func (c Config) Validate() error {
 // (go-redis's own is 5s).
 const defaultIOTimeout = 3 * time.Second
 
-// validate checks what users plausibly get wrong, naming the field, in the
-// order of the struct.
+// validate checks what users plausibly get wrong, naming the field.
 func (c Config) validate() error {
 	switch {
 	case c.URL != "" && len(c.Addrs) > 0:

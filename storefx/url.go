@@ -14,8 +14,8 @@ import (
 
 // ParseURL parses a redis://, rediss:// or unix:// URL with redis.ParseURL,
 // so every option go-redis reads from a URL is read. An error is a
-// *redisfx.ConfigError naming Config.URL, and never repeats the URL's user
-// name or password.
+// *redisfx.ConfigError naming Config.URL that never repeats the URL's
+// password.
 func ParseURL(raw string) (*redis.Options, error) {
 	return parseURL(raw, redis.ParseURL)
 }
