@@ -34,8 +34,10 @@ func TestPayments_RedisFrozen_MetricsAndReadyzAnswerAtOnce(t *testing.T) {
 	var frozen []time.Duration
 	storeUp := 1.0
 	for i := 0; i < 20 || storeUp != 0; i++ {
-		if time.Since(frozenAt) > 5*time.Second {
-			t.Fatalf("store_up still %v 5s after the freeze", storeUp)
+		// The health check notices within an interval and a timeout; the
+		// bound leaves room for a loaded machine, where its timers run late.
+		if time.Since(frozenAt) > 20*time.Second {
+			t.Fatalf("store_up still %v 20s after the freeze", storeUp)
 		}
 		began := time.Now()
 		scrape := p.do("GET", "/metrics", "", "").body
