@@ -351,23 +351,33 @@ func (c *consumer) ack(done []handled) {
 	}
 }
 
-// call runs the handler. A panic is a failure like an error, and so is an
-// error whose Error method panics (a typed nil pointer returned as an
-// error): the error is then replaced by one that says so, so that no later
-// use of it (the span, the dead-letter entry) panics outside the recover.
-func (c *consumer) call(ctx context.Context, m Message) (err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			// The panic's value is described through safetext: one whose
-			// Error method panics would end the process if printed.
-			text, _ := safetext.Of(p)
-			err = fmt.Errorf("streamfx: handler for %q panicked: %s", c.stream, text)
-			c.s.log.Error("stream handler panicked", zap.String("stream", c.stream), zap.String("message_id", m.ID), zap.String("panic", text))
-		}
-	}()
+// call runs the handler in a goroutine of its own, so that every way it
+// can end comes back here: an error, a panic (or an error whose Error
+// method panics) and runtime.Goexit (t.FailNow) are failures.
+func (c *consumer) call(ctx context.Context, m Message) error {
+	done := make(chan error, 1)
 	c.s.handlers.Add(1)
-	defer c.s.handlers.Add(-1) // when it returns or panics
-	return safetext.Error(c.handler(ctx, m))
+	go func() {
+		var err error
+		returned := false
+		defer func() {
+			c.s.handlers.Add(-1)
+			if p := recover(); p != nil {
+				// Through safetext: a value whose Error method panics would end the process if printed.
+				text, _ := safetext.Of(p)
+				err = fmt.Errorf("streamfx: handler for %q panicked: %s", c.stream, text)
+			} else if !returned {
+				err = fmt.Errorf("streamfx: handler for %q called runtime.Goexit", c.stream)
+			}
+			if !returned {
+				c.s.log.Error("stream handler did not return", zap.String("stream", c.stream), zap.String("message_id", m.ID), zap.Error(err))
+			}
+			done <- err
+		}()
+		err = safetext.Error(c.handler(ctx, m))
+		returned = true
+	}()
+	return <-done
 }
 
 // deadLetter copies the message to "<stream>:dlq" with the reason and then
