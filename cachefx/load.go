@@ -129,14 +129,9 @@ func (c *Cache) GetOrLoad(ctx context.Context, key string, ttl time.Duration, lo
 		flight = flightPart(flight, tk, c.writeCount(tk).Load())
 	}
 	var ran bool // written only by the closure this caller passed, if it ran
-	ch := c.loads.DoChan(string(flight), func() (v any, err error) {
+	ch := c.loads.DoChan(string(flight), func() (any, error) {
 		ran = true
-		defer func() {
-			if p := recover(); p != nil {
-				err = fmt.Errorf("cachefx: loader for %s panicked: %v", c.cfg.KeyAttribute.Quote(key), p)
-			}
-		}()
-		return c.load(context.WithoutCancel(ctx), key, ttl, load, tags, storeDown)
+		return c.load(context.WithoutCancel(ctx), key, ttl, c.guard(key, load), tags, storeDown)
 	})
 	select {
 	case r := <-ch:
@@ -147,6 +142,36 @@ func (c *Cache) GetOrLoad(ctx context.Context, key string, ttl time.Duration, lo
 		return b, r.Err
 	case <-ctx.Done():
 		return nil, ctx.Err()
+	}
+}
+
+// guard runs load in a goroutine of its own, so that every way it can end
+// comes back as a return: a panic and runtime.Goexit become errors, and
+// the flight's callers get them (a Goexit in the flight's goroutine would
+// leave them waiting).
+func (c *Cache) guard(key string, load Loader) Loader {
+	return func(ctx context.Context) ([]byte, error) {
+		type result struct {
+			v   []byte
+			err error
+		}
+		done := make(chan result, 1)
+		go func() {
+			var r result
+			returned := false
+			defer func() {
+				if p := recover(); p != nil {
+					r.err = fmt.Errorf("cachefx: loader for %s panicked: %v", c.cfg.KeyAttribute.Quote(key), p)
+				} else if !returned {
+					r.err = fmt.Errorf("cachefx: loader for %s called runtime.Goexit", c.cfg.KeyAttribute.Quote(key))
+				}
+				done <- r
+			}()
+			r.v, r.err = load(ctx)
+			returned = true
+		}()
+		r := <-done
+		return r.v, r.err
 	}
 }
 

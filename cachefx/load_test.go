@@ -3,6 +3,7 @@ package cachefx
 import (
 	"context"
 	"errors"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -293,5 +294,38 @@ func TestGetOrLoad_StampedeMetricSkipsCallersOfAFailedLoad(t *testing.T) {
 	t.Logf("loader ran %d times; callers that got a value: %d; cache_stampede_prevented_total = %v", loads.Load(), gotValue.Load(), prevented)
 	if gotValue.Load() == 0 && prevented != 0 {
 		t.Fatalf("no caller got the value (the load failed), yet cache_stampede_prevented_total = %v", prevented)
+	}
+}
+
+// A loader that leaves by runtime.Goexit (t.FailNow in a loader under test)
+// fails like a panic: every caller sharing the load gets an error at once,
+// and the lease is released, so the next caller loads without waiting
+// LoadWait.
+func TestGetOrLoad_LoaderGoexit_EveryCallerGetsAnError_AndTheLeaseIsReleased(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := newCache(t, client(t, srv), Config{LoadWait: time.Minute})
+	release := make(chan struct{})
+	goexit := func(context.Context) ([]byte, error) { <-release; runtime.Goexit(); return nil, nil }
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	const callers = 5
+	errs := make(chan error, callers)
+	for range callers {
+		go func() { _, err := c.GetOrLoad(ctx, "k", time.Minute, goexit); errs <- err }()
+	}
+	time.Sleep(50 * time.Millisecond) // lets the callers join one load; the assertions hold whether they do or not
+	close(release)
+	for range callers {
+		if err := <-errs; err == nil || !strings.Contains(err.Error(), "Goexit") {
+			t.Fatalf("a caller of a loader that called Goexit got %v, want an error naming Goexit", err)
+		}
+	}
+	v, err := c.GetOrLoad(ctx, "k", time.Minute, func(context.Context) ([]byte, error) { return []byte("v"), nil })
+	if err != nil || string(v) != "v" {
+		t.Fatalf("the next load = %q, %v: want it to run at once (the lease released)", v, err)
+	}
+	if got, found, err := c.Get(ctx, "k"); !found || string(got) != "v" || err != nil {
+		t.Fatalf("after the next load: %q %v %v, want it stored", got, found, err)
 	}
 }
