@@ -7,7 +7,8 @@ package cachefx
 // Three "processes" (caches with their own clients, first layers and
 // subscriptions; each one now and then crashes: its client is closed under
 // its running operations and a fresh process takes its place) run Get,
-// GetOrLoad (loaders fast, or slower than the lease), Set, Delete and
+// GetOrLoad (loaders fast, or slower than the lease; some leave by error,
+// panic or runtime.Goexit, a few never return until the run ends), Set, Delete and
 // InvalidateByTags on a few keys and tags, while faults hit Redis and the
 // processes' connections: connection freezes (whose held commands reach
 // Redis late), blackholes, cuts and refused dials, the same on the
@@ -40,6 +41,9 @@ package cachefx
 //     TTL given; a tag set holds only keys tagged with it, scored no
 //     later than their values' expiry, and none whose value expired
 //     before the set's latest successful add (which prunes them).
+//  5. No GetOrLoad runs into its context's deadline unless a loader of its
+//     key in its process never returns: a loader that fails by error, panic
+//     or runtime.Goexit fails its callers at once.
 //
 // REDISFX_CHECK_DURATION sets how long each seed runs (default 4s; make
 // chaos runs it longer); REDISFX_CHECK_SEED replays one seed. A failure
@@ -50,11 +54,13 @@ package cachefx
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"net"
 	"os"
+	"runtime"
 	"slices"
 	"sort"
 	"strconv"
@@ -76,7 +82,8 @@ import (
 // time, before a fresh one, for at most keptSeedDuration (a replay re-creates
 // the schedule, not the interleaving: the regression tests pin the bugs).
 var cacheCheckerSeeds = map[string][]uint64{
-	"standalone": {1795394894498682304}, // B's own invalidation after A's (TestLocalLayer_OwnInvalidationDropsACopyAnotherProcessInvalidatedFirst)
+	"standalone": {1795394894498682304, // B's own invalidation after A's (TestLocalLayer_OwnInvalidationDropsACopyAnotherProcessInvalidatedFirst)
+		1795895202837867060}, // a loader's Goexit left its callers waiting (TestGetOrLoad_LoaderGoexit_EveryCallerGetsAnError_AndTheLeaseIsReleased)
 	"cluster": {1795394824119701512, // a load joined after a write (TestGetOrLoad_NeverJoinsALoadOlderThanAWrite)
 		// a failed write's message sent with its spent context (TestCluster_FailedDeleteTellsTheOthersWhileTheChannelsMasterAnswers);
 		// later, failed writes held by a stall and landing after newer writes, which the checker did not yet excuse (mayLandUntil)
@@ -217,7 +224,9 @@ type cacheWorld struct {
 	sampled    []string            // violations seen while running
 	samples    int
 	dead       []*checkIncarnation
-	stoppedAt  time.Duration // the last operation returned
+	stoppedAt  time.Duration             // the last operation returned
+	hangs      map[int64]map[string]bool // incarnation -> keys with a loader that never returns
+	runCtx     context.Context           // ends with the run: a hung loader returns then
 }
 
 // stall is a fault during which commands are held and reach Redis when it
@@ -238,7 +247,7 @@ type tagAdd struct {
 
 func newCacheWorld(t *testing.T, mode string, seed uint64, nodes []*redistest.Server) *cacheWorld {
 	w := &cacheWorld{t: t, mode: mode, seed: seed, rng: rand.New(rand.NewPCG(seed, 0xcac4e)), prefix: redistest.Prefix(t),
-		nodes: nodes, values: map[int64]*valueRec{}, tagAdds: map[string][]tagAdd{}}
+		nodes: nodes, values: map[int64]*valueRec{}, tagAdds: map[string][]tagAdd{}, hangs: map[int64]map[string]bool{}}
 	for _, n := range w.nodes {
 		w.admin = append(w.admin, n.Client())
 	}
@@ -332,6 +341,7 @@ func (w *cacheWorld) incarnate(p *checkProc) (*checkIncarnation, error) {
 func (w *cacheWorld) run(d time.Duration) {
 	ctx, stop := context.WithTimeout(context.Background(), d)
 	defer stop()
+	w.runCtx = ctx
 	var workers, background sync.WaitGroup
 	for i, p := range w.procs {
 		for j := range checkWorkers {
@@ -469,12 +479,46 @@ func (w *cacheWorld) get(inc *checkIncarnation, key string) {
 	w.read(inc, "Get", key, start, v, found, err)
 }
 
+// loadLimit bounds a GetOrLoad caller's wait: far above a load under the
+// faults (a few StoreTimeouts and a slow loader).
+const loadLimit = 5 * time.Second
+
 func (w *cacheWorld) getOrLoad(inc *checkIncarnation, key string, rng *rand.Rand) {
 	tags := randomTags(rng, rng.IntN(3))
 	ttl := checkTTLs[rng.IntN(len(checkTTLs))]
 	slow := rng.IntN(10) == 0 // slower than the lease: renewals
+	exit := ""                // how the loader leaves: with its value, or
+	switch r := rng.IntN(100); {
+	case r < 4:
+		exit = "error"
+	case r < 8:
+		exit = "panic"
+	case r < 12:
+		exit = "goexit" // t.FailNow in a loader under test
+	case r < 14:
+		exit = "hang" // never returns until the run ends
+	}
 	start := w.now()
-	v, err := inc.cache.GetOrLoad(context.Background(), key, ttl, func(context.Context) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), loadLimit)
+	defer cancel()
+	v, err := inc.cache.GetOrLoad(ctx, key, ttl, func(context.Context) ([]byte, error) {
+		switch exit {
+		case "error":
+			return nil, errors.New("planned failure")
+		case "panic":
+			panic("planned failure")
+		case "goexit":
+			runtime.Goexit()
+		case "hang":
+			w.mu.Lock()
+			if w.hangs[inc.id] == nil {
+				w.hangs[inc.id] = map[string]bool{}
+			}
+			w.hangs[inc.id][key] = true
+			w.mu.Unlock()
+			<-w.runCtx.Done()
+			return nil, errors.New("a hung loader released at the end of the run")
+		}
 		id := w.newValue(key, tags, ttl, start, w.now()) // the source is read now
 		if slow {
 			time.Sleep(700 * time.Millisecond)
@@ -483,6 +527,14 @@ func (w *cacheWorld) getOrLoad(inc *checkIncarnation, key string, rng *rand.Rand
 		}
 		return encode(id, tags), nil
 	}, tags...)
+	if errors.Is(err, context.DeadlineExceeded) {
+		w.mu.Lock()
+		if !w.hangs[inc.id][key] {
+			w.sampled = append(w.sampled, fmt.Sprintf("GetOrLoad(%s) from %v waited %v for its context's deadline, though no loader of the key in its process hangs",
+				key, start.Round(time.Millisecond), loadLimit))
+		}
+		w.mu.Unlock()
+	}
 	// (Its tag additions are not recorded: whether it added any is not
 	// known here, and invariant 4 needs additions that surely happened.)
 	w.read(inc, "GetOrLoad", key, start, v, v != nil, err)

@@ -7,7 +7,7 @@ package streamfx
 // A publisher adds messages to one stream; several consumers (each a
 // Streams with a Redis client of its own, as separate processes would be)
 // handle them in one group. Each message has a plan drawn from the seed:
-// how many runs fail first (by error or panic; some more than MaxAttempts,
+// how many runs fail first (by error, panic or runtime.Goexit; some more than MaxAttempts,
 // so they must end in the dead-letter stream), and how long each run
 // takes: mostly short, some slower than ClaimIdle, some ignoring their
 // context. Meanwhile faults hit the consumers and Redis: a consumer crash
@@ -39,6 +39,10 @@ package streamfx
 //     each may count a delivery the checker cannot see.)
 //  5. Every stop returns within StopTimeout + 2×StoreTimeout (+1s of
 //     scheduling slack), whatever its handlers do.
+//  6. Nothing wedges: once the faults stop, a run starts or ends, or a
+//     message is dead-lettered, at least every 10s until the group has
+//     nothing pending or undelivered, whatever way the handlers left
+//     (return, error, panic, runtime.Goexit, or ignoring their context).
 //
 // REDISFX_CHECK_DURATION sets how long each seed runs (default 3s; make
 // chaos runs it longer); REDISFX_CHECK_SEED replays one seed. A failure
@@ -53,6 +57,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -72,7 +77,9 @@ import (
 
 // streamsCheckerSeeds are seeds that once failed; they run every time,
 // before a fresh one.
-var streamsCheckerSeeds = []uint64{}
+var streamsCheckerSeeds = []uint64{
+	1795895073969069630, // a handler's Goexit wedged its consumer (TestHandlerGoexit_IsAFailure_TheConsumerGoesOn)
+}
 
 func TestStreamsChecker(t *testing.T) {
 	t.Parallel()
@@ -106,7 +113,7 @@ const checkSlots = 4 // consumers at most at once
 // msgPlan is what the handler does with one message, drawn at publish.
 type msgPlan struct {
 	fails     int             // the first runs that fail
-	panics    bool            // they panic instead of returning an error
+	exit      string          // how they fail: error, panic or goexit
 	durations []time.Duration // per run (the last repeats)
 	stubborn  []bool          // per run: ignores its context
 }
@@ -116,7 +123,7 @@ type run struct {
 	id, consumer string
 	attempt      int
 	start, end   time.Time
-	outcome      string // ok, error, panic, stopped, crashed
+	outcome      string // ok, error, panic, goexit, stopped, crashed
 	abandoned    time.Time
 }
 
@@ -167,6 +174,7 @@ type streamsWorld struct {
 	slots          [checkSlots]*incarnation
 	all            []*incarnation
 	stopTimes      []time.Duration
+	lastActivity   time.Time // a run started or ended, or a dead-letter XADD returned
 	handlers       sync.WaitGroup
 	crashStops     sync.WaitGroup
 
@@ -267,7 +275,7 @@ func (w *streamsWorld) plan(n int) *msgPlan {
 	default:
 		p.fails = w.cfg.MaxAttempts + r.IntN(2) // doomed
 	}
-	p.panics = r.IntN(3) == 0
+	p.exit = []string{"error", "panic", "goexit"}[r.IntN(3)]
 	for range p.fails + 2 {
 		var d time.Duration
 		switch x := r.IntN(100); {
@@ -301,6 +309,7 @@ func (w *streamsWorld) handler(inc *incarnation) Handler {
 		n := len(w.runs[m.ID])
 		w.runs[m.ID] = append(w.runs[m.ID], r)
 		w.active[m.ID]++
+		w.lastActivity = r.start
 		w.mu.Unlock()
 		inc.mu.Lock()
 		inc.active[r] = true
@@ -309,6 +318,7 @@ func (w *streamsWorld) handler(inc *incarnation) Handler {
 			w.mu.Lock()
 			r.end = time.Now()
 			w.active[m.ID]--
+			w.lastActivity = r.end
 			w.mu.Unlock()
 			inc.mu.Lock()
 			delete(inc.active, r)
@@ -353,13 +363,14 @@ func (w *streamsWorld) handler(inc *incarnation) Handler {
 			return nil
 		case stopped:
 			r.outcome = "stopped"
-		case p.panics:
-			r.outcome = "panic"
 		default:
-			r.outcome = "error"
+			r.outcome = p.exit
 		}
-		if p.panics {
+		switch p.exit {
+		case "panic":
 			panic("planned failure")
+		case "goexit": // t.FailNow in a handler under test
+			runtime.Goexit()
 		}
 		return errors.New("planned failure")
 	}
@@ -403,6 +414,7 @@ func (h recHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		err := next(ctx, cmd)
 		h.w.mu.Lock()
 		h.w.dlq = append(h.w.dlq, dlqWrite{id: id, consumer: h.consumer, sent: sent, returned: time.Now(), err: err})
+		h.w.lastActivity = time.Now()
 		h.w.mu.Unlock()
 		return err
 	}
@@ -673,7 +685,8 @@ func (w *streamsWorld) settle() {
 		}
 	}
 	ctx := context.Background()
-	deadline := time.Now().Add(60 * time.Second)
+	settling := time.Now()
+	deadline := settling.Add(60 * time.Second)
 	for {
 		groups, err := w.admin.XInfoGroups(ctx, w.stream).Result()
 		if err == nil && len(groups) == 1 && groups[0].Pending == 0 && groups[0].Lag == 0 {
@@ -681,6 +694,15 @@ func (w *streamsWorld) settle() {
 		}
 		if time.Now().After(deadline) {
 			w.fail("not settled 60s after the faults stopped: %+v %v", groups, err)
+			break
+		}
+		// Stubborn runs last at most StopTimeout+3s and a claim comes within
+		// 1.5×ClaimIdle: 10s with nothing run or dead-lettered is a wedge.
+		w.mu.Lock()
+		idle := min(time.Since(w.lastActivity), time.Since(settling))
+		w.mu.Unlock()
+		if idle > 10*time.Second {
+			w.fail("stalled: nothing ran or was dead-lettered for %v while the group had messages pending or undelivered: %+v %v", idle.Round(time.Second), groups, err)
 			break
 		}
 		time.Sleep(50 * time.Millisecond)
