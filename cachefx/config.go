@@ -5,12 +5,10 @@ import (
 	"time"
 
 	"github.com/redisfx/redisfx"
-	"github.com/redisfx/redisfx/internal/fxconfig"
 	"github.com/redisfx/redisfx/plugintrace"
 )
 
-// Config holds the cache options. Zero fields take the defaults. Every
-// duration is at most 100 years; a longer one is refused, naming it.
+// Config holds the cache options. Zero fields take the defaults.
 type Config struct {
 	// KeyPrefix is put before every key in Redis. Default "cache:".
 	KeyPrefix string
@@ -96,9 +94,6 @@ func (c Config) normalize() (Config, error) {
 		}
 		if *d.v == 0 {
 			*d.v = d.def
-		}
-		if why := fxconfig.TooLong(*d.v); why != "" {
-			return c, configError(d.name, why)
 		}
 	}
 	if c.LoadWait == 0 {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redisfx/redisfx/internal/backoff"
 	"github.com/redisfx/redisfx/internal/randid"
 	"github.com/redisfx/redisfx/plugintrace"
 )
@@ -186,7 +187,7 @@ func (c *Cache) load(ctx context.Context, key string, ttl time.Duration, load Lo
 	}
 	full, token := c.valueKey(key), randid.Hex(16)
 	deadline := time.Now().Add(c.cfg.LoadWait)
-	backoff := 2 * time.Millisecond
+	pause := backoff.Backoff{Min: 2 * time.Millisecond, Max: 100 * time.Millisecond}
 	for first := true; ; first = false {
 		v, leased, err := c.takeLease(ctx, full, token)
 		switch {
@@ -210,8 +211,7 @@ func (c *Cache) load(ctx context.Context, key string, ttl time.Duration, load Lo
 			event(span, "load.wait_expired")
 			return c.loadUnstored(ctx, key, load) // it is taking too long: load, but leave storing to the lease holder
 		}
-		time.Sleep(min(backoff, remaining))
-		backoff = min(backoff*2, 100*time.Millisecond)
+		time.Sleep(min(pause.Next(), remaining))
 	}
 }
 

@@ -2,37 +2,18 @@ package cachefx
 
 import (
 	"context"
+	"math"
 	"testing"
-	"time"
 
-	"github.com/redisfx/redisfx/internal/fxconfig"
-	"github.com/redisfx/redisfx/internal/fxconfig/fxconfigtest"
 	"github.com/redisfx/redisfx/internal/redistest"
 )
 
-// Every duration is at most fxconfig.MaxDuration, as in every module, so
-// that the arithmetic on them cannot overflow (none was found here: a
-// cache with every duration at the largest Duration stored, tagged,
-// loaded and invalidated right).
-func TestConfig_DurationsAboveTheLongestNameTheOption(t *testing.T) {
-	const tooLong = fxconfig.MaxDuration + time.Nanosecond
-	longest := Config{DefaultTTL: fxconfig.MaxDuration, LoadGuardTTL: fxconfig.MaxDuration, LoadWait: fxconfig.MaxDuration,
-		StoreTimeout: fxconfig.MaxDuration, Local: LocalConfig{TTL: fxconfig.MaxDuration}}
-	fxconfigtest.ExpectDurationBound(t, Config.Validate, map[string]Config{
-		"DefaultTTL":   {DefaultTTL: tooLong},
-		"LoadGuardTTL": {LoadGuardTTL: tooLong},
-		"LoadWait":     {LoadWait: tooLong},
-		"StoreTimeout": {StoreTimeout: tooLong},
-		"Local.TTL":    {Local: LocalConfig{TTL: tooLong}},
-	}, longest)
-}
-
-// A cache with every duration at the longest stores, tags, loads and
+// A cache with every duration at the largest Duration stores, tags, loads and
 // invalidates as any other.
 func TestLongestDurations_StoreLoadAndInvalidate(t *testing.T) {
 	t.Parallel()
-	c := newCache(t, client(t, redistest.Start(t)), Config{DefaultTTL: fxconfig.MaxDuration, LoadGuardTTL: fxconfig.MaxDuration,
-		LoadWait: fxconfig.MaxDuration, StoreTimeout: fxconfig.MaxDuration, Local: LocalConfig{MaxEntries: 10, TTL: fxconfig.MaxDuration}})
+	c := newCache(t, client(t, redistest.Start(t)), Config{DefaultTTL: math.MaxInt64, LoadGuardTTL: math.MaxInt64,
+		LoadWait: math.MaxInt64, StoreTimeout: math.MaxInt64, Local: LocalConfig{MaxEntries: 10, TTL: math.MaxInt64}})
 	ctx := context.Background()
 	if err := c.Set(ctx, "k", []byte("v"), 0, "t"); err != nil {
 		t.Fatal(err)

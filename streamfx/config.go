@@ -6,13 +6,11 @@ import (
 	"time"
 
 	"github.com/redisfx/redisfx"
-	"github.com/redisfx/redisfx/internal/fxconfig"
+	"github.com/redisfx/redisfx/internal/durations"
 	"github.com/redisfx/redisfx/internal/randid"
 )
 
-// Config holds the stream options. Zero fields take the defaults. Every
-// duration is at most 100 years (ClaimIdle at most 10 years); a longer one
-// is refused, naming it.
+// Config holds the stream options. Zero fields take the defaults.
 type Config struct {
 	// Group is the consumer group of this application's handlers. Default
 	// "redisfx".
@@ -21,9 +19,7 @@ type Config struct {
 	// "<hostname>-<pid>-<random>", unique per process start.
 	Consumer string
 	// MaxAttempts is how many times a message is delivered before it moves
-	// to the dead-letter stream "<stream>:dlq". Default 3. With a
-	// Retention, Handle refuses one that puts 2×MaxAttempts×ClaimIdle
-	// above 100 years.
+	// to the dead-letter stream "<stream>:dlq". Default 3.
 	MaxAttempts int
 	// ClaimIdle is how long a delivered, unacknowledged message may sit
 	// untouched before any consumer of the group claims it again: a failed
@@ -31,8 +27,7 @@ type Config struct {
 	// over after it. Every message a consumer holds (running, waiting for
 	// its turn in the batch, or waiting for the ack) is touched every
 	// ClaimIdle/4, so a slow handler is never doubled. Default 5s; at
-	// least 10ms, at most 10 years (ForgetConsumersAfter is at least
-	// 10×ClaimIdle, and at most 100 years).
+	// least 10ms.
 	ClaimIdle time.Duration
 	// Block is the longest wait of one read for new messages; it bounds how
 	// quickly a stopping consumer notices. Default 1s; at most ClaimIdle/2
@@ -132,29 +127,19 @@ func (c Config) normalize() (Config, error) {
 		if *d.v == 0 {
 			*d.v = d.def
 		}
-		if why := fxconfig.TooLong(*d.v); why != "" {
-			return c, configError(d.name, why)
-		}
 	}
 	if c.ClaimIdle < 10*time.Millisecond {
 		return c, configError("ClaimIdle", "below 10ms")
 	}
-	if c.ClaimIdle > fxconfig.MaxDuration/10 {
-		// ForgetConsumersAfter is at least 10×ClaimIdle: a ClaimIdle of 30
-		// years overflowed it into a negative duration, which took any
-		// ForgetConsumersAfter.
-		return c, configError("ClaimIdle", fmt.Sprintf("%v is above 10 years (87600h): ForgetConsumersAfter, at least 10×ClaimIdle, is at most 100 years (876000h)", c.ClaimIdle))
-	}
-	// A read in progress at a stop must end well within StopTimeout (go-redis
-	// cannot cut a blocked read short without leaving what Redis delivered
-	// pending, its delivery counted), or a consumer holding nothing would
-	// report abandoned handlers and stay in the group.
+	// A read in progress at a stop must end well within StopTimeout: a
+	// blocked read cannot be cut short without leaving its messages pending.
 	c.Block = max(min(c.Block, c.ClaimIdle/2, c.StopTimeout/2), time.Millisecond)
+	forget := durations.Mul(c.ClaimIdle, 10)
 	switch {
 	case c.ForgetConsumersAfter == 0:
-		c.ForgetConsumersAfter = max(time.Hour, 10*c.ClaimIdle)
-	case c.ForgetConsumersAfter < 10*c.ClaimIdle:
-		return c, configError("ForgetConsumersAfter", fmt.Sprintf("%v is below 10×ClaimIdle (%v)", c.ForgetConsumersAfter, 10*c.ClaimIdle))
+		c.ForgetConsumersAfter = max(time.Hour, forget)
+	case c.ForgetConsumersAfter < forget:
+		return c, configError("ForgetConsumersAfter", fmt.Sprintf("%v is below 10×ClaimIdle (%v)", c.ForgetConsumersAfter, forget))
 	}
 	switch c.StartID {
 	case "":

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -13,7 +12,8 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.uber.org/zap"
 
-	"github.com/redisfx/redisfx/internal/ctxsleep"
+	"github.com/redisfx/redisfx/internal/backoff"
+	"github.com/redisfx/redisfx/internal/durations"
 	"github.com/redisfx/redisfx/internal/safetext"
 	"github.com/redisfx/redisfx/plugintrace"
 )
@@ -30,14 +30,12 @@ type consumer struct {
 func (c *consumer) ensureGroup(ctx context.Context, start string) error {
 	ctx = plugintrace.WithoutCommandSpans(ctx) // a start or a recovery is not a trace
 	err := c.s.rdb.XGroupCreateMkStream(ctx, c.stream, c.s.cfg.Group, start).Err()
-	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
+	if err != nil && !redis.HasErrorPrefix(err, "BUSYGROUP") {
 		return fmt.Errorf("streamfx: create group %q on %q: %w", c.s.cfg.Group, c.stream, err)
 	}
 	if err == nil && c.s.cfg.Retention > 0 {
 		// MKSTREAM may have made the stream: it expires too. NX: a stream
-		// that was there keeps the expiry its last publish gave it
-		// (helper-78: a group made 1.5 s after the last publish set a
-		// Retention of 2 s again, and the stream lived 3.5 s).
+		// that was there keeps the expiry its last publish gave it.
 		_ = c.s.rdb.Do(ctx, "PEXPIRE", c.stream, c.s.cfg.Retention.Milliseconds(), "NX").Err()
 	}
 	return nil
@@ -55,7 +53,7 @@ func bg() context.Context { return plugintrace.WithoutCommandSpans(context.Backg
 func (c *consumer) run(loopCtx, handlerCtx, haltCtx context.Context) {
 	cfg := c.s.cfg
 	var lastClaim, lastForget time.Time
-	backoff := 50 * time.Millisecond
+	pause := backoff.Backoff{Min: 50 * time.Millisecond, Max: 2 * time.Second}
 	for loopCtx.Err() == nil {
 		if time.Since(lastClaim) >= cfg.ClaimIdle/2 {
 			lastClaim = time.Now()
@@ -68,7 +66,7 @@ func (c *consumer) run(loopCtx, handlerCtx, haltCtx context.Context) {
 				}
 			}
 		}
-		rctx, cancel := context.WithTimeout(bg(), cfg.Block+cfg.StoreTimeout)
+		rctx, cancel := context.WithTimeout(bg(), durations.Add(cfg.Block, cfg.StoreTimeout))
 		fetched := time.Now()
 		res, err := c.s.rdb.XReadGroup(rctx, &redis.XReadGroupArgs{
 			Group: cfg.Group, Consumer: cfg.Consumer, Streams: []string{c.stream, ">"}, Count: int64(cfg.BatchSize), Block: cfg.Block,
@@ -78,12 +76,9 @@ func (c *consumer) run(loopCtx, handlerCtx, haltCtx context.Context) {
 		case errors.Is(err, redis.Nil):
 			continue
 		case err != nil:
-			if strings.HasPrefix(err.Error(), "NOGROUP") { // the stream or group was deleted (or Redis restarted empty)
+			if redis.HasErrorPrefix(err, "NOGROUP") { // the stream or group was deleted (or Redis restarted empty)
 				// From "0" whatever StartID says: every message now in the
-				// stream was published after the group was lost (the stream
-				// expired under Retention and a publish made it again, or
-				// Redis restarted empty), or, if the group alone was
-				// deleted, is delivered again (at least once, never lost).
+				// stream came after the loss, or is delivered again.
 				gctx, cancel := context.WithTimeout(bg(), cfg.StoreTimeout)
 				if c.ensureGroup(gctx, "0") == nil {
 					cancel()
@@ -92,11 +87,10 @@ func (c *consumer) run(loopCtx, handlerCtx, haltCtx context.Context) {
 				cancel()
 			}
 			c.s.log.Warn("stream read failed", zap.String("stream", c.stream), zap.Error(err))
-			ctxsleep.Sleep(loopCtx, backoff)
-			backoff = min(backoff*2, 2*time.Second)
+			pause.Wait(loopCtx)
 			continue
 		}
-		backoff = 50 * time.Millisecond
+		pause.Reset()
 		for _, st := range res {
 			c.handleBatch(loopCtx, handlerCtx, haltCtx, st.Messages, nil, fetched)
 		}

@@ -2,10 +2,8 @@ package streamfx
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -376,12 +374,7 @@ func (b *backlogCollector) read(ctx context.Context) {
 // answer such as BUSY, LOADING, MASTERDOWN, TRYAGAIN, CLUSTERDOWN, OOM)
 // says nothing about the stream: its lag keeps its last reading.
 func streamGone(err error) bool {
-	var answer redis.Error
-	if !errors.As(err, &answer) {
-		return false
-	}
-	msg := answer.Error()
-	return strings.HasPrefix(msg, "ERR no such key") || strings.HasPrefix(msg, "WRONGTYPE")
+	return redis.HasErrorPrefix(err, "no such key") || redis.HasErrorPrefix(err, "WRONGTYPE")
 }
 
 // undeliveredCountLimit bounds the counting of a backlog whose lag Redis

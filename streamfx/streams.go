@@ -14,7 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/redisfx/redisfx/internal/clientcheck"
-	"github.com/redisfx/redisfx/internal/fxconfig"
+	"github.com/redisfx/redisfx/internal/durations"
 	"github.com/redisfx/redisfx/internal/scripts"
 )
 
@@ -118,16 +118,9 @@ func (s *Streams) Handle(stream string, h Handler) error {
 	if stream == "" || h == nil {
 		return errors.New("streamfx: Handle needs a stream name and a handler")
 	}
-	if s.cfg.Retention > 0 && s.cfg.MaxAttempts > int(fxconfig.MaxDuration/(2*s.cfg.ClaimIdle)) {
-		// 2×MaxAttempts×ClaimIdle would not fit the longest Retention (nor,
-		// beyond, a time.Duration: MaxAttempts 9223372037 with ClaimIdle 1s
-		// wrapped it to 290ms, and a Retention of 1s was taken).
-		return configError("MaxAttempts", fmt.Sprintf("%d with ClaimIdle %v puts 2×MaxAttempts×ClaimIdle above the longest duration taken, 100 years (876000h): no Retention can cover a failing message's attempts", s.cfg.MaxAttempts, s.cfg.ClaimIdle))
-	}
 	if span := s.cfg.retrySpan(); s.cfg.Retention > 0 && s.cfg.Retention < span {
 		// A message that keeps failing must reach its dead-letter entry
-		// before the stream expires, or it vanishes with it (helper-78:
-		// attempts 1 and 2 of 3 ran, then nothing).
+		// before the stream expires with it.
 		return configError("Retention", fmt.Sprintf("%v is below 2×MaxAttempts×ClaimIdle (%v): a message that keeps failing could expire with its stream before its last attempt and its dead-letter entry", s.cfg.Retention, span))
 	}
 	for _, c := range s.consumers {
@@ -200,15 +193,11 @@ func (s *Streams) append(ctx context.Context, stream string, values []any) (stri
 // expiry by this process.
 func (c Config) renewInterval() time.Duration { return min(time.Second, c.Retention/2) }
 
-// retrySpan is the least Retention a consumer accepts: a message that keeps
-// failing runs MaxAttempts times, at least ClaimIdle apart. Each failed
-// attempt renews the stream's expiry (keepForRetry), so what Retention must
-// cover is the wait between two attempts (ClaimIdle and the message's turn
-// behind the consumer's others), which this floor leaves room for in most
-// setups but cannot bound: a longer backlog needs a longer Retention.
-// Handle computes it only once MaxAttempts is known to keep it within
-// fxconfig.MaxDuration (it would overflow beyond a time.Duration).
-func (c Config) retrySpan() time.Duration { return 2 * time.Duration(c.MaxAttempts) * c.ClaimIdle }
+// retrySpan is the least Retention a consumer accepts, 2×MaxAttempts×ClaimIdle
+// (saturated): a failing message runs MaxAttempts times, ClaimIdle apart.
+func (c Config) retrySpan() time.Duration {
+	return durations.Mul(durations.Mul(c.ClaimIdle, 2), int64(c.MaxAttempts))
+}
 
 // renewDue reports whether stream's expiry was last renewed by this process
 // a renewal interval ago or more (or never), and claims the renewal.
