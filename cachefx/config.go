@@ -1,6 +1,7 @@
 package cachefx
 
 import (
+	"cmp"
 	"fmt"
 	"time"
 
@@ -69,40 +70,17 @@ func (c Config) normalize() (Config, error) {
 	if c.Namespace == "" {
 		c.Namespace = "default"
 	}
-	if c.MaxValueBytes < 0 {
-		return c, configError("MaxValueBytes", fmt.Sprintf("%d is negative", c.MaxValueBytes))
-	}
-	if c.MaxValueBytes == 0 {
-		c.MaxValueBytes = 1 << 20
-	}
-	if c.Local.MaxEntries < 0 {
-		return c, configError("Local.MaxEntries", fmt.Sprintf("%d is negative", c.Local.MaxEntries))
-	}
-	for _, d := range []struct {
-		name string
-		v    *time.Duration
-		def  time.Duration
-	}{
-		{"DefaultTTL", &c.DefaultTTL, 5 * time.Minute},
-		{"LoadGuardTTL", &c.LoadGuardTTL, 5 * time.Second},
-		{"LoadWait", &c.LoadWait, 0},
-		{"StoreTimeout", &c.StoreTimeout, time.Second},
-		{"Local.TTL", &c.Local.TTL, 5 * time.Second},
-	} {
-		if *d.v < 0 {
-			return c, configError(d.name, fmt.Sprintf("%v is negative", *d.v))
-		}
-		if *d.v == 0 {
-			*d.v = d.def
-		}
+	if err := cmp.Or(orDefault("MaxValueBytes", &c.MaxValueBytes, 1<<20), orDefault("Local.MaxEntries", &c.Local.MaxEntries, 0),
+		orDefault("DefaultTTL", &c.DefaultTTL, 5*time.Minute), orDefault("LoadGuardTTL", &c.LoadGuardTTL, 5*time.Second),
+		orDefault("LoadWait", &c.LoadWait, 0), orDefault("StoreTimeout", &c.StoreTimeout, time.Second),
+		orDefault("Local.TTL", &c.Local.TTL, 5*time.Second)); err != nil {
+		return c, err
 	}
 	if c.LoadWait == 0 {
 		c.LoadWait = c.LoadGuardTTL
 	}
-	// Durations Redis is given in whole milliseconds (a value's TTL, a
-	// lease's expiry, renewed every LoadGuardTTL/3 by a ticker) would
-	// become 0 below 1 ms: an expiry of 0 deletes the key at once, and a
-	// ticker of 0 panics.
+	// Redis takes whole milliseconds: an expiry of 0 deletes the key, and
+	// the lease's renewal ticker (LoadGuardTTL/3) of 0 panics.
 	if c.DefaultTTL < time.Millisecond {
 		return c, configError("DefaultTTL", fmt.Sprintf("%v is below Redis's 1ms resolution", c.DefaultTTL))
 	}
@@ -110,4 +88,15 @@ func (c Config) normalize() (Config, error) {
 		return c, configError("LoadGuardTTL", fmt.Sprintf("%v is below Redis's 1ms resolution", c.LoadGuardTTL))
 	}
 	return c, nil
+}
+
+// orDefault sets *v to def when it is zero, and refuses a negative value.
+func orDefault[T int | time.Duration](field string, v *T, def T) error {
+	if *v < 0 {
+		return configError(field, fmt.Sprintf("%v is negative", *v))
+	}
+	if *v == 0 {
+		*v = def
+	}
+	return nil
 }

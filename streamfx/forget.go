@@ -1,7 +1,6 @@
 package streamfx
 
 import (
-	"context"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -36,7 +35,7 @@ func (c *consumer) forgetDeadConsumers(last *time.Time) {
 		return
 	}
 	*last = time.Now()
-	ctx, cancel := context.WithTimeout(bg(), cfg.StoreTimeout)
+	ctx, cancel := c.storeCtx()
 	defer cancel()
 	_ = forgetScript.Run(ctx, c.s.rdb, []string{c.stream}, cfg.Group, cfg.ForgetConsumersAfter.Milliseconds(), cfg.Consumer).Err()
 }

@@ -32,13 +32,12 @@ type Message struct {
 }
 
 // Handler processes one message. Returning nil acknowledges it; an error
-// (or a panic) leaves it for a retry after Config.ClaimIdle, or moves it
+// (a panic, runtime.Goexit) leaves it for a retry after Config.ClaimIdle, or moves it
 // to the dead-letter stream when it was the last attempt. ctx is cancelled
 // only when a stop gives up on its handlers: its StopTimeout runs out, or
 // the context passed to Stop ends first (Fx's stop timeout, say). A run so
 // cancelled that returns nil finished its work and is acknowledged; one
-// that returns an error (ctx.Err() or another) or panics is not counted:
-// its message runs again as the same attempt.
+// that fails is not counted: its message runs again as the same attempt.
 // No two handlers run one message at once while their consumers reach
 // Redis (see docs/streams.md for the window that remains).
 type Handler func(ctx context.Context, m Message) error
@@ -159,13 +158,8 @@ func (s *Streams) Publish(ctx context.Context, stream string, data []byte) (stri
 
 // append adds an entry (XADD, trimmed to MaxLen). With a Retention, the
 // same round trip renews the stream's expiry at most once per renewal
-// interval (a second, or Retention/2 if shorter) per stream and process,
-// so a stream expires between Retention minus that interval and Retention
-// after its last publish; every other publish sends PEXPIRE … NX, which
-// gives the stream an expiry only if it has none: an XADD that made the
-// stream again (it had expired, maybe while this publish was held up on
-// its way) never leaves it without one. (An adversary delayed a plain XADD
-// past the expiry: the stream came back for ever.)
+// interval per stream and process; every other publish sends PEXPIRE … NX,
+// so an XADD that made an expired stream again never leaves it without one.
 func (s *Streams) append(ctx context.Context, stream string, values []any) (string, error) {
 	args := &redis.XAddArgs{Stream: stream, MaxLen: s.cfg.MaxLen, Approx: s.cfg.MaxLen > 0, Values: values}
 	if s.cfg.Retention == 0 {
@@ -189,8 +183,7 @@ func (s *Streams) append(ctx context.Context, stream string, values []any) (stri
 	return add.Val(), nil
 }
 
-// renewInterval is the least time between two renewals of one stream's
-// expiry by this process.
+// renewInterval is the least time between two renewals of a stream's expiry.
 func (c Config) renewInterval() time.Duration { return min(time.Second, c.Retention/2) }
 
 // retrySpan is the least Retention a consumer accepts, 2×MaxAttempts×ClaimIdle
@@ -259,20 +252,15 @@ func (s *Streams) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop ends the read loops and lets the messages already running finish,
-// at most StopTimeout (or until ctx ends); messages of a batch not started
-// yet are given back at once, their delivery not counted. When StopTimeout
-// runs out, the running handlers' contexts are cancelled and they get a
-// grace of StoreTimeout to return: a message whose handler returns then
-// (whatever it returns) is given back too, its attempt not counted. Stop
-// then returns an error naming the timeout. A handler that ignores its
-// context past the grace is abandoned: Stop returns anyway, the message
-// stays pending, no longer touched, and is claimed again after ClaimIdle
-// (its delivery counted, as after a crash); the error says how many
-// handlers, or that only a Redis call had not returned. Finally, unless
-// the stop abandoned something, a consumer holding nothing leaves the group
-// (one more round trip, at most StoreTimeout).
-// Stop so returns within StopTimeout + 2×StoreTimeout.
+// Stop ends the read loops and lets the running handlers finish, at most
+// StopTimeout (or until ctx ends); messages not started are given back at
+// once, their delivery not counted. Then the handlers' contexts are
+// cancelled and they get StoreTimeout more: a message whose handler returns
+// then is given back too, and Stop returns an error naming the timeout. A
+// handler still running is abandoned: its message stays pending and is
+// claimed after ClaimIdle, its delivery counted. Unless the stop abandoned
+// something, a consumer holding nothing leaves the group. Stop returns
+// within StopTimeout + 2×StoreTimeout.
 func (s *Streams) Stop(ctx context.Context) error {
 	s.mu.Lock()
 	if !s.running {
@@ -286,6 +274,7 @@ func (s *Streams) Stop(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()
 	leave := func() {
+		halt()
 		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StoreTimeout)
 		defer cancel()
 		for _, c := range s.consumers {
@@ -297,7 +286,6 @@ func (s *Streams) Stop(ctx context.Context) error {
 	select {
 	case <-done:
 		abort()
-		halt()
 		leave()
 		return nil
 	case <-timer.C:
@@ -309,12 +297,8 @@ func (s *Streams) Stop(ctx context.Context) error {
 	defer grace.Stop()
 	select {
 	case <-done:
-		halt()
 		leave()
-		if running == 0 {
-			// Only a Redis call outlasted StopTimeout (a blocked read that
-			// Redis ended late, a slow acknowledgement), and it returned:
-			// nothing was cancelled, nothing is left behind.
+		if running == 0 { // only a Redis call outlasted StopTimeout, and it returned
 			return nil
 		}
 		return fmt.Errorf("streamfx: stop: %d handlers still running after StopTimeout %v were cancelled", running, s.cfg.StopTimeout)
@@ -327,11 +311,9 @@ func (s *Streams) Stop(ctx context.Context) error {
 	}
 }
 
-// abandoned describes what a stop gave up on when, after: the handlers
-// still running (their messages stay pending, claimed after ClaimIdle), or,
-// if none is, a Redis call of the consumers (a read, claim, acknowledgement
-// or give-back) that has not returned. The consumers do not leave the
-// group then: a call still on its way could deliver to them after.
+// abandoned describes what a stop gave up on: the handlers still running,
+// or else a Redis call of the consumers that has not returned. The
+// consumers stay in the group: a call on its way could still deliver.
 func (s *Streams) abandoned(when string) error {
 	if n := s.handlers.Load(); n > 0 {
 		return fmt.Errorf("streamfx: stop: %d handlers still running (%s) were abandoned; their messages stay pending", n, when)
