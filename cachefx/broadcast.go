@@ -20,22 +20,16 @@ import (
 	"github.com/redisfx/redisfx/plugintrace"
 )
 
-// broadcaster keeps the first layers of every process coherent: a write or
-// delete publishes the Redis keys it changed, and every other process drops
-// them from its first layer.
+// broadcaster keeps the first layers of every process coherent: a write
+// publishes the Redis keys it changed, and every other process drops them.
 //
-// A process trusts its first layer only while its subscription proves
-// itself: it pings over the subscription every interval, and a pong proves
-// that every message Redis handled before the ping has been applied
-// (Redis answers a subscriber in order). A layer whose latest proof is
-// older than window serves nothing; a subscription without a proof for
-// that long is replaced, and the layer is cleared whenever a subscription
-// is (re)confirmed, since messages may have been missed in between.
-//
-// On a Cluster the channel is sharded (SPUBLISH/SSUBSCRIBE): every message
-// and every ping then goes through the one master that owns the channel,
-// which is what makes the order argument hold; a classic channel is
-// relayed between masters with no order.
+// A layer is trusted only while its subscription proves itself: a pong to
+// a ping sent over it proves every message Redis handled before the ping
+// was applied (Redis answers a subscriber in order). A layer whose latest
+// proof is older than window serves nothing; a subscription without proof
+// that long is replaced, and the layer is cleared on every (re)confirmed
+// subscription. On a Cluster the channel is sharded (SSUBSCRIBE): one
+// master carries every message and ping, in order.
 type broadcaster struct {
 	rdb      redis.UniversalClient
 	channel  string
@@ -48,14 +42,11 @@ type broadcaster struct {
 
 	base  time.Time    // monotonic origin of proof
 	proof atomic.Int64 // every message Redis handled before base+proof has been applied
-	// live: the current connection's subscription is confirmed and Redis
-	// has not ended it. Only then does a pong prove anything: a
-	// connection whose subscription Redis ended or refused still answers
-	// pings. Read and written by start, then by run only.
+	// live: the subscription is confirmed and Redis has not ended it; only
+	// then does a pong prove anything. Used by start, then by run only.
 	live bool
-	// refusals counts the subscriptions Redis ended or refused since the
-	// last confirmation: each resubscription waits longer (a channel the
-	// ACL denies must not churn connections).
+	// refusals counts subscriptions ended or refused since the last
+	// confirmation: each resubscription waits longer.
 	refusals int
 
 	mu     sync.Mutex
@@ -75,8 +66,7 @@ func newBroadcaster(rdb redis.UniversalClient, channel string, local *localLayer
 	return b
 }
 
-// background is the context of the subscription's own traffic: no command
-// spans (an idle process would otherwise start a trace per ping).
+// background is the subscription's context: no command spans per ping.
 var background = plugintrace.WithoutCommandSpans(context.Background())
 
 func (b *broadcaster) subscribe(ctx context.Context) *redis.PubSub {
@@ -115,18 +105,12 @@ func (b *broadcaster) trusted() bool {
 }
 
 // confirmed handles a (re)subscription: messages may have been missed
-// before it, so the layer starts empty, and from now on every message
-// reaches this process in order.
+// before it, so the layer starts empty.
 func (b *broadcaster) confirmed() {
 	b.local.clear()
 	b.live, b.refusals = true, 0
 	b.proved(b.elapsed())
 }
-
-// distrust voids every proof: the subscription's connection is known
-// broken, so the layer answers nothing until a subscription is confirmed
-// again.
-func (b *broadcaster) distrust() { b.proof.Store(math.MinInt64 / 2) }
 
 func (b *broadcaster) proved(at int64) {
 	for {
@@ -168,72 +152,68 @@ func (b *broadcaster) run(done chan struct{}) {
 		}
 		wait := time.Duration(int64(b.interval) - (b.elapsed() - lastPing))
 		msg, err := ps.ReceiveTimeout(background, max(wait, time.Millisecond))
-		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue // time to ping
-			}
-			if rerr := redis.Error(nil); errors.As(err, &rerr) {
-				// Redis refused the (re)subscription, as a node that no
-				// longer owns the channel's slot does (MOVED): this
-				// connection carries none.
-				b.ended()
-				b.resubscribe(ps)
-				lastPing, lastReplace = b.elapsed(), b.elapsed()
-				continue
-			}
-			// Closed, or the connection broke and could not be re-made
-			// (Redis down): go-redis reconnects on the next receive.
-			// Messages may be lost from now on, so the layer stops
-			// answering at once rather than at the end of the window;
-			// the resubscription's confirmation clears it and trusts it
-			// again.
-			b.ended()
-			select {
-			case <-b.stop:
-				return
-			case <-time.After(min(b.interval, 100*time.Millisecond)):
-			}
-			continue
-		}
-		switch m := msg.(type) {
-		case *redis.Subscription:
-			switch m.Kind {
-			case "subscribe", "ssubscribe":
-				b.confirmed()
-			case "unsubscribe", "sunsubscribe":
-				// Redis ended the subscription itself: a Cluster master
-				// that loses the channel's slot (a failover, a
-				// resharding) unsubscribes its clients and keeps
-				// answering their pings, while messages go to the slot's
-				// new master.
-				b.ended()
-				b.resubscribe(ps)
-				lastPing, lastReplace = b.elapsed(), b.elapsed()
-			}
-		case *redis.Pong:
-			if sent, err := strconv.ParseInt(m.Payload, 10, 64); err == nil && b.live {
-				b.proved(sent)
-			}
-		case *redis.Message:
-			b.receive(m.Payload)
+		if err != nil && b.failed(ps, err) || err == nil && b.handle(ps, msg) {
+			lastPing, lastReplace = b.elapsed(), b.elapsed()
 		}
 	}
 }
 
-// ended handles a subscription known to be gone: messages may be lost
-// from now on, so the layer answers nothing, and pongs prove nothing,
-// until a subscription is confirmed again.
-func (b *broadcaster) ended() {
-	b.live = false
-	b.distrust()
+// failed handles a receive error; it reports whether it resubscribed.
+func (b *broadcaster) failed(ps *redis.PubSub, err error) (resubscribed bool) {
+	if ne := net.Error(nil); errors.As(err, &ne) && ne.Timeout() {
+		return false // time to ping
+	}
+	b.ended()
+	if rerr := redis.Error(nil); errors.As(err, &rerr) {
+		// Redis refused the (re)subscription, as a node that no longer
+		// owns the channel's slot does (MOVED).
+		b.resubscribe(ps)
+		return true
+	}
+	// Closed, or the connection broke: go-redis reconnects on the next
+	// receive, and the resubscription's confirmation trusts the layer again.
+	select {
+	case <-b.stop:
+	case <-time.After(min(b.interval, 100*time.Millisecond)):
+	}
+	return false
 }
 
-// resubscribe replaces a subscription that Redis ended or refused. On a
-// Cluster the channel's slot may have moved: the client's view of the
-// slots is reloaded first, and the new subscription waits a moment for
-// it (if it still reaches the old node, that node refuses it and this
-// runs again, after twice the wait, up to maxResubscribeWait).
+// handle applies one message of the subscription; it reports whether it
+// resubscribed.
+func (b *broadcaster) handle(ps *redis.PubSub, msg any) (resubscribed bool) {
+	switch m := msg.(type) {
+	case *redis.Subscription:
+		switch m.Kind {
+		case "subscribe", "ssubscribe":
+			b.confirmed()
+		case "unsubscribe", "sunsubscribe":
+			// Redis ended it: a Cluster master that loses the channel's
+			// slot unsubscribes its clients and still answers their pings.
+			b.ended()
+			b.resubscribe(ps)
+			return true
+		}
+	case *redis.Pong:
+		if sent, err := strconv.ParseInt(m.Payload, 10, 64); err == nil && b.live {
+			b.proved(sent)
+		}
+	case *redis.Message:
+		b.receive(m.Payload)
+	}
+	return false
+}
+
+// ended handles a subscription known to be gone: the layer answers
+// nothing, and pongs prove nothing, until one is confirmed again.
+func (b *broadcaster) ended() {
+	b.live = false
+	b.proof.Store(math.MinInt64 / 2)
+}
+
+// resubscribe replaces a subscription that Redis ended or refused, after
+// reloading a Cluster's slots (the channel's may have moved) and a wait
+// that doubles with each refusal, up to maxResubscribeWait.
 func (b *broadcaster) resubscribe(ps *redis.PubSub) {
 	if cc := nodeclient.Cluster(b.rdb); cc != nil {
 		cc.ReloadState(background)
@@ -248,9 +228,7 @@ func (b *broadcaster) resubscribe(ps *redis.PubSub) {
 	b.replace(ps)
 }
 
-// maxResubscribeWait bounds the wait between refused subscriptions: the
-// layer answers nothing meanwhile, so it is only how soon it comes back
-// once Redis accepts the subscription again (a fixed ACL).
+// maxResubscribeWait bounds the wait between refused subscriptions.
 const maxResubscribeWait = 5 * time.Second
 
 // replace closes ps and subscribes on a new connection; its confirmation
@@ -280,10 +258,9 @@ func (b *broadcaster) receive(payload string) {
 	}
 }
 
-// encodeKeys writes the changed keys of a message: a JSON array of strings
-// (what every version reads), or, when a key is not valid UTF-8 (JSON would
-// turn its bytes into U+FFFD and the receivers would drop another key),
-// 'b' and a JSON array of the keys' bytes in base64.
+// encodeKeys writes the changed keys: a JSON array of strings or, when a
+// key is not valid UTF-8 (JSON would mangle it), 'b' and a JSON array of
+// the keys' bytes in base64.
 func encodeKeys(keys []string) string {
 	for _, k := range keys {
 		if !utf8.ValidString(k) {

@@ -20,15 +20,11 @@ import (
 // returned.
 type Loader func(ctx context.Context) ([]byte, error)
 
-// A load is done under a lease kept in the value's own key: a hash
-// {lease: token} with a TTL of Config.LoadGuardTTL, renewed while the
-// loader runs. Whoever holds the lease loads; the others wait for the
-// value. The loaded value is stored only if the key still holds this
-// lease: a Set, Delete or InvalidateByTags during the load replaces or
-// deletes the lease, so a value loaded before that write can never
-// overwrite it. (A lease in a key of its own could not be checked and
-// replaced in one step on a Cluster, where two keys live on two masters.)
-// Reads see a key holding a lease as missing (MGET answers nil for it).
+// A load runs under a lease kept in the value's own key (one key: checked
+// and replaced in one step on a Cluster): a hash {lease: token} living
+// LoadGuardTTL, renewed while the loader runs. The value is stored only if
+// the key still holds the lease: a write during the load replaced or
+// deleted it. Reads see a leased key as missing.
 
 // leaseScript takes the lease on KEYS[1] for ARGV[1] (token) and ARGV[2]
 // milliseconds. It returns {value, pttl} if the key holds a value, 1 if the
@@ -77,31 +73,22 @@ return 0
 // its value for ttl (0: Config.DefaultTTL) with tags, and returns it.
 //
 // The loader runs once per key under a stampede: callers in this process
-// share one load (single flight), and across processes a lease
-// (Config.LoadGuardTTL, renewed while the loader runs) lets one process
-// load while the others wait for its value, at most Config.LoadWait,
-// before loading themselves (without storing: only the lease holder
-// stores). Each caller that gets the value without running the loader (it
-// shared this process's load, or waited for another process's and found
-// its value) counts in cache_stampede_prevented_total; one that waited
-// LoadWait and then loaded does not.
+// share one load, and across processes a lease (Config.LoadGuardTTL) lets
+// one process load while the others wait for its value, at most
+// Config.LoadWait, before loading themselves without storing. Each caller
+// that gets the value without running the loader counts in
+// cache_stampede_prevented_total.
 //
 // A loaded value never overwrites a newer write: if Set, Delete or
-// InvalidateByTags (of one of tags) touches key while the loader runs, the
-// loaded value is returned to the callers but not stored. With tags, key
-// joins its tag sets before the loader runs, so an invalidation that
-// starts during the load is seen too.
+// InvalidateByTags (of one of tags) touches key during the load, the value
+// is returned but not stored.
 //
-// The shared load is not cancelled when the caller that started it gives
-// up, so that the others still get its value; a caller's own ctx bounds only
-// its wait. A caller whose ctx is done when its Get returns gets ctx's
-// error and starts no load: its failed Get says nothing about Redis, and a
-// load it started would decide for every caller that joins it. A loader error is returned and nothing is cached; a loader panic
-// becomes an error. When Redis fails, GetOrLoad serves from the loader
-// (single flight still applies) and returns no store error: a cache outage
-// costs load, not availability. A value above MaxValueBytes is returned
-// together with its *ValueTooLargeError, whether or not this caller held
-// the lease (it is never stored).
+// A caller's ctx bounds only its wait: the shared load goes on for the
+// others. A caller whose ctx is done when its Get returns gets ctx's error
+// and starts no load. A loader error is returned and nothing is cached; a
+// panic or runtime.Goexit becomes an error. When Redis fails, GetOrLoad
+// serves from the loader and returns no store error. A value above
+// MaxValueBytes is returned with its *ValueTooLargeError, never stored.
 func (c *Cache) GetOrLoad(ctx context.Context, key string, ttl time.Duration, load Loader, tags ...string) ([]byte, error) {
 	ttl, err := c.ttlOrDefault(key, ttl)
 	if err != nil {
@@ -111,19 +98,13 @@ func (c *Cache) GetOrLoad(ctx context.Context, key string, ttl time.Duration, lo
 	if err == nil && found {
 		return v, nil
 	}
-	if ctxErr := ctx.Err(); ctxErr != nil {
-		// This caller has given up: its failed Get says nothing about
-		// Redis, and a flight it started would decide for every caller
-		// that joins it (store down: no lease, nothing stored).
+	if ctxErr := ctx.Err(); ctxErr != nil { // its failed Get says nothing about Redis
 		return nil, ctxErr
 	}
 	storeDown := err != nil
 	full := c.valueKey(key)
-	// Callers share a load only if they ask with the same tags and no write
-	// of the key or of one of the tags finished between their starts: a
-	// load that began before a write may return older data.
-	// Each part is written with its length first, so that no two (key, tags)
-	// pairs share a flight whatever bytes their names hold.
+	// Callers share a load only with the same tags and no write of the key
+	// or a tag between their starts (an older load may return older data).
 	flight := flightPart(nil, full, c.writeCount(full).Load())
 	for _, tag := range tags {
 		tk := c.tagKey(tag)
@@ -216,8 +197,7 @@ func (c *Cache) load(ctx context.Context, key string, ttl time.Duration, load Lo
 }
 
 // loadUnstored runs the loader for a value that will not be stored (no
-// lease, or Redis unreachable). A value above MaxValueBytes still comes
-// with its *ValueTooLargeError, as on the path that stores.
+// lease, or Redis unreachable).
 func (c *Cache) loadUnstored(ctx context.Context, key string, load Loader) ([]byte, error) {
 	v, err := load(ctx)
 	if err != nil {
@@ -266,9 +246,8 @@ func (c *Cache) loadLeased(ctx context.Context, span *plugintrace.Span, key stri
 		}
 	}()
 	if len(tags) > 0 {
-		// Tagged before loading (for as long as the lease lives, renewed
-		// with it), so that an invalidation of one of tags during the load
-		// deletes the lease and so refuses the value.
+		// Tagged before loading (as long as the lease lives), so that an
+		// invalidation during the load deletes the lease.
 		sctx, cancel := c.storeCtx(ctx)
 		err := c.tag(sctx, key, c.cfg.LoadGuardTTL, tags)
 		cancel()
@@ -348,20 +327,14 @@ func (c *Cache) storeLeased(ctx context.Context, key string, v []byte, ttl time.
 	if n, err := store.cmd.Int(); err != nil || n != 1 {
 		return false
 	}
-	if firstError(tagged) != nil {
-		// Its tag sets list key only for as long as the lease was to live,
-		// not for the value's life: the value goes.
+	if firstError(tagged) != nil { // its tag sets list key only for the lease's life
 		dctx, cancel := c.cleanupCtx(ctx)
 		_ = c.rdb.Del(dctx, full).Err()
 		cancel()
 		c.forget(ctx, full)
 		return false
 	}
-	if c.local != nil {
-		// A copy, as Set keeps: the loader may reuse its buffer once it
-		// has returned, and the first layer must go on equalling Redis
-		// (helper-77: Get answered the rewritten buffer while Redis held the
-		// loaded value).
+	if c.local != nil { // a copy: the loader may reuse its buffer
 		c.local.wrote(full, bytes.Clone(v), ttl, sent, seen)
 	}
 	return true

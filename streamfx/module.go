@@ -23,9 +23,7 @@ import (
 // the app and stop (within StopTimeout + 2×StoreTimeout) before Redis
 // closes.
 var Module = fx.Module("redisfx.streams", clientcheck.Required("streamfx.Module"), fx.Provide(NewFromParams),
-	// Without it Fx builds Streams only for an app that asks for it: one
-	// with handlers and no Publish never consumed (an adversary's app of
-	// storefx.Module, Module and AsHandler alone).
+	// Built even when nothing asks for it: handlers alone must consume.
 	fx.Invoke(func(*Streams) {}))
 
 // HandlerGroup is the Fx value group of stream handlers.
