@@ -328,10 +328,7 @@ func (c *Cache) storeLeased(ctx context.Context, key string, v []byte, ttl time.
 		return false
 	}
 	if firstError(tagged) != nil { // its tag sets list key only for the lease's life
-		dctx, cancel := c.cleanupCtx(ctx)
-		_ = c.rdb.Del(dctx, full).Err()
-		cancel()
-		c.forget(ctx, full)
+		c.dropUntagged(ctx, full)
 		return false
 	}
 	if c.local != nil { // a copy: the loader may reuse its buffer

@@ -41,15 +41,10 @@ return 1
 `)
 
 // readTagScript returns the live members of the tag set KEYS[1] with their
-// scores (member, score, …): those whose score is ahead of Redis's clock
-// less 1 ms. A member below that is gone in intent though maybe not yet
-// removed: its value expired, or it was retired more than the grace ago
-// (an invalidation must not find it: its key may have been stored again
-// since, without the tag). The millisecond: a score is the value's expiry
-// counted from TIME with microseconds, while Redis expires a key only once
-// its millisecond clock is past the expiry, so a value lives up to 1 ms
-// beyond its score (reading only scores ahead of the clock, an
-// invalidation missed such a value and returned nil). It writes nothing.
+// scores (member, score, …): those scored ahead of Redis's clock less 1 ms
+// (Redis expires a key only once its millisecond clock is past the
+// expiry). A member below that is gone in intent: its value expired, or it
+// was retired more than the grace ago. It writes nothing.
 var readTagScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
@@ -58,15 +53,10 @@ return redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. string.format('%.17g', now - 
 
 // retireScript retires from the tag set KEYS[1] the members an
 // invalidation read and deleted (ARGV[1]: the grace in ms; then member,
-// score, member, score …), except those tagged again since (their score
-// moved): their new value may have been stored after the invalidation
-// deleted the old one. A retired member is not removed at once: its score
-// becomes now + grace, so that an invalidation of the same tag in another
-// process during the grace still finds the key and drops its own
-// first-layer copy (the first invalidation's message may not have reached
-// that process yet). After the grace no invalidation reads it
-// (readTagScript), and the next addition or retirement in the set removes
-// it. The set's expiry follows its latest score.
+// score, …), except those tagged again since (their score moved). A
+// retired member's score becomes now + grace, so that another process's
+// invalidation of the same tag meanwhile still finds the key and drops its
+// first-layer copy; the next addition or retirement removes it.
 var retireScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
@@ -86,8 +76,7 @@ return n
 `)
 
 // retiredGrace is how long a retired member stays in its tag set: longer
-// than any process's first-layer trust window (two subscription
-// intervals, at most 2 s).
+// than any first layer's trust window (at most 2 s).
 const retiredGrace = 3 * time.Second
 
 // retireBatch bounds the members of one retireScript call.
@@ -132,19 +121,7 @@ func (c *Cache) invalidateByTags(ctx context.Context, tags []string, span *plugi
 		tagKeys[i] = c.tagKey(tag)
 	}
 	defer c.wrote(tagKeys...)
-	// 1. Read each tag set's live members, leaving it in place.
-	calls := make([]*scriptCall, len(tags))
-	for i := range tags {
-		calls[i] = &scriptCall{script: readTagScript, keys: []string{tagKeys[i]}}
-	}
-	sctx, cancel := c.storeCtx(ctx)
-	_, _ = c.rdb.Pipelined(sctx, func(p redis.Pipeliner) error { queueAll(sctx, p, calls); return nil })
-	retryNoScript(sctx, c.rdb, calls)
-	cancel()
-	reads := make([]tagRead, len(tags))
-	for i, sc := range calls {
-		reads[i] = readTagReply(sc.cmd)
-	}
+	reads := c.readTags(ctx, tagKeys) // 1. each set's live members, left in place
 	event(span, "tag.lookup", attribute.Int("count", len(tags)))
 	var readErr error
 	seen := map[string]bool{}
@@ -173,14 +150,29 @@ func (c *Cache) invalidateByTags(ctx context.Context, tags []string, span *plugi
 		}
 	}
 	event(span, "keys.deleted", attribute.Int64("count", n))
-	// 3. Only now retire from the sets what was read and deleted. A
-	// failure here costs nothing but room: the members expire with their
-	// values.
+	// 3. Retire what was read and deleted (a failure costs only room).
 	c.retire(ctx, tags, reads)
 	if readErr != nil {
 		return n, fmt.Errorf("cachefx: invalidate tags %s: %w", c.quoteTags(tags), readErr)
 	}
 	return n, nil
+}
+
+// readTags reads the live members of each tag set (one pipeline).
+func (c *Cache) readTags(ctx context.Context, tagKeys []string) []tagRead {
+	calls := make([]*scriptCall, len(tagKeys))
+	for i, k := range tagKeys {
+		calls[i] = &scriptCall{script: readTagScript, keys: []string{k}}
+	}
+	sctx, cancel := c.storeCtx(ctx)
+	defer cancel()
+	_, _ = c.rdb.Pipelined(sctx, func(p redis.Pipeliner) error { queueAll(sctx, p, calls); return nil })
+	retryNoScript(sctx, c.rdb, calls)
+	reads := make([]tagRead, len(calls))
+	for i, sc := range calls {
+		reads[i] = readTagReply(sc.cmd)
+	}
+	return reads
 }
 
 // tagRead is one tag set's live members, or why they could not be read.

@@ -110,12 +110,7 @@ func (c *Cache) set(ctx context.Context, key string, value []byte, ttl time.Dura
 		return fmt.Errorf("cachefx: set %s: %w", c.cfg.KeyAttribute.Quote(key), err)
 	}
 	if err := firstError(tagged); err != nil {
-		// Stored but missing from a tag set, where an invalidation would
-		// not find it: better gone.
-		dctx, cancel := c.cleanupCtx(ctx)
-		_ = c.rdb.Del(dctx, full).Err()
-		cancel()
-		c.forget(ctx, full)
+		c.dropUntagged(ctx, full)
 		return fmt.Errorf("cachefx: set %s: adding it to its tag sets: %w (the value was deleted again)", c.cfg.KeyAttribute.Quote(key), err)
 	}
 	if c.local != nil {
@@ -159,13 +154,18 @@ func (c *Cache) forget(ctx context.Context, keys ...string) {
 	_ = c.bcast.publish(ctx, c.rdb, keys).Err()
 }
 
+// dropUntagged deletes a value stored but missing from a tag set, where an
+// invalidation would not find it.
+func (c *Cache) dropUntagged(ctx context.Context, full string) {
+	dctx, cancel := c.cleanupCtx(ctx)
+	_ = c.rdb.Del(dctx, full).Err()
+	cancel()
+	c.forget(ctx, full)
+}
+
 // cleanupCtx bounds what a failed write still sends (its message, the
 // deletion of a value left outside its tag sets) by a StoreTimeout of its
-// own. The write's context has usually run out by then (a timeout is the
-// common failure, and the command may have reached Redis all the same):
-// a command sent with it would never leave, even to a master that
-// answers, such as the channel's on a Cluster while another master
-// stalls.
+// own: the write's context has usually run out by then.
 func (c *Cache) cleanupCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return c.storeCtx(context.WithoutCancel(ctx))
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 	"go.uber.org/zap"
 
 	"github.com/redisfx/redisfx/plugintrace"
@@ -73,6 +74,9 @@ type observer struct {
 }
 
 func newObserver(reg prometheus.Registerer, tp trace.TracerProvider, s *Streams) (*observer, error) {
+	if tp == nil {
+		tp = noop.NewTracerProvider()
+	}
 	o := &observer{tracer: tp, streams: map[string]bool{}}
 	if reg == nil {
 		return o, nil
@@ -123,9 +127,6 @@ func (o *observer) count(stream, outcome string) {
 }
 
 func (o *observer) start(ctx context.Context, kind trace.SpanKind, name, op string, attrs ...attribute.KeyValue) (context.Context, *plugintrace.Span) {
-	if o.tracer == nil {
-		return ctx, nil
-	}
 	return plugintrace.StartKind(ctx, o.tracer, kind, plugin, name, op, attrs...)
 }
 
@@ -134,9 +135,6 @@ func (o *observer) startPublish(ctx context.Context, stream string, size int) (c
 }
 
 func (o *observer) endPublish(span *plugintrace.Span, id string, err error) {
-	if span == nil {
-		return
-	}
 	if err == nil {
 		span.SetAttributes(attribute.String(AttrMessageID, id))
 		span.AddEvent("message.published")
@@ -147,49 +145,33 @@ func (o *observer) endPublish(span *plugintrace.Span, id string, err error) {
 func (o *observer) startConsume(ctx context.Context, stream, group, consumer, id string, attempt int) (context.Context, *plugintrace.Span) {
 	ctx, span := o.start(ctx, trace.SpanKindConsumer, "stream.consume", "XREADGROUP", attribute.String(AttrStream, stream),
 		attribute.String(AttrGroup, group), attribute.String(AttrConsumer, consumer), attribute.String(AttrMessageID, id))
-	if span != nil {
-		span.AddEvent("message.received", trace.WithAttributes(attribute.Int("attempt", attempt)))
-	}
+	span.AddEvent("message.received", trace.WithAttributes(attribute.Int("attempt", attempt)))
 	return ctx, span
 }
 
 func (o *observer) processed(span *plugintrace.Span, stream string) {
 	o.count(stream, OutcomeProcessed)
-	if span != nil {
-		span.AddEvent("message.processed")
-	}
+	span.AddEvent("message.processed")
 }
 
 func (o *observer) failed(span *plugintrace.Span, stream string, attempt int, err error) {
 	o.count(stream, OutcomeFailed)
-	if span != nil {
-		span.AddEvent("processing.failed", trace.WithAttributes(attribute.Int("attempt", attempt), attribute.String("error", err.Error())))
-	}
+	o.unsettled(span, attempt, err)
 }
 
-// unsettled records on span that the last attempt ended without being
-// settled (its consumer crashed, or a stop abandoned it). No run of this
-// process failed: stream_messages_total does not count it.
+// unsettled records on span that an attempt failed, or ended unsettled
+// (its consumer crashed, or a stop abandoned it: not counted here).
 func (o *observer) unsettled(span *plugintrace.Span, attempt int, err error) {
-	if span != nil {
-		span.AddEvent("processing.failed", trace.WithAttributes(attribute.Int("attempt", attempt), attribute.String("error", err.Error())))
-	}
+	span.AddEvent("processing.failed", trace.WithAttributes(attribute.Int("attempt", attempt), attribute.String("error", err.Error())))
 }
 
-func (o *observer) endConsume(span *plugintrace.Span, err error) {
-	if span != nil {
-		span.Finish(err)
-	}
-}
+func (o *observer) endConsume(span *plugintrace.Span, err error) { span.Finish(err) }
 
 func (o *observer) startAck(ctx context.Context, stream string) (context.Context, *plugintrace.Span) {
 	return o.start(ctx, trace.SpanKindInternal, "stream.ack", "XACK", attribute.String(AttrStream, stream))
 }
 
 func (o *observer) endAck(span *plugintrace.Span, err error) {
-	if span == nil {
-		return
-	}
 	if err == nil {
 		span.AddEvent("message.acknowledged")
 	}
@@ -205,11 +187,6 @@ func (o *observer) startDLQ(ctx context.Context, stream, dlq, reason, id string)
 func (o *observer) endDLQ(span *plugintrace.Span, stream string, err error) {
 	if err == nil {
 		o.count(stream, OutcomeDeadLettered)
-	}
-	if span == nil {
-		return
-	}
-	if err == nil {
 		span.AddEvent("message.moved_to_dlq")
 	}
 	span.Finish(err)
