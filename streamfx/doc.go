@@ -20,14 +20,8 @@
 //		})),
 //	)
 //
-// Without Fx, New(rdb, cfg, opts...), Handle, then Start and Stop. Zero
-// Config fields take their defaults; an invalid one fails start-up with a
+// Without Fx, New(rdb, cfg, opts...), Handle, then Start and Stop. The
+// client must have ContextTimeoutEnabled (storefx's have). Zero Config
+// fields take their defaults; an invalid one fails start-up with a
 // redisfx.ConfigError naming it.
-//
-// # The Redis client
-//
-// The module needs a Redis client (storefx.Module); without one start-up
-// fails saying so. New refuses a go-redis client built without
-// ContextTimeoutEnabled: go-redis would ignore context deadlines, and
-// StoreTimeout could not bound a Redis call. storefx's clients have it.
 package streamfx
