@@ -292,32 +292,10 @@ func (b *backlogCollector) read(ctx context.Context) {
 	var gone [][2]string
 	for st, cmd := range groups {
 		key := [2]string{st, b.s.cfg.Group}
-		infos, err := cmd.Result()
-		switch {
-		case err != nil && streamGone(err):
-			// Redis answered that the stream does not exist (deleted,
-			// expired under Retention): no group, no lag.
-			gone = append(gone, key)
-			continue
-		case err != nil: // no answer, or Redis could not serve it (BUSY, LOADING…): the last reading holds
-			continue
-		}
-		found := false
-		for _, g := range infos {
-			if g.Name != b.s.cfg.Group {
-				continue
-			}
-			found = true
-			undelivered := g.Lag
-			if undelivered < 0 { // Redis cannot give it (an entry deleted after the last delivered one): counted here
-				var err error
-				if undelivered, err = b.countUndelivered(ctx, st, g.LastDeliveredID); err != nil {
-					continue // the last reading holds
-				}
-			}
-			lags[key] = float64(undelivered + g.Pending)
-		}
-		if !found { // the group was destroyed (XGROUP DESTROY)
+		switch lag, state := b.lag(ctx, st, cmd); state {
+		case lagRead:
+			lags[key] = lag
+		case lagGone:
 			gone = append(gone, key)
 		}
 	}
@@ -337,6 +315,37 @@ func (b *backlogCollector) read(ctx context.Context) {
 	for k, v := range lags {
 		b.lags[k] = v
 	}
+}
+
+const (
+	lagRead    = iota
+	lagGone    // the stream or the group is not there: no lag
+	lagUnknown // Redis did not give it: the last reading holds
+)
+
+// lag computes the group's lag (undelivered plus pending) from XINFO GROUPS.
+func (b *backlogCollector) lag(ctx context.Context, st string, cmd *redis.XInfoGroupsCmd) (float64, int) {
+	infos, err := cmd.Result()
+	switch {
+	case err != nil && streamGone(err):
+		return 0, lagGone
+	case err != nil: // no answer, or BUSY, LOADING…
+		return 0, lagUnknown
+	}
+	for _, g := range infos {
+		if g.Name != b.s.cfg.Group {
+			continue
+		}
+		undelivered := g.Lag
+		if undelivered < 0 { // Redis cannot give it (an entry deleted after the last delivered one)
+			var err error
+			if undelivered, err = b.countUndelivered(ctx, st, g.LastDeliveredID); err != nil {
+				return 0, lagUnknown
+			}
+		}
+		return float64(undelivered + g.Pending), lagRead
+	}
+	return 0, lagGone // the group was destroyed
 }
 
 // streamGone reports whether err is Redis's answer that the stream is not
