@@ -33,15 +33,10 @@ type shared struct {
 	local *localLayer // nil when off
 	loads singleflight.Group
 	bcast *broadcaster // nil when the first layer is off
-	// written counts, per stripe of Redis keys (values and tag sets), the
-	// writes this process has finished and the changes other processes
-	// announced, so that a GetOrLoad never joins a load that began before
-	// a write of its key or of one of its tags: that load's value may be
-	// older than the write.
+	// written counts finished writes (here or announced) per stripe of
+	// Redis keys: a GetOrLoad never joins a load older than a write.
 	written [64]atomic.Uint64
-	// inOrder: one pipeline reaches one server over one connection, so
-	// Redis runs its commands in the order given. Not so on a Cluster,
-	// where a pipeline is split by node and the parts run independently.
+	// inOrder: a pipeline runs in order (one server; not a Cluster).
 	inOrder bool
 	timeNow func() time.Time
 }
@@ -159,9 +154,7 @@ func validNamespace(ns string) bool {
 }
 
 // Keys in Redis. A namespace never contains ':' or '#', so a value key
-// (<prefix><ns>:<key>) never meets a tag set. (Tag sets were plain sets
-// under "#tag:" before they became sorted sets: a new name, so that the
-// two kinds never meet during an upgrade.)
+// (<prefix><ns>:<key>) never meets a tag set.
 func (c *Cache) valueKey(key string) string { return c.cfg.KeyPrefix + c.ns + ":" + key }
 func (c *Cache) tagKey(tag string) string   { return c.cfg.KeyPrefix + c.ns + "#tagset:" + tag }
 
@@ -210,10 +203,8 @@ func (c *Cache) get(ctx context.Context, key string, span *plugintrace.Span) ([]
 }
 
 // read returns the value under full and, with the first layer on, its
-// remaining life in the same round trip (so the layer never keeps it
-// longer than Redis does; 0 when unknown: then it is not kept). MGET, not
-// GET: for a key that holds a load's lease (a hash, see load.go) it
-// answers nil, where GET would fail with WRONGTYPE and count as an error.
+// remaining life in the same round trip (0 when unknown: not kept). MGET:
+// a leased key (a hash) reads as nil, where GET fails with WRONGTYPE.
 func (c *Cache) read(ctx context.Context, full string) ([]byte, time.Duration, bool, error) {
 	var vals *redis.SliceCmd
 	var pttl *redis.DurationCmd

@@ -79,12 +79,9 @@ func (l *localLayer) fill(key string, value []byte, ttl time.Duration, sent time
 }
 
 // wrote records that this process stored value under key in Redis, by a
-// request sent at sent. The value is kept only if nothing else changed the
-// layer while the request was in flight: another write of the same key
-// may have reached Redis after this one, and which of the two Redis kept
-// is unknown here. Otherwise the key is dropped, so the next read asks
-// Redis. Either way the epoch moves, so no read that overlapped this write
-// keeps what it read.
+// request sent at sent: kept only if nothing else changed the layer
+// meanwhile (else dropped: which write Redis kept is unknown). Either way
+// the epoch moves, so no read that overlapped the write keeps its value.
 func (l *localLayer) wrote(key string, value []byte, ttl time.Duration, sent time.Time, seen uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -96,10 +93,9 @@ func (l *localLayer) wrote(key string, value []byte, ttl time.Duration, sent tim
 	l.epoch++
 }
 
-// store keeps value for at most the layer's TTL and at most ttl (the
-// value's remaining life in Redis), counted from sent. ttl is cut to whole
-// milliseconds as Redis keeps it (PX truncates a Set's ttl: 20.999 ms
-// lives 20 ms in Redis, so it must not live longer here). l.mu is held.
+// store keeps value for at most the layer's TTL and ttl (its remaining
+// life in Redis, cut to whole milliseconds as PX does), counted from sent.
+// l.mu is held.
 func (l *localLayer) store(key string, value []byte, ttl time.Duration, sent time.Time) {
 	ttl = min(ttl.Truncate(time.Millisecond), l.ttl)
 	if ttl <= 0 {

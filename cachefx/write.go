@@ -12,21 +12,12 @@ import (
 	"github.com/redisfx/redisfx"
 )
 
-// Writes (Set, Delete, InvalidateByTags) follow one discipline, so that a
-// process never reads a value older than its own completed write:
-//
-//  1. Redis is changed first; the first layer only afterwards (dropping a
-//     copy before Redis changes would let a read in between fetch the old
-//     value from Redis and keep it).
-//  2. The first layer's epoch moves after every write, so no read that
-//     overlapped the write keeps what it read.
-//  3. The other processes are told after Redis changed (in the same
-//     pipeline on a single server, where Redis runs it in order; after it
-//     on a Cluster, where a pipeline's parts run independently).
-//  4. A write returns nil only when all of that happened. After an error
-//     the change may or may not have reached Redis (a command can time out
-//     after Redis ran it, or reach Redis late); the first layer drops the
-//     keys and the other processes are told if Redis still answers.
+// Writes (Set, Delete, InvalidateByTags) change Redis first and the first
+// layer after (moving its epoch, so no overlapping read keeps its value),
+// then tell the other processes (same pipeline on one server, after it on a
+// Cluster), and return nil only when all of that happened. After an error
+// the change may have reached Redis: the keys are dropped here and the
+// others told if Redis still answers.
 
 // ErrNotPublished wraps the error of a write that reached Redis but whose
 // invalidation message did not: other processes' first layers may keep
@@ -86,10 +77,8 @@ func (c *Cache) set(ctx context.Context, key string, value []byte, ttl time.Dura
 	var stored *redis.StatusCmd
 	var pub *redis.IntCmd
 	tagged := c.tagCalls(key, ttl, tags)
-	// The key joins its tag sets only after the value is stored: an
-	// invalidation that reads a tag set after the key joined then deletes
-	// this value, and one that read it before finds the key still there.
-	// The other order could leave a live value in no tag set.
+	// The key joins its tag sets only after the value is stored: the other
+	// order could leave a live value in no tag set.
 	storeValue := func(p redis.Pipeliner) { stored = p.Set(ctx, full, value, ttl) }
 	tagAndTell := func(p redis.Pipeliner) {
 		queueAll(ctx, p, tagged)

@@ -214,9 +214,8 @@ func PublishJSON[T any](ctx context.Context, s *Streams, stream string, v T) (st
 	return s.Publish(ctx, stream, b)
 }
 
-// Start creates the consumer groups that are missing, starts one read
-// loop per handled stream, and (with a registerer) the background reading
-// of the backlog metrics.
+// Start creates the missing consumer groups and starts one read loop per
+// handled stream (and, with a registerer, the backlog reading).
 func (s *Streams) Start(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
