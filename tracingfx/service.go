@@ -2,6 +2,7 @@ package tracingfx
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"reflect"
@@ -109,19 +110,21 @@ func NewTracingService(tp trace.TracerProvider) *TracingService {
 	return &TracingService{tracer: tp.Tracer(plugintrace.ScopeName)}
 }
 
-// WithSpan implements ITracingService.
+// WithSpan implements ITracingService. However fn leaves (return, error,
+// panic, runtime.Goexit), the span ends with its status.
 func (s *TracingService) WithSpan(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...ISpanOptions) (err error) {
 	ctx, sp := s.StartSpan(ctx, name, opts...)
+	returned := false
 	defer func() {
-		if p := recover(); p != nil {
-			perr, ok := p.(error)
-			if !ok {
-				perr = fmt.Errorf("panic: %v", p)
+		p := recover()
+		switch {
+		case p != nil:
+			err, _ = p.(error)
+			if err == nil {
+				err = fmt.Errorf("panic: %v", p)
 			}
-			sp.RecordException(perr)
-			sp.SetStatus(StatusError, perr.Error())
-			sp.End()
-			panic(p)
+		case !returned:
+			err = errors.New("runtime.Goexit: the function did not return")
 		}
 		if err != nil {
 			sp.RecordException(err)
@@ -130,8 +133,13 @@ func (s *TracingService) WithSpan(ctx context.Context, name string, fn func(ctx 
 			sp.SetStatus(StatusOK, "")
 		}
 		sp.End()
+		if p != nil {
+			panic(p)
+		}
 	}()
-	return fn(ctx)
+	err = fn(ctx)
+	returned = true
+	return err
 }
 
 // StartSpan implements ITracingService.

@@ -3,6 +3,7 @@ package tracingfx
 import (
 	"context"
 	"errors"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -105,5 +106,42 @@ func TestStartSpan_EveryOptionCounts(t *testing.T) {
 		if a[k] != v {
 			t.Errorf("%s = %v, want %v", k, a[k].String(), v.String())
 		}
+	}
+}
+
+// However fn leaves WithSpan (return, error, panic, runtime.Goexit), its
+// span ends, with status OK only on a nil return.
+func TestWithSpan_EveryExitEndsTheSpanWithItsStatus(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name string
+		fn   func(context.Context) error
+		want codes.Code
+		msg  string
+	}{
+		{"return nil", func(context.Context) error { return nil }, codes.Ok, ""},
+		{"error", func(context.Context) error { return errors.New("declined") }, codes.Error, "declined"},
+		{"panic", func(context.Context) error { panic("boom") }, codes.Error, "panic: boom"},
+		{"panic with an error", func(context.Context) error { panic(errors.New("bad state")) }, codes.Error, "bad state"},
+		{"runtime.Goexit", func(context.Context) error { runtime.Goexit(); return nil }, codes.Error, "runtime.Goexit: the function did not return"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			m := newMemory(t)
+			svc := NewTracingService(m)
+			done := make(chan any)
+			go func() {
+				defer func() { done <- recover() }()
+				_ = svc.WithSpan(context.Background(), "op", c.fn)
+			}()
+			p := <-done
+			if (p != nil) != strings.HasPrefix(c.name, "panic") {
+				t.Fatalf("recovered %v: a panic must reach the caller, nothing else", p)
+			}
+			s := m.one(t, "op")
+			if s.EndTime.IsZero() || s.Status.Code != c.want || s.Status.Description != c.msg {
+				t.Fatalf("ended %v, status %v %q; want %v %q", !s.EndTime.IsZero(), s.Status.Code, s.Status.Description, c.want, c.msg)
+			}
+		})
 	}
 }
