@@ -1,19 +1,20 @@
 package tracingfx
 
 import (
+	"cmp"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
 	"net/url"
+	"path"
 	"slices"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"golang.org/x/net/http/httpguts"
 
 	"github.com/redisfx/redisfx"
-	"github.com/redisfx/redisfx/internal/fxconfig"
 )
 
 // Exporter types. Every type but Console and None sends OTLP; the label
@@ -162,6 +163,21 @@ type BatchConfig struct {
 	ExportTimeout time.Duration
 }
 
+// OTLP protocols (Config.Exporter.Protocol, OTEL_EXPORTER_OTLP_PROTOCOL).
+const (
+	ProtocolHTTP = "http/protobuf" // the default: OTLP over HTTP, port 4318
+	ProtocolGRPC = "grpc"          // OTLP over gRPC, port 4317
+)
+
+// Default endpoints, used when neither Config nor the environment names one
+// (plain HTTP, as a local Collector listens).
+const (
+	DefaultHTTPEndpoint = "http://localhost:4318/v1/traces"
+	DefaultGRPCEndpoint = "http://localhost:4317"
+)
+
+const tracesPath, logsPath = "/v1/traces", "/v1/logs"
+
 func bad(opt, format string, args ...any) error {
 	return redisfx.NewConfigError("tracingfx", "Config."+opt, fmt.Sprintf(format, args...))
 }
@@ -169,94 +185,75 @@ func bad(opt, format string, args ...any) error {
 // normalize validates c, one field after another in declaration order, and
 // applies the defaults that do not depend on the environment.
 func (c Config) normalize() (Config, error) {
-	if !utf8.ValidString(c.ServiceName) {
-		// OTLP carries only UTF-8: every export, each holding the
-		// resource, would be refused (helper-75). The value is not shown.
-		return c, bad("ServiceName", "is not valid UTF-8 (OTLP carries only UTF-8)")
-	}
 	c.Exporter.Type = strings.ToLower(c.Exporter.Type)
-	switch c.Exporter.Type {
+	err := c.Exporter.check()
+	if err == nil {
+		err = c.Sampling.check()
+	}
+	if err == nil && c.Spans.MaxArgLength < 0 {
+		err = bad("Spans.MaxArgLength", "%d is negative", c.Spans.MaxArgLength)
+	}
+	if err == nil {
+		err = c.Batch.check()
+	}
+	if err == nil && c.ShutdownTimeout < 0 {
+		err = bad("ShutdownTimeout", "%v is negative", c.ShutdownTimeout)
+	}
+	c.Spans.MaxArgLength = cmp.Or(c.Spans.MaxArgLength, 256)
+	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, 5*time.Second)
+	return c, err
+}
+
+func (e ExporterConfig) check() error {
+	switch e.Type {
 	case "", ExporterOTLP, ExporterConsole, ExporterJaeger, ExporterZipkin, ExporterNone:
 	default:
-		return c, bad("Exporter.Type", "%q is not otlp, console, jaeger, zipkin or none", c.Exporter.Type)
+		return bad("Exporter.Type", "%q is not otlp, console, jaeger, zipkin or none", e.Type)
 	}
-	switch c.Exporter.Protocol {
-	case "", ProtocolHTTP, ProtocolGRPC:
-	default:
-		return c, bad("Exporter.Protocol", "%q is not %s or %s", c.Exporter.Protocol, ProtocolHTTP, ProtocolGRPC)
+	if e.Protocol != "" && e.Protocol != ProtocolHTTP && e.Protocol != ProtocolGRPC {
+		return bad("Exporter.Protocol", "%q is not %s or %s", e.Protocol, ProtocolHTTP, ProtocolGRPC)
 	}
-	if c.Exporter.Endpoint != "" {
-		if _, err := parseHTTPURL(c.Exporter.Endpoint); err != nil {
-			return c, bad("Exporter.Endpoint", "%q %s", redactedURL(c.Exporter.Endpoint), err.Error())
-		}
+	if err := checkURL(e.Endpoint); e.Endpoint != "" && err != nil {
+		return bad("Exporter.Endpoint", "%s", err)
 	}
-	for _, k := range slices.Sorted(maps.Keys(c.Exporter.Headers)) {
-		if !httpguts.ValidHeaderFieldName(k) {
-			return c, bad("Exporter.Headers", "%q is not a header name", k)
-		}
-		if !httpguts.ValidHeaderFieldValue(c.Exporter.Headers[k]) {
+	for _, k := range slices.Sorted(maps.Keys(e.Headers)) {
+		if !httpguts.ValidHeaderFieldName(k) || !httpguts.ValidHeaderFieldValue(e.Headers[k]) {
 			// The value is not shown: it may be a credential.
-			return c, bad("Exporter.Headers", "the value of %q holds a control character such as a line break", k)
-		}
-		if c.Exporter.Protocol == ProtocolGRPC {
-			if problem := grpcHeaderProblem(k, c.Exporter.Headers[k], "Config.Exporter.Protocol"); problem != "" {
-				return c, bad("Exporter.Headers", "%s", problem)
-			}
+			return bad("Exporter.Headers", "%q is not a header name, or its value holds a control character such as a line break", k)
 		}
 	}
-	if !(c.Sampling.Ratio >= 0 && c.Sampling.Ratio <= 1) { // NaN too
-		return c, bad("Sampling.Ratio", "%v is not between 0 and 1", c.Sampling.Ratio)
+	return nil
+}
+
+func (s SamplingConfig) check() error {
+	switch {
+	case !(s.Ratio >= 0 && s.Ratio <= 1): // NaN too
+		return bad("Sampling.Ratio", "%v is not between 0 and 1", s.Ratio)
+	case s.Strategy != "" && s.Strategy != SampleAlways && s.Strategy != SampleNever && s.Strategy != SampleRatio && s.Strategy != SampleParent:
+		return bad("Sampling.Strategy", "%q is not always, never, ratio or parent", s.Strategy)
+	case s.Ratio != 0 && s.Strategy != SampleRatio && s.Strategy != SampleParent:
+		// A ratio the strategy does not read is a mistake, not a setting.
+		return bad("Sampling.Ratio", "%v is set, but only Strategy %q or %q reads it (Strategy is %q)", s.Ratio, SampleRatio, SampleParent, s.Strategy)
+	case s.KeepSlowerThan < 0:
+		return bad("Sampling.KeepSlowerThan", "%v is negative", s.KeepSlowerThan)
 	}
-	switch c.Sampling.Strategy {
-	case "", SampleAlways, SampleNever:
-		if c.Sampling.Ratio != 0 {
-			// A ratio the strategy does not read is a mistake, not a setting.
-			return c, bad("Sampling.Ratio", "%v is set, but only Strategy %q or %q reads it (Strategy is %q)",
-				c.Sampling.Ratio, SampleRatio, SampleParent, c.Sampling.Strategy)
-		}
-	case SampleRatio, SampleParent:
-	default:
-		return c, bad("Sampling.Strategy", "%q is not always, never, ratio or parent", c.Sampling.Strategy)
+	return nil
+}
+
+func (b BatchConfig) check() error {
+	switch {
+	case b.MaxQueueSize < 0:
+		return bad("Batch.MaxQueueSize", "%d is negative", b.MaxQueueSize)
+	case b.MaxExportBatchSize < 0:
+		return bad("Batch.MaxExportBatchSize", "%d is negative", b.MaxExportBatchSize)
+	case b.MaxExportBatchSize > 0 && b.MaxQueueSize > 0 && b.MaxExportBatchSize > b.MaxQueueSize:
+		return bad("Batch.MaxExportBatchSize", "%d is larger than Batch.MaxQueueSize %d", b.MaxExportBatchSize, b.MaxQueueSize)
+	case b.ScheduleDelay < 0:
+		return bad("Batch.ScheduleDelay", "%v is negative", b.ScheduleDelay)
+	case b.ExportTimeout < 0:
+		return bad("Batch.ExportTimeout", "%v is negative", b.ExportTimeout)
 	}
-	if c.Sampling.KeepSlowerThan < 0 {
-		return c, bad("Sampling.KeepSlowerThan", "%v is negative", c.Sampling.KeepSlowerThan)
-	}
-	if why := fxconfig.TooLong(c.Sampling.KeepSlowerThan); why != "" {
-		return c, bad("Sampling.KeepSlowerThan", "%s", why)
-	}
-	if c.Spans.MaxArgLength < 0 {
-		return c, bad("Spans.MaxArgLength", "%d is negative", c.Spans.MaxArgLength)
-	} else if c.Spans.MaxArgLength == 0 {
-		c.Spans.MaxArgLength = 256
-	}
-	counts := []struct {
-		field string
-		value int
-	}{{"Batch.MaxQueueSize", c.Batch.MaxQueueSize}, {"Batch.MaxExportBatchSize", c.Batch.MaxExportBatchSize}}
-	for _, v := range counts {
-		if v.value < 0 {
-			return c, bad(v.field, "%d is negative", v.value)
-		}
-	}
-	if c.Batch.MaxExportBatchSize > 0 && c.Batch.MaxQueueSize > 0 && c.Batch.MaxExportBatchSize > c.Batch.MaxQueueSize {
-		return c, bad("Batch.MaxExportBatchSize", "%d is larger than Batch.MaxQueueSize %d", c.Batch.MaxExportBatchSize, c.Batch.MaxQueueSize)
-	}
-	durations := []struct {
-		field string
-		value time.Duration
-	}{{"Batch.ScheduleDelay", c.Batch.ScheduleDelay}, {"Batch.ExportTimeout", c.Batch.ExportTimeout}, {"ShutdownTimeout", c.ShutdownTimeout}}
-	for _, v := range durations {
-		if v.value < 0 {
-			return c, bad(v.field, "%v is negative", v.value)
-		}
-		if why := fxconfig.TooLong(v.value); why != "" {
-			return c, bad(v.field, "%s", why)
-		}
-	}
-	if c.ShutdownTimeout == 0 {
-		c.ShutdownTimeout = 5 * time.Second
-	}
-	return c, nil
+	return nil
 }
 
 // Validate reports the first invalid field, in declaration order. It does
@@ -266,26 +263,48 @@ func (c Config) Validate() error {
 	return err
 }
 
-// tracesURL turns Config.Exporter.Endpoint into the URL of the traces
-// resource: a base address gets /v1/traces, a URL with a path is kept.
-func tracesURL(endpoint string) string {
-	u, err := url.Parse(endpoint)
+// tracesURL gives a base address the traces path; a URL with a path is kept.
+func tracesURL(raw string) string {
+	if u, err := url.Parse(raw); err == nil && (u.Path == "" || u.Path == "/") {
+		return joinPath(raw, tracesPath)
+	}
+	return raw
+}
+
+// logsURL is the logs resource beside a URL ending in /v1/traces, else "".
+func logsURL(traces string) string {
+	if base, ok := strings.CutSuffix(traces, tracesPath); ok {
+		return base + logsPath
+	}
+	return ""
+}
+
+func joinPath(raw, p string) string {
+	u, err := url.Parse(raw)
 	if err != nil {
-		return endpoint
+		return raw
 	}
-	if u.Path == "" || u.Path == "/" {
-		u.Path = tracesPath
-	}
+	u.Path = path.Join("/", u.Path, p)
 	return u.String()
 }
 
-// logsURL is the logs resource beside a traces URL that ends in /v1/traces,
-// or "" when there is no such resource to derive.
-func logsURL(traces string) string {
-	u, err := url.Parse(traces)
-	if err != nil || !strings.HasSuffix(u.Path, tracesPath) {
-		return ""
+func hostOnly(raw string) string {
+	if u, err := url.Parse(raw); err == nil && u.Host != "" {
+		return u.Scheme + "://" + u.Host
 	}
-	u.Path = strings.TrimSuffix(u.Path, tracesPath) + logsPath
-	return u.String()
+	return raw
+}
+
+// checkURL accepts an http(s) URL with a host and no user info or query,
+// which the exporters would not send (a backend reading a key from them
+// would refuse every export). The URL is not shown: it may hold a secret.
+func checkURL(raw string) error {
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
+		return errors.New("is not an http(s) URL with a host, such as http://collector:4318")
+	case u.User != nil || u.RawQuery != "":
+		return errors.New("holds credentials or a query, which the exporter does not send: send them as headers")
+	}
+	return nil
 }

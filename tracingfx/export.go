@@ -3,6 +3,12 @@ package tracingfx
 import (
 	"context"
 	"errors"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
 
 	sdklog "go.opentelemetry.io/otel/sdk/log"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -74,4 +80,84 @@ func (e *logExporter) Export(ctx context.Context, records []sdklog.Record) error
 	ctx, release := e.abort.bound(ctx)
 	defer release()
 	return e.Exporter.Export(ctx, validRecords(records))
+}
+
+// netGate dials every connection of a provider's OTLP exporters. close
+// refuses new dials, ends those in progress and closes every connection:
+// once it returned, nothing more reaches the backend, whatever the SDK's
+// processors still try (they outlive their Shutdown's deadline).
+type netGate struct {
+	ctx    context.Context // ends the dials in progress
+	cancel context.CancelFunc
+	mu     sync.Mutex
+	closed bool
+	conns  map[net.Conn]struct{}
+	dials  sync.WaitGroup
+}
+
+func newNetGate() *netGate {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &netGate{ctx: ctx, cancel: cancel, conns: map[net.Conn]struct{}{}}
+}
+
+func (g *netGate) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		return nil, errShuttingDown
+	}
+	g.dials.Add(1)
+	g.mu.Unlock()
+	defer g.dials.Done()
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	defer context.AfterFunc(g.ctx, stop)()
+	c, err := (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		_ = c.Close()
+		return nil, errShuttingDown
+	}
+	g.conns[c] = struct{}{}
+	return &gatedConn{Conn: c, gate: g}, nil
+}
+
+// close returns once no connection is open and none can be dialed.
+func (g *netGate) close() {
+	g.mu.Lock()
+	g.closed = true
+	for c := range g.conns {
+		_ = c.Close()
+	}
+	clear(g.conns)
+	g.mu.Unlock()
+	g.cancel()
+	g.dials.Wait()
+}
+
+// httpClient is an OTLP/HTTP client whose connections the gate dials.
+func (g *netGate) httpClient() *http.Client {
+	return &http.Client{Transport: &http.Transport{Proxy: http.ProxyFromEnvironment, DialContext: g.dial,
+		ForceAttemptHTTP2: true, TLSHandshakeTimeout: 10 * time.Second, IdleConnTimeout: 90 * time.Second}}
+}
+
+func (g *netGate) grpcDialer() grpc.DialOption {
+	return grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) { return g.dial(ctx, "tcp", addr) })
+}
+
+// gatedConn leaves the gate's set when closed.
+type gatedConn struct {
+	net.Conn
+	gate *netGate
+}
+
+func (c *gatedConn) Close() error {
+	c.gate.mu.Lock()
+	delete(c.gate.conns, c.Conn)
+	c.gate.mu.Unlock()
+	return c.Conn.Close()
 }

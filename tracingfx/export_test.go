@@ -3,7 +3,6 @@ package tracingfx
 import (
 	"context"
 	"io"
-	"math/rand/v2"
 	"net"
 	"runtime"
 	"strings"
@@ -191,36 +190,6 @@ func TestExport_ValidSpansPassWithoutACopy(t *testing.T) {
 	if allocs > 1 { // the tags slice is read as a copy (attribute.Value.AsStringSlice)
 		t.Fatalf("%v allocations per batch of one valid span", allocs)
 	}
-}
-
-// validUTF8 is utf8.ValidString, word by word: the same answer for every
-// string, whatever the position of a bad or multi-byte sequence relative
-// to the eight-byte words.
-func TestValidUTF8_AsValidString(t *testing.T) {
-	t.Parallel()
-	rng := rand.New(rand.NewPCG(7, 11))
-	pieces := []string{"a", "network.protocol.version", "é", "\xff", "\xe2\x82", "€", "\xf0\x9f\x98\x80", "\xed\xa0\x80", "\xc0\xaf", "", "0123456"}
-	for range 20000 {
-		var b strings.Builder
-		for range rng.IntN(6) {
-			b.WriteString(pieces[rng.IntN(len(pieces))])
-		}
-		s := b.String()
-		if got, want := validUTF8(s), utf8.ValidString(s); got != want {
-			t.Fatalf("%q: %v, ValidString says %v", s, got, want)
-		}
-	}
-}
-
-func FuzzValidUTF8(f *testing.F) {
-	for _, s := range []string{"", "ascii only, longer than a word", "caf\xe9", "12345678\xff", "1234567€", "\xf0\x9f\x98"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		if validUTF8(s) != utf8.ValidString(s) {
-			t.Fatalf("%q: %v, ValidString says %v", s, validUTF8(s), utf8.ValidString(s))
-		}
-	})
 }
 
 // Found by an adversary (helper-76): an instrumentation scope that is not

@@ -39,7 +39,10 @@ func newMemoryWith(t testing.TB, sampler sdktrace.Sampler, wrap func(sdktrace.Sp
 // (nil: none) resolve to.
 func memoryFor(t testing.TB, cfg Config, env map[string]string) *memory {
 	t.Helper()
-	s, err := resolve(cfg, mapEnv(env))
+	for k, v := range env {
+		t.Setenv(k, v)
+	}
+	s, err := resolve(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,6 +91,4 @@ func attrsOf(s tracetest.SpanStub) map[attribute.Key]attribute.Value {
 }
 
 // mapEnv is a getenv over a map.
-func mapEnv(env map[string]string) func(string) string {
-	return func(name string) string { return env[name] }
-}
+

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/contrib/bridges/otelzap"
@@ -113,7 +112,7 @@ func NewFromParams(p Params) (*Provider, error) {
 		return nil, fmt.Errorf("tracingfx: %w", err)
 	}
 	if p.Own != nil {
-		return newOwnProvider(cfg, p.Own, os.Getenv)
+		return newOwnProvider(cfg, p.Own)
 	}
 	prov, err := NewProvider(context.Background(), cfg)
 	if err != nil {
@@ -225,7 +224,11 @@ func logConfiguration(p configurationLogParams) {
 	if e := p.Provider.Endpoint(); e != "" {
 		fields = append(fields, zap.String("protocol", s.Exporter.Protocol), zap.String("endpoint", e), zap.String("endpoint_from", s.traces.source))
 	}
-	fields = append(fields, zap.String("sampler", s.samplerName), zap.String("propagators", s.propagators),
+	sampler := "the application's"
+	if s.sampler != nil {
+		sampler = s.sampler.Description()
+	}
+	fields = append(fields, zap.String("sampler", sampler), zap.Strings("propagators", s.propagator.Fields()),
 		zap.Bool("redis_commands", !s.DisableRedisCommands), zap.Bool("plugin_tracing", s.PluginTracing))
 	p.Log.Info("tracing configured", fields...)
 	for _, w := range s.warnings {

@@ -1,9 +1,11 @@
 package tracingfx
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 
 	"go.opentelemetry.io/otel/exporters/otlp/otlplog/otlploggrpc"
@@ -14,6 +16,7 @@ import (
 	sdklog "go.opentelemetry.io/otel/sdk/log"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 )
@@ -30,91 +33,97 @@ type Provider struct {
 	Tracer *sdktrace.TracerProvider
 	logs   *logPipeline // nil unless logs are exported
 	traces trace.TracerProvider
-	// abort ends the OTLP exports still running when Shutdown returns.
-	abort exportAbort
-	// drops counts and reports the spans dropped before export.
-	drops *dropReport
+	abort  exportAbort // ends the exports still running at Shutdown
+	net    *netGate    // the exporters' connections, closed at Shutdown
+	drops  *dropReport // the spans dropped before export
 }
 
 // NewProvider builds the TracerProvider for cfg and the OTEL_* environment
 // without Fx. A bad value fails with a *redisfx.ConfigError naming the
 // Config field or the variable. Call Shutdown when done.
 func NewProvider(ctx context.Context, cfg Config) (*Provider, error) {
-	return newProvider(ctx, cfg, os.Getenv)
-}
-
-func newProvider(ctx context.Context, cfg Config, getenv func(string) string) (*Provider, error) {
-	s, err := resolve(cfg, getenv)
+	s, err := resolve(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
-	p := &Provider{cfg: s, abort: newExportAbort(), drops: newDropReport()}
+	p := &Provider{cfg: s, abort: newExportAbort(), net: newNetGate(), drops: newDropReport()}
 	if s.disabled {
 		p.traces = noop.NewTracerProvider()
 		return p, nil
 	}
-	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(s.resource...))
+	res, err := resource.Merge(resource.Default(), s.resource)
 	if err != nil {
 		return nil, fmt.Errorf("tracingfx: resource: %w", err)
 	}
+	if s.ServiceName != "" {
+		res, _ = resource.Merge(res, resource.NewSchemaless(semconv.ServiceName(s.ServiceName)))
+	}
 	res = validResource(res)
-	opts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res), sdktrace.WithSampler(s.sampler)}
 	var proc sdktrace.SpanProcessor
 	switch s.Exporter.Type {
 	case ExporterConsole:
-		w := s.Exporter.Writer
-		if w == nil {
-			w = os.Stdout
-		}
-		proc = sdktrace.NewSimpleSpanProcessor(NewConsoleExporter(w))
+		proc = sdktrace.NewSimpleSpanProcessor(NewConsoleExporter(cmp.Or[io.Writer](s.Exporter.Writer, os.Stdout)))
 	case ExporterOTLP, ExporterJaeger, ExporterZipkin:
-		exp, err := newSpanExporter(ctx, s)
-		if err != nil {
-			return nil, fmt.Errorf("tracingfx: OTLP exporter: %w", err)
-		}
-		proc = newDropGate(s.Batch, p.drops, &spanExporter{SpanExporter: exp, abort: p.abort})
-		if s.exportLogs && s.logs.url != "" {
-			logExp, err := newLogExporter(ctx, s)
-			if err != nil {
-				_ = exp.Shutdown(ctx)
-				return nil, fmt.Errorf("tracingfx: OTLP log exporter: %w", err)
-			}
-			p.logs = &logPipeline{res: res, exp: &logExporter{Exporter: logExp, abort: p.abort}}
+		if proc, err = p.otlp(ctx, res); err != nil {
+			return nil, err
 		}
 	}
+	opts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res), sdktrace.WithSampler(s.sampler)}
 	if proc != nil {
 		opts = append(opts, sdktrace.WithSpanProcessor(s.wrapProcessor(proc)))
 	}
 	p.Tracer = sdktrace.NewTracerProvider(opts...)
 	p.traces = p.Tracer
-	if proc == nil {
-		// The exporter none: spans with ids and nothing recorded.
+	if proc == nil { // the exporter none: spans with ids and nothing recorded
 		p.traces = newIDsOnly(s.sampler)
 	}
 	return p, nil
+}
+
+// otlp builds the OTLP span exporter behind its batch processor, and the
+// log bridge's exporter, both on the provider's netGate. The exporters
+// read their other OTEL_EXPORTER_OTLP_* variables themselves.
+func (p *Provider) otlp(ctx context.Context, res *resource.Resource) (sdktrace.SpanProcessor, error) {
+	s := p.cfg
+	var exp sdktrace.SpanExporter
+	var err error
+	if s.Exporter.Protocol == ProtocolGRPC {
+		exp, err = otlptracegrpc.New(ctx, otlptracegrpc.WithEndpointURL(s.traces.url), otlptracegrpc.WithHeaders(s.headers), otlptracegrpc.WithDialOption(p.net.grpcDialer()))
+	} else {
+		exp, err = otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(s.traces.url), otlptracehttp.WithHeaders(s.headers), otlptracehttp.WithHTTPClient(p.net.httpClient()))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("tracingfx: OTLP exporter: %w", err)
+	}
+	if s.exportLogs && s.logs.url != "" {
+		var logExp sdklog.Exporter
+		if s.Exporter.Protocol == ProtocolGRPC {
+			logExp, err = otlploggrpc.New(ctx, otlploggrpc.WithEndpointURL(s.logs.url), otlploggrpc.WithHeaders(s.logHeaders), otlploggrpc.WithDialOption(p.net.grpcDialer()))
+		} else {
+			logExp, err = otlploghttp.New(ctx, otlploghttp.WithEndpointURL(s.logs.url), otlploghttp.WithHeaders(s.logHeaders), otlploghttp.WithHTTPClient(p.net.httpClient()))
+		}
+		if err != nil {
+			_ = exp.Shutdown(ctx)
+			return nil, fmt.Errorf("tracingfx: OTLP log exporter: %w", err)
+		}
+		p.logs = &logPipeline{res: res, exp: &logExporter{Exporter: logExp, abort: p.abort}}
+	}
+	return newDropGate(s.Batch, p.drops, &spanExporter{SpanExporter: exp, abort: p.abort}), nil
 }
 
 // newOwnProvider wraps the application's own TracerProvider: tracingfx adds
 // its command spans, plugin tracer and tracing service on it, and leaves
 // its exporter, sampler and shutdown to the application. A Config field that
 // only tracingfx's own provider would use is an error, not silently ignored.
-func newOwnProvider(cfg Config, own trace.TracerProvider, getenv func(string) string) (*Provider, error) {
+func newOwnProvider(cfg Config, own trace.TracerProvider) (*Provider, error) {
 	unused := []struct {
 		field string
 		set   bool
 	}{
-		{"ServiceName", cfg.ServiceName != ""},
-		{"Exporter.Type", cfg.Exporter.Type != ""},
-		{"Exporter.Protocol", cfg.Exporter.Protocol != ""},
-		{"Exporter.Endpoint", cfg.Exporter.Endpoint != ""},
-		{"Exporter.Headers", len(cfg.Exporter.Headers) > 0},
-		{"Exporter.Writer", cfg.Exporter.Writer != nil},
-		{"Sampling.Strategy", cfg.Sampling.Strategy != ""},
-		{"Sampling.Ratio", cfg.Sampling.Ratio != 0},
-		{"Sampling.KeepErrors", cfg.Sampling.KeepErrors},
-		{"Sampling.KeepSlowerThan", cfg.Sampling.KeepSlowerThan != 0},
-		{"Batch", cfg.Batch != BatchConfig{}},
-		{"ShutdownTimeout", cfg.ShutdownTimeout != 0},
+		{"ServiceName", cfg.ServiceName != ""}, {"Exporter.Type", cfg.Exporter.Type != ""},
+		{"Exporter.Protocol", cfg.Exporter.Protocol != ""}, {"Exporter.Endpoint", cfg.Exporter.Endpoint != ""},
+		{"Exporter.Headers", len(cfg.Exporter.Headers) > 0}, {"Exporter.Writer", cfg.Exporter.Writer != nil},
+		{"Sampling", cfg.Sampling != SamplingConfig{}}, {"Batch", cfg.Batch != BatchConfig{}}, {"ShutdownTimeout", cfg.ShutdownTimeout != 0},
 	}
 	for _, u := range unused {
 		if u.set {
@@ -125,12 +134,12 @@ func newOwnProvider(cfg Config, own trace.TracerProvider, getenv func(string) st
 	if err != nil {
 		return nil, err
 	}
-	s := settings{Config: norm, samplerName: "the application's"}
+	s := settings{Config: norm}
 	s.Exporter.Type = "the application's own TracerProvider"
-	if err := s.readPropagators(getenv); err != nil {
+	if err := s.readPropagators(context.Background()); err != nil {
 		return nil, err
 	}
-	return &Provider{cfg: s, traces: own, abort: newExportAbort(), drops: newDropReport()}, nil
+	return &Provider{cfg: s, traces: own, abort: newExportAbort(), net: newNetGate(), drops: newDropReport()}, nil
 }
 
 // TracerProvider is the provider spans go to: Tracer, the application's
@@ -172,14 +181,14 @@ func (p *Provider) Warnings() []string { return append([]string(nil), p.cfg.warn
 
 // Shutdown flushes and stops the exporters within Config.ShutdownTimeout,
 // so that a slow or dead backend never hangs the application's stop. It
-// reports spans or logs that could not be delivered in time; an export
-// still running then is ended, so nothing of the provider talks to the
-// backend after Shutdown returned. Once the span processors are shut
-// down it logs the spans dropped and not yet warned about (see
-// DroppedSpans). It leaves an application's own TracerProvider alone.
+// reports spans or logs that could not be delivered in time. When it
+// returns, the exporters' connections are closed and no new one can be
+// made: nothing of the provider reaches the backend any more. It leaves an
+// application's own TracerProvider alone.
 func (p *Provider) Shutdown(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.ShutdownTimeout)
 	defer cancel()
+	defer p.net.close()
 	defer p.abort.end()
 	// Traces and logs flush side by side: a hanging traces endpoint must not
 	// eat the logs' share of the deadline.
@@ -195,28 +204,12 @@ func (p *Provider) Shutdown(ctx context.Context) error {
 	if p.Tracer != nil {
 		err = p.Tracer.Shutdown(ctx)
 	}
-	// The span processors are shut down: warn about the spans dropped and
-	// not reported yet, and end the report's timer.
-	p.drops.stop()
+	p.drops.stop() // the processors are shut down: report the last drops
 	return errors.Join(err, <-logsDone)
 }
 
-func newSpanExporter(ctx context.Context, s settings) (sdktrace.SpanExporter, error) {
-	if s.Exporter.Protocol == ProtocolGRPC {
-		return otlptracegrpc.New(ctx, otlptracegrpc.WithEndpointURL(s.traces.url), otlptracegrpc.WithHeaders(s.headers))
-	}
-	return otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(s.traces.url), otlptracehttp.WithHeaders(s.headers))
-}
-
-func newLogExporter(ctx context.Context, s settings) (sdklog.Exporter, error) {
-	if s.Exporter.Protocol == ProtocolGRPC {
-		return otlploggrpc.New(ctx, otlploggrpc.WithEndpointURL(s.logs.url), otlploggrpc.WithHeaders(s.logHeaders))
-	}
-	return otlploghttp.New(ctx, otlploghttp.WithEndpointURL(s.logs.url), otlploghttp.WithHeaders(s.logHeaders))
-}
-
 // batchOptions passes what is set; the SDK's defaults (2048, 512, 5s, 30s)
-// apply to the rest. The OTEL_BSP_* variables are already folded in.
+// or its OTEL_BSP_* variables apply to the rest.
 func batchOptions(b BatchConfig) []sdktrace.BatchSpanProcessorOption {
 	var o []sdktrace.BatchSpanProcessorOption
 	if b.MaxQueueSize > 0 {

@@ -64,3 +64,19 @@ func (k kept) SpanContext() trace.SpanContext {
 	sc := k.ReadOnlySpan.SpanContext()
 	return sc.WithTraceFlags(sc.TraceFlags().WithSampled(true))
 }
+
+// configSampler maps a Config strategy.
+func configSampler(c SamplingConfig) sdktrace.Sampler {
+	switch c.Strategy {
+	case SampleAlways:
+		return sdktrace.AlwaysSample()
+	case SampleNever:
+		return sdktrace.NeverSample()
+	case SampleRatio:
+		return sdktrace.TraceIDRatioBased(c.Ratio)
+	}
+	if c.Ratio > 0 {
+		return sdktrace.ParentBased(sdktrace.TraceIDRatioBased(c.Ratio))
+	}
+	return sdktrace.ParentBased(sdktrace.AlwaysSample())
+}

@@ -11,7 +11,6 @@ import (
 )
 
 func TestSampling_Strategies(t *testing.T) {
-	t.Parallel()
 	remote := func(sampled bool) context.Context {
 		flags := "00"
 		if sampled {

@@ -1,0 +1,136 @@
+package tracingfx
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// collector is a fake OTLP backend on loopback that never answers: silent
+// reads and keeps every connection open, closing accepts and closes each
+// connection at once. It counts connections and bytes.
+type collector struct {
+	ln      net.Listener
+	closing bool
+	accepts atomic.Int64
+	bytes   atomic.Int64
+	open    atomic.Int64
+	wg      sync.WaitGroup
+	mu      sync.Mutex
+	conns   []net.Conn
+}
+
+func newCollector(t *testing.T, closing bool) *collector {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &collector{ln: ln, closing: closing}
+	c.wg.Add(1)
+	go c.accept()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		c.mu.Lock()
+		for _, conn := range c.conns {
+			_ = conn.Close()
+		}
+		c.mu.Unlock()
+		c.wg.Wait()
+	})
+	return c
+}
+
+func (c *collector) url() string { return "http://" + c.ln.Addr().String() }
+
+func (c *collector) accept() {
+	defer c.wg.Done()
+	for {
+		conn, err := c.ln.Accept()
+		if err != nil {
+			return
+		}
+		c.accepts.Add(1)
+		if c.closing {
+			_ = conn.Close()
+			continue
+		}
+		c.mu.Lock()
+		c.conns = append(c.conns, conn)
+		c.mu.Unlock()
+		c.open.Add(1)
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			defer c.open.Add(-1)
+			buf := make([]byte, 32<<10)
+			for {
+				n, err := conn.Read(buf)
+				c.bytes.Add(int64(n))
+				if err != nil {
+					return
+				}
+			}
+		}()
+	}
+}
+
+func (c *collector) counts() string {
+	return fmt.Sprintf("%d connections, %d bytes", c.accepts.Load(), c.bytes.Load())
+}
+
+// No byte and no connection reaches the backend once Shutdown returned,
+// for spans and bridged logs, over HTTP and gRPC, whether the backend hangs
+// or refuses, and no connection stays open.
+func TestShutdown_NothingReachesTheBackendAfterItReturned(t *testing.T) {
+	for _, protocol := range []string{ProtocolHTTP, ProtocolGRPC} {
+		for _, closing := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/closing=%v", protocol, closing), func(t *testing.T) {
+				t.Parallel()
+				c := newCollector(t, closing)
+				p, err := NewProvider(context.Background(), Config{
+					Exporter:        ExporterConfig{Type: ExporterOTLP, Protocol: protocol, Endpoint: c.url() + "/v1/traces"},
+					Batch:           BatchConfig{MaxExportBatchSize: 32, ScheduleDelay: time.Millisecond},
+					ShutdownTimeout: 300 * time.Millisecond,
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				log := BridgeLogger(zap.NewNop(), p)
+				tr := p.TracerProvider().Tracer("test")
+				for i := range 2000 {
+					_, s := tr.Start(context.Background(), "work")
+					s.End()
+					if i%4 == 0 {
+						log.Info("work")
+					}
+				}
+				for deadline := time.Now().Add(5 * time.Second); c.accepts.Load() == 0; {
+					if time.Now().After(deadline) {
+						t.Fatal("no export reached the collector")
+					}
+					time.Sleep(time.Millisecond)
+				}
+				_ = p.Shutdown(context.Background())
+				// What was written before Shutdown returned may still be in
+				// flight on loopback: let it land, then nothing may follow.
+				for deadline := time.Now().Add(2 * time.Second); c.open.Load() > 0 && time.Now().Before(deadline); {
+					time.Sleep(time.Millisecond)
+				}
+				if n := c.open.Load(); n > 0 {
+					t.Errorf("%d connections still open after Shutdown returned", n)
+				}
+				before := c.counts()
+				time.Sleep(500 * time.Millisecond)
+				if after := c.counts(); after != before {
+					t.Errorf("after Shutdown returned the backend got more: %s, then %s", before, after)
+				}
+			})
+		}
+	}
+}
