@@ -36,22 +36,19 @@ const (
 	SampleParent = "parent" // follow the caller's decision; Ratio for new traces
 )
 
-// Config holds the tracing options. Zero fields take the defaults noted.
-// Where a field is zero, the standard OpenTelemetry environment variable
-// named beside it applies; a field that is set wins over its variable, and
+// Config holds the tracing options. Where a field is zero, the
+// OpenTelemetry variable named beside it applies, else the default noted;
 // OTEL_SDK_DISABLED=true turns tracing off whatever the Config says.
-// docs/configuration.md lists every variable with its default. Every
-// duration is at most 100 years; a longer one is refused, naming it.
+// docs/configuration.md lists every variable.
 type Config struct {
 	// ServiceName is the service.name of the resource. Default:
-	// OTEL_SERVICE_NAME, else service.name of OTEL_RESOURCE_ATTRIBUTES, else
-	// "unknown_service:<binary>" as OpenTelemetry does. Set, it wins over
-	// both (with a warning at start for each that is set).
+	// OTEL_SERVICE_NAME, else OTEL_RESOURCE_ATTRIBUTES, else
+	// "unknown_service:<binary>".
 	ServiceName string
 	// Exporter selects where spans go.
 	Exporter ExporterConfig
 	// PluginTracing enables the plugin spans (cache, lock, rate-limit,
-	// stream and idempotency operations). Default off.
+	// stream and idempotency operations). Default off: set it to see them.
 	PluginTracing bool
 	// DisableRedisCommands turns the redis.<COMMAND> spans off. They are on
 	// by default.
@@ -71,35 +68,24 @@ type Config struct {
 type ExporterConfig struct {
 	// Type is ExporterOTLP, ExporterConsole, ExporterJaeger, ExporterZipkin or
 	// ExporterNone. Default: OTEL_TRACES_EXPORTER, else ExporterOTLP when an
-	// endpoint is configured (Endpoint, OTEL_EXPORTER_OTLP_ENDPOINT or
-	// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT), else ExporterNone: nothing is
-	// exported; the request's and the application's spans are made id-only
-	// (trace and span ids and the sampler's decision, nothing recorded), so
-	// trace ids reach the logs and propagate; Redis command and plugin spans
-	// are not made.
+	// endpoint is configured, else ExporterNone: spans are id-only (trace
+	// ids still reach the logs and propagate), command and plugin spans are
+	// not made.
 	Type string
 	// Protocol is ProtocolHTTP (OTLP/HTTP with protobuf) or ProtocolGRPC.
 	// Default: OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, else
 	// OTEL_EXPORTER_OTLP_PROTOCOL, else ProtocolHTTP.
 	Protocol string
-	// Endpoint is the OTLP address. Over HTTP, a base address such as
-	// http://collector:4318 gets /v1/traces appended and a URL with a path
-	// is used as given; over gRPC only the scheme (http: plain, https: TLS),
-	// host and port count. Default: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT (as
-	// given), else OTEL_EXPORTER_OTLP_ENDPOINT (with /v1/traces appended),
-	// else DefaultHTTPEndpoint or DefaultGRPCEndpoint. It (and each of
-	// those variables) must be an http(s) URL without a user or password,
-	// with a port, if any, between 1 and 65535.
+	// Endpoint is the OTLP address, an http(s) URL without user info or
+	// query. Over HTTP a base address gets /v1/traces appended, a URL with
+	// a path is used as given; over gRPC only scheme, host and port count.
+	// Default: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT (as given), else
+	// OTEL_EXPORTER_OTLP_ENDPOINT (+ /v1/traces), else DefaultHTTPEndpoint
+	// or DefaultGRPCEndpoint.
 	Endpoint string
-	// Headers are sent with every export: credentials for the backend (an
-	// API key, a tenant, "authorization: Bearer <ACCESS_TOKEN>"). They are
-	// added to OTEL_EXPORTER_OTLP_HEADERS and
-	// OTEL_EXPORTER_OTLP_TRACES_HEADERS, and win for the same header. They
-	// are never logged. A name must be an HTTP token and a value hold no
-	// control character; over gRPC, a name holds only letters, digits, -, _
-	// and . (it is sent in lower case), and a value only printable ASCII
-	// unless the name ends in -bin. Anything else fails start-up: the
-	// header could never be sent.
+	// Headers are sent with every export (credentials: an API key, a
+	// tenant, "authorization: Bearer <ACCESS_TOKEN>"), over those of
+	// OTEL_EXPORTER_OTLP_HEADERS and its per-signal variables. Never logged.
 	Headers map[string]string
 	// Writer receives the console exporter's lines. Default os.Stdout.
 	Writer io.Writer
@@ -125,10 +111,8 @@ type SpanConfig struct {
 // SamplingConfig configures the sampler.
 type SamplingConfig struct {
 	// Strategy: SampleAlways, SampleNever, SampleRatio or SampleParent.
-	// Default: OTEL_TRACES_SAMPLER (with OTEL_TRACES_SAMPLER_ARG, read by
-	// its ratio samplers only), else parent-based always-on. A set
-	// OTEL_TRACES_SAMPLER_ARG that nothing reads is a warning at start; one
-	// that is not a number between 0 and 1 fails start-up.
+	// Default: OTEL_TRACES_SAMPLER with OTEL_TRACES_SAMPLER_ARG, else
+	// parent-based always-on.
 	Strategy string
 	// Ratio is the fraction kept with SampleRatio and SampleParent (0.01 is 1 %).
 	Ratio float64
@@ -136,21 +120,18 @@ type SamplingConfig struct {
 	// trace was not sampled, so that a 1 % sample still shows every failure.
 	KeepErrors bool
 	// KeepSlowerThan exports spans that last longer than this even when
-	// their trace was not sampled. 0 disables. With KeepErrors or
-	// KeepSlowerThan every span is recorded, then dropped at its end if not
-	// kept: see docs/performance.md for the measured cost.
+	// their trace was not sampled. 0 disables. With either Keep option every
+	// span is recorded (docs/performance.md gives the cost).
 	KeepSlowerThan time.Duration
 }
 
 // BatchConfig configures the batch span processor of the OTLP exporter.
 // Zero fields take the OTEL_BSP_* variable, else OpenTelemetry's default.
 type BatchConfig struct {
-	// MaxQueueSize is how many ended spans wait for export (handed to the
-	// batch processor, not yet given to the exporter); a span that ends
-	// when that many wait is dropped, so a slow backend never slows the
-	// app. Each drop is counted (Provider.DroppedSpans and, in an Fx app,
-	// tracing_export_errors_total) and reported in a warning at most every
-	// 10 s. Default OTEL_BSP_MAX_QUEUE_SIZE, else 2048.
+	// MaxQueueSize is how many ended spans wait for export; one that ends
+	// when that many wait is dropped and counted (Provider.DroppedSpans,
+	// tracing_export_errors_total), so a slow backend never slows the app.
+	// Default OTEL_BSP_MAX_QUEUE_SIZE, else 2048.
 	MaxQueueSize int
 	// MaxExportBatchSize is the most spans in one export. Default
 	// OTEL_BSP_MAX_EXPORT_BATCH_SIZE, else 512.

@@ -10,29 +10,18 @@ import (
 	"go.uber.org/zap"
 )
 
-// The SDK's BatchSpanProcessor drops a span when its queue is full and one
-// that ends while it shuts down, and counts those drops only internally: a
-// backend that answers slowly would lose spans without a log line or a
-// metric. dropGate sits in front of it and drops (and reports) those spans
-// itself, so that the SDK never has to.
+// The SDK's BatchSpanProcessor counts the spans it drops (queue full, or
+// ended during shutdown) only internally. dropGate sits in front of it and
+// drops, counts and reports those spans itself, so the SDK never has to.
 
-// flushSlack is the room the SDK's queue gets beyond Batch.MaxQueueSize,
-// for the marker each ForceFlush puts in it; dropGate lets at most that
-// many markers be in the queue at once. A marker stays there until the
-// processor reaches it, also when the ForceFlush that put it gave up (its
-// context ended while an export hung), so a slot is held until the SDK's
-// ForceFlush returns, not the caller's: the SDK's queue can never fill
-// with markers and drop a span the gate handed on (which would also leave
-// the gate counting it as waiting for ever; found by an adversary).
+// flushSlack is the room the SDK's queue gets beyond Batch.MaxQueueSize for
+// ForceFlush markers; a slot is held until the SDK's ForceFlush returns, so
+// markers can never fill the queue and make the SDK drop a span.
 const flushSlack = 16
 
-// dropGate counts the sampled spans it hands to the batch processor and
-// the spans the exporter received (spanExporter tells it): the difference
-// is what waits in the processor's queue and batch. When that reaches
-// Batch.MaxQueueSize it drops the span itself instead of handing it on; a
-// span that ends once shutdown began is dropped too. Every drop is
-// reported to drops. The path of a span is two atomic additions on the
-// read lock and one on the counter.
+// dropGate counts the sampled spans handed to the batch processor minus
+// those the exporter received: what waits. At Batch.MaxQueueSize, or once
+// shutdown began, it drops a span itself and reports it to drops.
 type dropGate struct {
 	next sdktrace.SpanProcessor
 	// max is Batch.MaxQueueSize; the SDK's queue holds max+flushSlack.
@@ -140,18 +129,12 @@ func (g *dropGate) Shutdown(ctx context.Context) error {
 // dropInterval is the least time between two warnings about dropped spans.
 const dropInterval = 10 * time.Second
 
-// dropReport counts a provider's dropped spans and reports them: each one
-// to count (tracing_export_errors_total, in an Fx app), and in a warning on
-// log. The first drop is warned about at once; a drop within dropInterval
-// of the last warning arms a timer for the end of that interval, whose
-// warning carries the counts since the last one, so that every drop is in
-// a warning at most dropInterval late. stop (at the provider's Shutdown)
-// ends the timer and warns about the drops not reported yet. A drop after
-// stop (a span that was ending as the processors shut down, or any span
-// when Shutdown's context had ended before the SDK shut them down) arms no
-// timer: it is warned about at once if the last warning is dropInterval
-// old, else with the next one. Before use is called (or without Fx) drops
-// are only counted, in total, and the first warning then carries them.
+// dropReport counts a provider's dropped spans and reports each to count
+// and in a warning on log: the first at once, later ones at the end of the
+// dropInterval since the last warning (a timer), so at most one warning per
+// interval and none more than an interval late. stop (at Shutdown) ends the
+// timer and warns about the rest; a drop after stop arms no timer. Without
+// a logger (before use, or without Fx) drops are only counted.
 type dropReport struct {
 	total      atomic.Int64
 	full, late atomic.Int64 // since the last warning

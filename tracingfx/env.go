@@ -13,7 +13,6 @@ import (
 	"go.opentelemetry.io/contrib/exporters/autoexport"
 	"go.opentelemetry.io/contrib/propagators/autoprop"
 	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
-	"go.opentelemetry.io/otel/propagation"
 	sdklog "go.opentelemetry.io/otel/sdk/log"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -41,24 +40,6 @@ var positiveVars = []string{envBSPMaxQueue, "OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "O
 func envError(name, format string, args ...any) error {
 	return redisfx.NewConfigError("tracingfx", name, fmt.Sprintf(format, args...))
 }
-
-// settings is a normalized Config with the environment folded in.
-type settings struct {
-	Config
-	disabled   bool // OTEL_SDK_DISABLED=true: no spans at all
-	sampler    sdktrace.Sampler
-	propagator propagation.TextMapPropagator
-	// traces and logs are the OTLP endpoints; logs.url is "" when the log
-	// bridge exports nothing.
-	traces, logs        endpoint
-	headers, logHeaders map[string]string
-	exportLogs          bool               // not with OTEL_LOGS_EXPORTER=none
-	resource            *resource.Resource // OTEL_RESOURCE_ATTRIBUTES, OTEL_SERVICE_NAME
-	warnings            []string           // accepted, probably mistakes
-}
-
-// endpoint is an OTLP URL and where it came from.
-type endpoint struct{ url, source string }
 
 // resolve validates cfg, then reads the environment for what it leaves
 // unset: a Config field that is set wins over its variable.
@@ -118,10 +99,9 @@ func (s *settings) readProtocol(context.Context) error {
 }
 
 // readExporters lets autoexport read OTEL_TRACES_EXPORTER and
-// OTEL_LOGS_EXPORTER. Its exporter is only looked at, never used: tracingfx
-// builds its own, on the transport Shutdown closes and with the console
-// format of docs/tracing.md. Unset, spans go over OTLP when an endpoint is
-// configured, else nowhere; logs follow spans over OTLP unless none.
+// OTEL_LOGS_EXPORTER. Its exporter is only looked at: tracingfx builds its
+// own, on the transport Shutdown closes and with the console format of
+// docs/tracing.md. Unset, spans go over OTLP when an endpoint is set.
 func (s *settings) readExporters(ctx context.Context) error {
 	exp, err := autoexport.NewSpanExporter(ctx, autoexport.WithFallbackSpanExporter(func(context.Context) (sdktrace.SpanExporter, error) { return nil, nil }))
 	if err != nil {

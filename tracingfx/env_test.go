@@ -319,4 +319,3 @@ func TestEnv_TracesEndpointAndConsoleExport(t *testing.T) {
 		t.Fatalf("console lines %v", lines)
 	}
 }
-

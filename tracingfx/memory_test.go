@@ -91,4 +91,3 @@ func attrsOf(s tracetest.SpanStub) map[attribute.Key]attribute.Value {
 }
 
 // mapEnv is a getenv over a map.
-

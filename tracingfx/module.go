@@ -1,9 +1,11 @@
 package tracingfx
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"os"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/contrib/bridges/otelzap"
@@ -36,10 +38,11 @@ import (
 //
 // The configuration is an optional Config or *Config in the graph, with
 // the OTEL_* environment for what it leaves unset. The module needs a
-// *zap.Logger from the app, which it does not provide. It routes
-// OpenTelemetry's internal errors, through OpenTelemetry's process-wide
-// error handler, to that logger. It does not register OpenTelemetry's
-// global TracerProvider and propagator unless the app adds SetGlobals.
+// *zap.Logger, to which it routes OpenTelemetry's internal errors. It sets
+// OpenTelemetry's globals only with SetGlobals. Nothing is fx.Private:
+// httpfx reads the propagator, the plugins their tracer provider, storefx
+// the instrumentation, and WithLogBridge, SetGlobals and the app (for
+// DroppedSpans) the provider.
 var Module = fx.Module("redisfx.tracing",
 	fx.Invoke(checkCollaborators),
 	fx.Provide(
@@ -53,10 +56,8 @@ var Module = fx.Module("redisfx.tracing",
 	fx.Invoke(logOTelErrors, logConfiguration),
 )
 
-// collaborators are what the module needs from the app, optional here only
-// so that a missing one gets a message naming what to add (Fx's own names
-// only the type). The invokes below still require them, so Fx's graph
-// shows the dependency.
+// collaborators are optional here only so that a missing logger gets a
+// message naming what to add.
 type collaborators struct {
 	fx.In
 	Log *zap.Logger `optional:"true"`
@@ -180,16 +181,10 @@ type errorLogParams struct {
 	Registerer prometheus.Registerer `optional:"true"`
 }
 
-// logOTelErrors sets OpenTelemetry's error handler, which is process-wide
-// (otel.SetErrorHandler): from then on the SDK's internal errors (a failed
-// or rejected export) of every OpenTelemetry user in the process go to the
-// app's logger, at most one line every 10 s with the count of the
-// suppressed ones, and are counted in tracing_export_errors_total when the
-// app has a metrics registry. When several apps run in one process, the
-// last one started receives them. The spans the app's provider drops
-// before export (a full batch queue, or ended during shutdown) are counted
-// there too, one each, and reported in a warning of their own at most every
-// 10 s: those are the app's own, whichever app started last.
+// logOTelErrors routes OpenTelemetry's process-wide error handler to the
+// app's logger (at most a line every 10 s; the last app started wins) and
+// counts errors and dropped spans in tracing_export_errors_total when the
+// app has a metrics registry.
 func logOTelErrors(p errorLogParams) error {
 	var count func()
 	if p.Registerer != nil {
@@ -211,9 +206,8 @@ type configurationLogParams struct {
 	Provider *Provider
 }
 
-// logConfiguration says at start where spans go, so that an operator sees
-// the effective endpoint (after Config and the OTEL_* variables), and warns
-// about settings that are probably mistakes. Headers are never logged.
+// logConfiguration says at start where spans go, after Config and the
+// environment were applied. Headers are never logged.
 func logConfiguration(p configurationLogParams) {
 	s := p.Provider.cfg
 	fields := []zap.Field{zap.String("exporter", s.Exporter.Type)}
@@ -224,9 +218,9 @@ func logConfiguration(p configurationLogParams) {
 	if e := p.Provider.Endpoint(); e != "" {
 		fields = append(fields, zap.String("protocol", s.Exporter.Protocol), zap.String("endpoint", e), zap.String("endpoint_from", s.traces.source))
 	}
-	sampler := "the application's"
-	if s.sampler != nil {
-		sampler = s.sampler.Description()
+	sampler := cmp.Or(s.Sampling.Strategy, os.Getenv(envSampler), "parentbased_always_on")
+	if s.sampler == nil {
+		sampler = "the application's"
 	}
 	fields = append(fields, zap.String("sampler", sampler), zap.Strings("propagators", s.propagator.Fields()),
 		zap.Bool("redis_commands", !s.DisableRedisCommands), zap.Bool("plugin_tracing", s.PluginTracing))
@@ -243,10 +237,8 @@ func logConfiguration(p configurationLogParams) {
 var WithLogBridge = fx.Decorate(BridgeLogger)
 
 // BridgeLogger tees log into the OpenTelemetry log pipeline of p, if any,
-// at log's level: what log drops (below its level) is not exported, and
-// its sampling does not apply to the bridge.
-// When spans go over OTLP but no logs endpoint can be derived from theirs,
-// it says so on log.
+// at log's level (its sampling does not apply to the bridge). When no logs
+// endpoint can be derived from the spans', it says so on log.
 func BridgeLogger(log *zap.Logger, p *Provider) *zap.Logger {
 	logs := p.LoggerProvider()
 	if logs == nil {
@@ -263,9 +255,7 @@ func BridgeLogger(log *zap.Logger, p *Provider) *zap.Logger {
 }
 
 // atLevelOf is the bridge's core, enabled only where the application's
-// own core is: the bridge exports the records the application logs, not
-// those below its level (a Debug line that an Info logger drops was
-// exported, helper-75).
+// own core is, so records below the app's level are not exported.
 type atLevelOf struct {
 	zapcore.Core
 	app zapcore.LevelEnabler
@@ -288,9 +278,8 @@ func (c atLevelOf) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.Che
 }
 
 // Write implements zapcore.Core. The bridge takes a named logger's name as
-// its records' instrumentation scope, which the exporter's guard cannot
-// reach: a name that is not valid UTF-8 (log.Named("caf\xe9")) lost every
-// record of its batch (helper-76), so it is made valid here.
+// its records' scope, out of the exporter guard's reach: it is made valid
+// UTF-8 here, or its batch would be refused.
 func (c atLevelOf) Write(e zapcore.Entry, fields []zapcore.Field) error {
 	e.LoggerName = validString(e.LoggerName)
 	return c.Core.Write(e, fields)

@@ -21,6 +21,24 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 )
 
+// settings is a normalized Config with the environment folded in.
+type settings struct {
+	Config
+	disabled   bool // OTEL_SDK_DISABLED=true: no spans at all
+	sampler    sdktrace.Sampler
+	propagator propagation.TextMapPropagator
+	// traces and logs are the OTLP endpoints; logs.url is "" when the log
+	// bridge exports nothing.
+	traces, logs        endpoint
+	headers, logHeaders map[string]string
+	exportLogs          bool               // not with OTEL_LOGS_EXPORTER=none
+	resource            *resource.Resource // OTEL_RESOURCE_ATTRIBUTES, OTEL_SERVICE_NAME
+	warnings            []string           // accepted, probably mistakes
+}
+
+// endpoint is an OTLP URL and where it came from.
+type endpoint struct{ url, source string }
+
 // Provider owns the OpenTelemetry SDK pieces of an app: the TracerProvider
 // spans go to, the propagator, and the LoggerProvider of the log bridge.
 type Provider struct {

@@ -36,7 +36,7 @@ func (h *commandHook) showsResult(cmd redis.Cmder) bool {
 // its code (ERR, WRONGTYPE …; see errorCode) if it still holds an argument
 // (whatever the case), or a number written with three or more digits: Redis prints some numeric arguments rounded, which
 // no comparison with the arguments finds ("ERR invalid longitude,latitude
-// pair 35.689487,139.691706" for a caller's GPS position, helper-75). Errors
+// pair 35.689487,139.691706" for a caller's GPS position). Errors
 // that do not come from Redis (network, timeouts) hold no argument and are
 // kept.
 func (h *commandHook) errorText(err error, status string, cmds ...redis.Cmder) string {
@@ -75,8 +75,7 @@ func (h *commandHook) errorText(err error, status string, cmds ...redis.Cmder) s
 
 // hasNumber reports whether msg holds a number written with three or more
 // digits, counted across a decimal point and an exponent ("139.691706",
-// "12.5", "1.2e+16": a script's message may reformat an argument,
-// helper-76 and helper-79).
+// "12.5", "1.2e+16": a script's message may reformat an argument).
 func hasNumber(msg string) bool {
 	digits := 0
 	for i := 0; i < len(msg); i++ {
@@ -111,7 +110,7 @@ var redisCodes = map[string]bool{
 // description a message is reduced to), or "" when it may be the caller's
 // data: a script's error_reply can begin with anything, an argument
 // included (redis.error_reply(ARGV[1] .. " is locked") made the argument
-// the "code", helper-76). Redis's own codes are kept; any other is kept
+// the "code"). Redis's own codes are kept; any other is kept
 // unless it holds an argument of three or more characters, or is held in
 // one, whatever the case.
 func errorCode(code string, cmds []redis.Cmder) string {
