@@ -14,13 +14,9 @@ import (
 const Redacted = "[redacted]"
 
 // KeyAttribute is how a plugin writes the keys its callers choose (a lock
-// name, a cache key or tag, a rate-limit key) into its span attributes and
-// error messages. Those keys often hold business identifiers, a card
-// number in "card:<PAN>", a user id, an e-mail address, a client's IP
-// address, which must not be copied into every trace and log line.
-//
-// The zero value is RedactKey: a key is recorded only when the
-// application asks for it (RawKey) or for a hash of it (HashKey).
+// name, a cache key, a rate-limit key) into span attributes and error
+// messages: keys often hold personal data (a card number, an e-mail, an IP
+// address). The zero value is RedactKey.
 type KeyAttribute struct {
 	mode   keyMode
 	secret []byte
@@ -43,16 +39,10 @@ func RedactKey() KeyAttribute { return KeyAttribute{} }
 func RawKey() KeyAttribute { return KeyAttribute{mode: keyRaw} }
 
 // HashKey writes each key as a short digest, the same for the same key, so
-// that the spans of one key (one contended lock, one hot cache entry) can
-// still be found together: "hmac-sha256:" and the first 16 hex digits of
-// HMAC-SHA-256(secret, key), or, with an empty secret, "sha256:" and the
-// first 16 hex digits of SHA-256(key).
-//
-// Use a secret for keys with few possible values: a card number, a phone
-// number or an IP address is found again from its unkeyed digest by
-// hashing every candidate. Processes that share a secret write the same
-// digest for the same key; keep the secret out of the traces' reach, as
-// any credential.
+// the spans of one key can be found together: "hmac-sha256:" and the first
+// 16 hex digits of HMAC-SHA-256(secret, key), or, with an empty secret,
+// "sha256:" and those of SHA-256(key). Use a secret for keys with few
+// possible values (a card number is found again from its unkeyed digest).
 func HashKey(secret []byte) KeyAttribute {
 	return KeyAttribute{mode: keyHash, secret: append([]byte(nil), secret...)}
 }

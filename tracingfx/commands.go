@@ -206,27 +206,33 @@ func (h *commandHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 			return err
 		}
 		if span.IsRecording() {
-			stmts := make([]string, 0, len(cmds))
-			batch := 0
-			for _, c := range cmds {
-				n := commandNames(c.Name(), c.Args())
-				stmts = append(stmts, h.statement(n.operation, c))
-				if !wrapper[c.Name()] {
-					batch++
-				}
-			}
-			buf := getAttrs()
-			attrs := append(h.common(*buf),
-				dbOperationKey.String(op), semconv.DBOperationName(op), semconv.DBOperationBatchSize(batch),
-				dbStatementKey.String(strings.Join(stmts, "\n")),
-				plugintrace.DurationMS.Float64(float64(took.Microseconds())/1000))
-			span.SetAttributes(attrs...)
-			putAttrs(buf, attrs)
+			h.describePipeline(span, op, cmds, took)
 			h.record(span, out, cause, culprits...)
 		}
 		span.End()
 		return err
 	}
+}
+
+// describePipeline sets the attributes of a pipeline's span: one statement
+// line per command, and the batch size without MULTI and EXEC.
+func (h *commandHook) describePipeline(span trace.Span, op string, cmds []redis.Cmder, took time.Duration) {
+	stmts := make([]string, 0, len(cmds))
+	batch := 0
+	for _, c := range cmds {
+		n := commandNames(c.Name(), c.Args())
+		stmts = append(stmts, h.statement(n.operation, c))
+		if !wrapper[c.Name()] {
+			batch++
+		}
+	}
+	buf := getAttrs()
+	attrs := append(h.common(*buf),
+		dbOperationKey.String(op), semconv.DBOperationName(op), semconv.DBOperationBatchSize(batch),
+		dbStatementKey.String(strings.Join(stmts, "\n")),
+		plugintrace.DurationMS.Float64(float64(took.Microseconds())/1000))
+	span.SetAttributes(attrs...)
+	putAttrs(buf, attrs)
 }
 
 // common appends to buf the attributes every span of the hook carries.

@@ -14,49 +14,17 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
 
-// errShuttingDown ends an export still running when Provider.Shutdown's
-// deadline passed.
-var errShuttingDown = errors.New("tracingfx: export abandoned: the provider's shutdown deadline passed")
-
-// exportAbort ends the exports in flight. The SDK's batch processors give
-// up waiting at Shutdown's deadline but leave their export running until
-// the export's own timeout (30 s by default, with retries against a backend
-// that accepts and never answers): after the application stopped, a
-// goroutine would still hold a connection to the backend. Each export runs
-// under the abort's context too, and Provider.Shutdown cancels it when it
-// returns.
-type exportAbort struct {
-	ctx    context.Context
-	cancel context.CancelFunc
-}
-
-func newExportAbort() exportAbort {
-	ctx, cancel := context.WithCancelCause(context.Background())
-	return exportAbort{ctx: ctx, cancel: func() { cancel(errShuttingDown) }}
-}
-
-// end cancels the exports in flight and every later one (a zero
-// exportAbort has none).
-func (a exportAbort) end() {
-	if a.cancel != nil {
-		a.cancel()
-	}
-}
-
-// bound is ctx, also cancelled by the abort; call release when done.
-func (a exportAbort) bound(ctx context.Context) (context.Context, func()) {
-	ctx, cancel := context.WithCancelCause(ctx)
-	stop := context.AfterFunc(a.ctx, func() { cancel(context.Cause(a.ctx)) })
-	return ctx, func() { stop(); cancel(nil) }
-}
+// errShuttingDown ends the exports and dials still running when
+// Provider.Shutdown returns.
+var errShuttingDown = errors.New("tracingfx: the provider is shut down")
 
 // spanExporter is the OTLP span exporter with the export guards: valid
-// UTF-8 (validutf8.go) and the abort at shutdown. It tells gate (the
+// UTF-8 (validutf8.go) and the end at shutdown. It tells gate (the
 // dropGate in front of its batch processor) how many spans it received.
 type spanExporter struct {
 	sdktrace.SpanExporter
-	abort exportAbort
-	gate  *dropGate
+	net  *netGate
+	gate *dropGate
 }
 
 // ExportSpans implements sdktrace.SpanExporter.
@@ -64,7 +32,7 @@ func (e *spanExporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnl
 	if e.gate != nil {
 		e.gate.exported(len(spans))
 	}
-	ctx, release := e.abort.bound(ctx)
+	ctx, release := e.net.bound(ctx)
 	defer release()
 	return e.SpanExporter.ExportSpans(ctx, validSpans(spans))
 }
@@ -72,23 +40,24 @@ func (e *spanExporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnl
 // logExporter is the OTLP log exporter with the same guards.
 type logExporter struct {
 	sdklog.Exporter
-	abort exportAbort
+	net *netGate
 }
 
 // Export implements sdklog.Exporter.
 func (e *logExporter) Export(ctx context.Context, records []sdklog.Record) error {
-	ctx, release := e.abort.bound(ctx)
+	ctx, release := e.net.bound(ctx)
 	defer release()
 	return e.Exporter.Export(ctx, validRecords(records))
 }
 
 // netGate dials every connection of a provider's OTLP exporters. close
-// refuses new dials, ends those in progress and closes every connection:
-// once it returned, nothing more reaches the backend, whatever the SDK's
-// processors still try (they outlive their Shutdown's deadline).
+// refuses new dials, ends those in progress and the exports (with their
+// retry pauses), and closes every connection: once it returned, nothing
+// more reaches the backend, whatever the SDK's processors still try (they
+// outlive their Shutdown's deadline).
 type netGate struct {
-	ctx    context.Context // ends the dials in progress
-	cancel context.CancelFunc
+	ctx    context.Context // ends the dials and exports in progress
+	cancel context.CancelCauseFunc
 	mu     sync.Mutex
 	closed bool
 	conns  map[net.Conn]struct{}
@@ -96,8 +65,15 @@ type netGate struct {
 }
 
 func newNetGate() *netGate {
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancelCause(context.Background())
 	return &netGate{ctx: ctx, cancel: cancel, conns: map[net.Conn]struct{}{}}
+}
+
+// bound is ctx, also ended by close; call release when done.
+func (g *netGate) bound(ctx context.Context) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(g.ctx, func() { cancel(context.Cause(g.ctx)) })
+	return ctx, func() { stop(); cancel(nil) }
 }
 
 func (g *netGate) dial(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -109,9 +85,8 @@ func (g *netGate) dial(ctx context.Context, network, addr string) (net.Conn, err
 	g.dials.Add(1)
 	g.mu.Unlock()
 	defer g.dials.Done()
-	ctx, stop := context.WithCancel(ctx)
-	defer stop()
-	defer context.AfterFunc(g.ctx, stop)()
+	ctx, release := g.bound(ctx)
+	defer release()
 	c, err := (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext(ctx, network, addr)
 	if err != nil {
 		return nil, err
@@ -135,7 +110,7 @@ func (g *netGate) close() {
 	}
 	clear(g.conns)
 	g.mu.Unlock()
-	g.cancel()
+	g.cancel(errShuttingDown)
 	g.dials.Wait()
 }
 

@@ -51,8 +51,7 @@ type Provider struct {
 	Tracer *sdktrace.TracerProvider
 	logs   *logPipeline // nil unless logs are exported
 	traces trace.TracerProvider
-	abort  exportAbort // ends the exports still running at Shutdown
-	net    *netGate    // the exporters' connections, closed at Shutdown
+	net    *netGate    // the exporters' connections and exports, ended at Shutdown
 	drops  *dropReport // the spans dropped before export
 }
 
@@ -64,7 +63,7 @@ func NewProvider(ctx context.Context, cfg Config) (*Provider, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Provider{cfg: s, abort: newExportAbort(), net: newNetGate(), drops: newDropReport()}
+	p := &Provider{cfg: s, net: newNetGate(), drops: newDropReport()}
 	if s.disabled {
 		p.traces = noop.NewTracerProvider()
 		return p, nil
@@ -124,9 +123,9 @@ func (p *Provider) otlp(ctx context.Context, res *resource.Resource) (sdktrace.S
 			_ = exp.Shutdown(ctx)
 			return nil, fmt.Errorf("tracingfx: OTLP log exporter: %w", err)
 		}
-		p.logs = &logPipeline{res: res, exp: &logExporter{Exporter: logExp, abort: p.abort}}
+		p.logs = &logPipeline{res: res, exp: &logExporter{Exporter: logExp, net: p.net}}
 	}
-	return newDropGate(s.Batch, p.drops, &spanExporter{SpanExporter: exp, abort: p.abort}), nil
+	return newDropGate(s.Batch, p.drops, &spanExporter{SpanExporter: exp, net: p.net}), nil
 }
 
 // newOwnProvider wraps the application's own TracerProvider: tracingfx adds
@@ -157,7 +156,7 @@ func newOwnProvider(cfg Config, own trace.TracerProvider) (*Provider, error) {
 	if err := s.readPropagators(context.Background()); err != nil {
 		return nil, err
 	}
-	return &Provider{cfg: s, traces: own, abort: newExportAbort(), net: newNetGate(), drops: newDropReport()}, nil
+	return &Provider{cfg: s, traces: own, net: newNetGate(), drops: newDropReport()}, nil
 }
 
 // TracerProvider is the provider spans go to: Tracer, the application's
@@ -207,7 +206,6 @@ func (p *Provider) Shutdown(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.ShutdownTimeout)
 	defer cancel()
 	defer p.net.close()
-	defer p.abort.end()
 	// Traces and logs flush side by side: a hanging traces endpoint must not
 	// eat the logs' share of the deadline.
 	logsDone := make(chan error, 1)

@@ -261,26 +261,8 @@ func attr(k string, v any) attribute.KeyValue {
 		return attribute.Int(k, x)
 	case int64:
 		return attribute.Int64(k, x)
-	case int32:
-		return attribute.Int64(k, int64(x))
-	case int16:
-		return attribute.Int64(k, int64(x))
-	case int8:
-		return attribute.Int64(k, int64(x))
-	case uint8:
-		return attribute.Int64(k, int64(x))
-	case uint16:
-		return attribute.Int64(k, int64(x))
-	case uint32:
-		return attribute.Int64(k, int64(x))
-	case uint:
-		return unsigned(k, uint64(x))
-	case uint64:
-		return unsigned(k, x)
 	case float64:
 		return attribute.Float64(k, x)
-	case float32:
-		return attribute.Float64(k, float64(x))
 	case []string:
 		return attribute.StringSlice(k, x)
 	case []int:
@@ -301,8 +283,9 @@ func attr(k string, v any) attribute.KeyValue {
 	return byKind(k, v)
 }
 
-// byKind converts a value of a named type by its kind (type Cents int64
-// is an integer); anything else is written with fmt.Sprint.
+// byKind converts the other integers and floats, and named types by their
+// kind (type Cents int64 is an integer); anything else is written with
+// fmt.Sprint.
 func byKind(k string, v any) attribute.KeyValue {
 	rv := reflect.ValueOf(v)
 	switch rv.Kind() {

@@ -21,6 +21,10 @@ type collector struct {
 	accepts atomic.Int64
 	bytes   atomic.Int64
 	open    atomic.Int64
+	// after is set when Shutdown returned; late counts the bytes of the
+	// connections accepted after that.
+	after atomic.Bool
+	late  atomic.Int64
 	wg      sync.WaitGroup
 	mu      sync.Mutex
 	conns   []net.Conn
@@ -65,6 +69,7 @@ func (c *collector) accept() {
 		c.mu.Unlock()
 		c.open.Add(1)
 		c.wg.Add(1)
+		late := c.after.Load()
 		go func() {
 			defer c.wg.Done()
 			defer c.open.Add(-1)
@@ -72,6 +77,9 @@ func (c *collector) accept() {
 			for {
 				n, err := conn.Read(buf)
 				c.bytes.Add(int64(n))
+				if late {
+					c.late.Add(int64(n))
+				}
 				if err != nil {
 					return
 				}
@@ -117,15 +125,31 @@ func TestShutdown_NothingReachesTheBackendAfterItReturned(t *testing.T) {
 					time.Sleep(time.Millisecond)
 				}
 				_ = p.Shutdown(context.Background())
-				// What was written before Shutdown returned may still be in
-				// flight on loopback: let it land, then nothing may follow.
+				c.after.Store(true)
+				// Every connection is closed by then: the collector reads what
+				// was sent before, then EOF.
 				for deadline := time.Now().Add(2 * time.Second); c.open.Load() > 0 && time.Now().Before(deadline); {
 					time.Sleep(time.Millisecond)
 				}
 				if n := c.open.Load(); n > 0 {
 					t.Errorf("%d connections still open after Shutdown returned", n)
 				}
+				// A connection accepted after Shutdown returned may have been
+				// made before (the accept queue) but carries nothing.
+				time.Sleep(500 * time.Millisecond)
+				if n := c.late.Load(); n > 0 {
+					t.Errorf("%d bytes arrived on connections accepted after Shutdown returned", n)
+				}
+				// Nothing more arrives once what was sent before has landed.
 				before := c.counts()
+				for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); {
+					time.Sleep(50 * time.Millisecond)
+					now := c.counts()
+					if now == before {
+						break
+					}
+					before = now
+				}
 				time.Sleep(500 * time.Millisecond)
 				if after := c.counts(); after != before {
 					t.Errorf("after Shutdown returned the backend got more: %s, then %s", before, after)
