@@ -25,9 +25,9 @@ type collector struct {
 	// connections accepted after that.
 	after atomic.Bool
 	late  atomic.Int64
-	wg      sync.WaitGroup
-	mu      sync.Mutex
-	conns   []net.Conn
+	wg    sync.WaitGroup
+	mu    sync.Mutex
+	conns []net.Conn
 }
 
 func newCollector(t *testing.T, closing bool) *collector {
