@@ -13,7 +13,6 @@ import (
 	"go.opentelemetry.io/contrib/exporters/autoexport"
 	"go.opentelemetry.io/contrib/propagators/autoprop"
 	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
-	sdklog "go.opentelemetry.io/otel/sdk/log"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"golang.org/x/net/http/httpguts"
@@ -103,18 +102,16 @@ func (s *settings) readProtocol(context.Context) error {
 // own, on the transport Shutdown closes and with the console format of
 // docs/tracing.md. Unset, spans go over OTLP when an endpoint is set.
 func (s *settings) readExporters(ctx context.Context) error {
-	exp, err := autoexport.NewSpanExporter(ctx, autoexport.WithFallbackSpanExporter(func(context.Context) (sdktrace.SpanExporter, error) { return nil, nil }))
-	if err != nil {
-		return envError(envTracesExporter, "%q: %v (tracingfx sends to one of otlp, console or none)", os.Getenv(envTracesExporter), err)
-	}
-	switch e := exp.(type) {
-	case nil:
-	case *stdouttrace.Exporter:
-		s.Exporter.Type = cmp.Or(s.Exporter.Type, ExporterConsole)
-	default:
-		_ = e.Shutdown(ctx) // it holds no connection yet
+	if os.Getenv(envTracesExporter) != "" {
+		exp, err := autoexport.NewSpanExporter(ctx)
+		if err != nil {
+			return envError(envTracesExporter, "%q: %v (tracingfx sends to one of otlp, console or none)", os.Getenv(envTracesExporter), err)
+		}
+		_ = exp.Shutdown(ctx) // it holds no connection yet
 		kind := ExporterOTLP
-		if autoexport.IsNoneSpanExporter(e) {
+		if _, console := exp.(*stdouttrace.Exporter); console {
+			kind = ExporterConsole
+		} else if autoexport.IsNoneSpanExporter(exp) {
 			kind = ExporterNone
 		}
 		s.Exporter.Type = cmp.Or(s.Exporter.Type, kind)
@@ -125,15 +122,16 @@ func (s *settings) readExporters(ctx context.Context) error {
 			s.Exporter.Type = ExporterOTLP
 		}
 	}
-	logs, err := autoexport.NewLogExporter(ctx, autoexport.WithFallbackLogExporter(func(context.Context) (sdklog.Exporter, error) { return nil, nil }))
-	if err != nil {
-		return envError(envLogsExporter, "%q: %v (otlp or none)", os.Getenv(envLogsExporter), err)
-	}
-	if logs != nil {
+	s.exportLogs = true
+	if v := os.Getenv(envLogsExporter); v != "" {
+		logs, err := autoexport.NewLogExporter(ctx)
+		if err != nil {
+			return envError(envLogsExporter, "%q: %v (otlp or none)", v, err)
+		}
 		_ = logs.Shutdown(ctx)
+		// console: the app's own logger already writes there.
+		s.exportLogs = !autoexport.IsNoneLogExporter(logs) && v != ExporterConsole
 	}
-	// console: the app's own logger already writes there.
-	s.exportLogs = logs == nil || !autoexport.IsNoneLogExporter(logs) && os.Getenv(envLogsExporter) != ExporterConsole
 	return nil
 }
 

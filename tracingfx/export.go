@@ -130,6 +130,7 @@ type gatedConn struct {
 	gate *netGate
 }
 
+// Close implements net.Conn.
 func (c *gatedConn) Close() error {
 	c.gate.mu.Lock()
 	delete(c.gate.conns, c.Conn)
