@@ -21,11 +21,8 @@ import (
 	"github.com/redisfx/redisfx/storefx"
 )
 
-// Attribute keys of the command spans that OpenTelemetry's semconv package
-// does not define: db.operation and db.statement, which the current
-// conventions renamed (db.operation.name, db.query.text) but dashboards
-// built on the earlier ones still read, and redisfx's opt-in
-// db.statement.args and db.statement.result.
+// Attribute keys semconv does not define: the older db.operation and
+// db.statement that dashboards still read, and the opt-in args and result.
 const (
 	dbOperationKey       = attribute.Key("db.operation")
 	dbStatementKey       = attribute.Key("db.statement")
@@ -60,9 +57,7 @@ var _ redis.Hook = (*commandHook)(nil)
 
 // Instrumentation returns the storefx instrumentation that adds command
 // spans (tp non-nil) and command metrics (metrics non-nil) to every
-// client. storefx calls it per server: once for a standalone or Sentinel
-// client, once per node of a Cluster client, so that every span names the
-// node that served it.
+// client, one hook per server so that every span names its node.
 func Instrumentation(tp trace.TracerProvider, spans SpanConfig, metrics *CommandMetrics) storefx.Instrumentation {
 	exclude := map[string]bool{}
 	for _, c := range spans.ExcludeCommands {

@@ -14,14 +14,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// ConsoleSpan is one line of the console exporter. timestamp is the start
-// in microseconds since the Unix epoch and duration is in microseconds, as
-// OpenTelemetry JS prints them. An attribute value is a JSON string,
-// number, boolean, array or object of them (an attribute.Slice is an
-// array, an attribute.Map an object, an attribute.ByteSlice a base64
-// string); a float that JSON cannot hold (NaN, +Inf, -Inf), wherever it is,
-// is written as the string "NaN", "+Inf" or "-Inf", so that such a span is
-// written too (OTLP carries the float itself).
+// ConsoleSpan is one line of the console exporter. timestamp (the start)
+// and duration are in microseconds, as OpenTelemetry JS prints them. A
+// float JSON cannot hold is written as "NaN", "+Inf" or "-Inf".
 type ConsoleSpan struct {
 	TraceID      string         `json:"traceId"`
 	SpanID       string         `json:"spanId"`
@@ -132,20 +127,11 @@ func consoleValue(v attribute.Value) any {
 		return nil
 	case attribute.FLOAT64SLICE:
 		fs := v.AsFloat64Slice()
-		for _, f := range fs {
-			if !isFinite(f) {
-				out := make([]any, len(fs))
-				for i, f := range fs {
-					if isFinite(f) {
-						out[i] = f
-					} else {
-						out[i] = floatName(f)
-					}
-				}
-				return out
-			}
+		out := make([]any, len(fs))
+		for i, f := range fs {
+			out[i] = consoleValue(attribute.Float64Value(f))
 		}
-		return fs
+		return out
 	}
 	return v.AsInterface()
 }

@@ -208,11 +208,8 @@ func (r *dropReport) fire() {
 	r.warn(time.Now())
 }
 
-// stop ends the timer, waits for its function if it already runs, and
-// warns about the drops not reported yet. The Provider's Shutdown calls it
-// once the span processors are shut down, so that no timer or goroutine
-// of the report outlives it. Called again, it only warns about the drops
-// since (there are none unless a span was dropped after the first call).
+// stop ends the timer (waiting for it if it runs) and warns about the drops
+// not reported yet, so nothing of the report outlives Shutdown.
 func (r *dropReport) stop() {
 	r.mu.Lock()
 	r.stopped = true
@@ -246,11 +243,7 @@ func (r *dropReport) warn(now time.Time) {
 }
 
 // DroppedSpans is how many sampled spans the provider dropped instead of
-// exporting since it was built: those that ended while Batch.MaxQueueSize
-// spans were already waiting for export, and those that ended while it
-// shut down. In an Fx app each is also counted in
-// tracing_export_errors_total and reported in a warning: at most one
-// every 10 s, each drop at most 10 s late, the last ones at Shutdown. It
-// is 0 when the exporter is not OTLP (the console exporter writes every
-// span as it ends).
+// exporting (the batch queue full, or ended during shutdown). In an Fx app
+// each is also counted in tracing_export_errors_total and warned about, at
+// most once every 10 s and at Shutdown. 0 unless the exporter is OTLP.
 func (p *Provider) DroppedSpans() int64 { return p.drops.total.Load() }

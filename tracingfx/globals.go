@@ -15,10 +15,7 @@ import (
 //
 //	fx.New(tracingfx.Module, tracingfx.SetGlobals, …)
 //
-// It is an option, off by default, because the globals belong to the whole
-// process: two apps in one process (tests, a CLI hosting several) would
-// take them from each other, and a library should not change process state
-// that the app did not ask it to.
+// It is off by default: the globals belong to the whole process.
 var SetGlobals = fx.Invoke(registerGlobals)
 
 type globalsParams struct {

@@ -8,12 +8,9 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 )
 
-// logPipeline is the OpenTelemetry log pipeline behind the log bridge. Its
-// exporter is built with the Provider, so a bad setting still fails
-// start-up; the LoggerProvider and its batch processor are built on first
-// use: its queue of 2,048 records (about 1.6 MB) and its goroutine, which
-// wakes every second, are of no use to an application that does not bridge
-// its logs (WithLogBridge).
+// logPipeline is the log pipeline behind the log bridge. Its exporter is
+// built with the Provider; the LoggerProvider (a 1.6 MB queue and a
+// goroutine) only on first use, by WithLogBridge.
 type logPipeline struct {
 	res *resource.Resource
 	exp sdklog.Exporter

@@ -20,21 +20,12 @@ import (
 	"github.com/redisfx/redisfx/storefx"
 )
 
-// Module provides tracing to the app:
-//
-//   - *Provider and its trace.TracerProvider, with the service name in the
-//     resource, the configured sampler and exporter; flushed and shut down
-//     on stop within Config.ShutdownTimeout (or the application's own
-//     provider, see UseTracerProvider);
-//   - propagation.TextMapPropagator: OTEL_PROPAGATORS, else W3C
-//     TraceContext + Baggage;
-//   - ITracingService, named TRACING_SERVICE (inject it with the tag
-//     `name:"TRACING_SERVICE"`);
-//   - the plugin trace.TracerProvider, named redisfx.plugin_tracer (no-op
-//     unless Config.PluginTracing);
-//   - redis.<COMMAND> spans (unless Config.DisableRedisCommands) and the
-//     command metrics (when a prometheus.Registerer is in the graph) on
-//     every storefx client.
+// Module provides tracing to the app: *Provider and its
+// trace.TracerProvider (shut down on stop within Config.ShutdownTimeout),
+// the propagation.TextMapPropagator, ITracingService named TRACING_SERVICE,
+// the plugin trace.TracerProvider named redisfx.plugin_tracer (no-op unless
+// Config.PluginTracing), and redis.<COMMAND> spans and command metrics on
+// every storefx client.
 //
 // The configuration is an optional Config or *Config in the graph, with
 // the OTEL_* environment for what it leaves unset. The module needs a
@@ -75,15 +66,11 @@ func checkCollaborators(c collaborators) error {
 // TracerProvider, which UseTracerProvider provides.
 const AppTracerProviderName = "redisfx.app_tracer_provider"
 
-// UseTracerProvider makes Module use the application's own TracerProvider,
-// which constructor returns (a trace.TracerProvider, or a type that
-// implements it such as *sdktrace.TracerProvider, and optionally an error),
-// instead of building one. tracingfx then adds its command spans, plugin
-// tracer and tracing service on that provider, and provides it as the
-// app's trace.TracerProvider. The application owns it: its exporter,
-// sampler and shutdown are the application's, so the Config fields and
-// OTEL_* variables that configure tracingfx's own provider do not apply
-// (a Config field set anyway is a start-up error). Provide it with
+// UseTracerProvider makes Module use the TracerProvider that constructor
+// returns (optionally with an error) instead of building one; tracingfx
+// adds its spans and service on it and leaves its exporter, sampler and
+// shutdown to the application (a Config field that configures them is a
+// start-up error). Provide it with
 //
 //	fx.New(tracingfx.Module, tracingfx.UseTracerProvider(newTracerProvider), …)
 //
@@ -144,10 +131,8 @@ func newPluginTracerProvider(p *Provider) trace.TracerProvider {
 }
 
 // exports reports whether spans can reach anything: not with
-// OTEL_SDK_DISABLED, nor with tracingfx's own provider and the exporter
-// none. Then command and plugin spans are not made at all, which spares
-// every Redis command the span's cost; the request's SERVER span and the
-// application's own spans still carry trace ids into the logs.
+// OTEL_SDK_DISABLED, nor with the exporter none. Then command and plugin
+// spans are not made at all.
 func (p *Provider) exports() bool {
 	return !p.cfg.disabled && (p.Tracer == nil || p.cfg.Exporter.Type != ExporterNone)
 }
