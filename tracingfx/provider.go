@@ -163,11 +163,9 @@ func newOwnProvider(cfg Config, own trace.TracerProvider) (*Provider, error) {
 // own (UseTracerProvider), or a no-op provider when OTEL_SDK_DISABLED=true.
 func (p *Provider) TracerProvider() trace.TracerProvider { return p.traces }
 
-// LoggerProvider is the OpenTelemetry LoggerProvider the log bridge
-// (WithLogBridge, BridgeLogger) exports through. It is nil unless the
-// exporter sends OTLP and OTEL_LOGS_EXPORTER is not none. It is built on the
-// first call, so an application that does not export its logs does not hold
-// its queue; Shutdown flushes it.
+// LoggerProvider is the LoggerProvider the log bridge exports through: nil
+// unless the exporter sends OTLP and OTEL_LOGS_EXPORTER is not none. Built
+// on the first call; Shutdown flushes it.
 func (p *Provider) LoggerProvider() *sdklog.LoggerProvider {
 	if p.logs == nil {
 		return nil

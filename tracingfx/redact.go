@@ -28,17 +28,12 @@ func (h *commandHook) showsResult(cmd redis.Cmder) bool {
 	return h.spans.IncludeResult && !credentialCommands[cmd.Name()]
 }
 
-// errorText is err's message as the spans of cmds may carry it. Redis
-// echoes arguments in some error replies ("ERR unknown command 'JSON.SET',
-// with args beginning with: 'user:alice@example.com' …", "ERR Error in ACL
-// SETUSER modifier '<old-password>' …"). Unless every command's arguments
+// errorText is err's message as the spans of cmds may carry it: Redis
+// echoes arguments in some error replies. Unless every command's arguments
 // may be shown, a Redis error is cut before its first quote, and reduced to
-// its code (ERR, WRONGTYPE …; see errorCode) if it still holds an argument
-// (whatever the case), or a number written with three or more digits: Redis prints some numeric arguments rounded, which
-// no comparison with the arguments finds ("ERR invalid longitude,latitude
-// pair 35.689487,139.691706" for a caller's GPS position). Errors
-// that do not come from Redis (network, timeouts) hold no argument and are
-// kept.
+// its code (see errorCode) if it still holds an argument (whatever the
+// case) or a number of three or more digits (Redis prints some arguments
+// rounded). Other errors (network, timeouts) hold no argument.
 func (h *commandHook) errorText(err error, status string, cmds ...redis.Cmder) string {
 	msg := err.Error()
 	var rerr redis.Error
@@ -105,14 +100,10 @@ var redisCodes = map[string]bool{
 	"UNKILLABLE": true, "NOTBUSY": true,
 }
 
-// errorCode is code, the first word of a Redis error (errorPrefix), as a
-// span may carry it (db.response.status_code, error.type, the status
-// description a message is reduced to), or "" when it may be the caller's
-// data: a script's error_reply can begin with anything, an argument
-// included (redis.error_reply(ARGV[1] .. " is locked") made the argument
-// the "code"). Redis's own codes are kept; any other is kept
-// unless it holds an argument of three or more characters, or is held in
-// one, whatever the case.
+// errorCode is code, the first word of a Redis error, as a span may carry
+// it, or "" when it may be the caller's data (a script's error_reply can
+// begin with an argument): Redis's own codes are kept, any other unless it
+// holds or is held in an argument of three or more characters.
 func errorCode(code string, cmds []redis.Cmder) string {
 	if code == "" || redisCodes[code] {
 		return code

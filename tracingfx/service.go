@@ -243,14 +243,10 @@ func attrs(m map[string]any) []attribute.KeyValue {
 	return kv
 }
 
-// attr converts a value: strings, booleans, integers of every size and
-// sign, floats, []byte, and slices of string, bool, int, int64 and float64
-// keep their type (OpenTelemetry's integers are int64: an unsigned value
-// above math.MaxInt64 is written as its decimal string rather than
-// wrapped); a value with a String method is written with it (time.Duration
-// as "1.5s"; a nil pointer as "<nil>"); a named type of one of those kinds
-// without one (type Cents int64) keeps its kind; anything else is
-// formatted with fmt.Sprint.
+// attr converts a value keeping its type where OpenTelemetry has one (an
+// unsigned value above math.MaxInt64 as its decimal string); a value with
+// a String method is written with it (time.Duration as "1.5s"); anything
+// else by its kind, or with fmt.Sprint.
 func attr(k string, v any) attribute.KeyValue {
 	switch x := v.(type) {
 	case string:
