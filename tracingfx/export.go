@@ -1,10 +1,13 @@
 package tracingfx
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"net"
 	"net/http"
+	"os"
+	"strconv"
 	"sync"
 	"time"
 
@@ -114,10 +117,14 @@ func (g *netGate) close() {
 	g.dials.Wait()
 }
 
-// httpClient is an OTLP/HTTP client whose connections the gate dials.
-func (g *netGate) httpClient() *http.Client {
-	return &http.Client{Transport: &http.Transport{Proxy: http.ProxyFromEnvironment, DialContext: g.dial,
-		ForceAttemptHTTP2: true, TLSHandshakeTimeout: 10 * time.Second, IdleConnTimeout: 90 * time.Second}}
+// httpClient is an OTLP/HTTP client whose connections the gate dials. The
+// exporter bounds a request with its client's Timeout: that of
+// OTEL_EXPORTER_OTLP_<SIGNAL>_TIMEOUT, else OTEL_EXPORTER_OTLP_TIMEOUT,
+// else 10 s (checked by readNumbers).
+func (g *netGate) httpClient(signal string) *http.Client {
+	ms, _ := strconv.Atoi(cmp.Or(os.Getenv("OTEL_EXPORTER_OTLP_"+signal+"_TIMEOUT"), os.Getenv("OTEL_EXPORTER_OTLP_TIMEOUT"), "10000"))
+	return &http.Client{Timeout: time.Duration(ms) * time.Millisecond, Transport: &http.Transport{Proxy: http.ProxyFromEnvironment,
+		DialContext: g.dial, ForceAttemptHTTP2: true, TLSHandshakeTimeout: 10 * time.Second, IdleConnTimeout: 90 * time.Second}}
 }
 
 func (g *netGate) grpcDialer() grpc.DialOption {

@@ -107,7 +107,7 @@ func (p *Provider) otlp(ctx context.Context, res *resource.Resource) (sdktrace.S
 	if s.Exporter.Protocol == ProtocolGRPC {
 		exp, err = otlptracegrpc.New(ctx, otlptracegrpc.WithEndpointURL(s.traces.url), otlptracegrpc.WithHeaders(s.headers), otlptracegrpc.WithDialOption(p.net.grpcDialer()))
 	} else {
-		exp, err = otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(s.traces.url), otlptracehttp.WithHeaders(s.headers), otlptracehttp.WithHTTPClient(p.net.httpClient()))
+		exp, err = otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(s.traces.url), otlptracehttp.WithHeaders(s.headers), otlptracehttp.WithHTTPClient(p.net.httpClient("TRACES")))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("tracingfx: OTLP exporter: %w", err)
@@ -117,7 +117,7 @@ func (p *Provider) otlp(ctx context.Context, res *resource.Resource) (sdktrace.S
 		if s.Exporter.Protocol == ProtocolGRPC {
 			logExp, err = otlploggrpc.New(ctx, otlploggrpc.WithEndpointURL(s.logs.url), otlploggrpc.WithHeaders(s.logHeaders), otlploggrpc.WithDialOption(p.net.grpcDialer()))
 		} else {
-			logExp, err = otlploghttp.New(ctx, otlploghttp.WithEndpointURL(s.logs.url), otlploghttp.WithHeaders(s.logHeaders), otlploghttp.WithHTTPClient(p.net.httpClient()))
+			logExp, err = otlploghttp.New(ctx, otlploghttp.WithEndpointURL(s.logs.url), otlploghttp.WithHeaders(s.logHeaders), otlploghttp.WithHTTPClient(p.net.httpClient("LOGS")))
 		}
 		if err != nil {
 			_ = exp.Shutdown(ctx)

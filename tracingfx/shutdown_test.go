@@ -158,3 +158,25 @@ func TestShutdown_NothingReachesTheBackendAfterItReturned(t *testing.T) {
 		}
 	}
 }
+
+// OTEL_EXPORTER_OTLP_TRACES_TIMEOUT still bounds each request over HTTP,
+// on the client tracingfx gives the exporter: against a collector that
+// never answers, the exporter gives up and retries on a new connection.
+func TestShutdown_ExporterTimeoutBoundsEachRequest(t *testing.T) {
+	c := newCollector(t, false)
+	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "100")
+	p, err := NewProvider(context.Background(), Config{Exporter: ExporterConfig{Type: ExporterOTLP, Endpoint: c.url()},
+		Batch: BatchConfig{ScheduleDelay: time.Millisecond}, ShutdownTimeout: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = p.Shutdown(context.Background()) }()
+	_, s := p.TracerProvider().Tracer("test").Start(context.Background(), "work")
+	s.End()
+	for deadline := time.Now().Add(5 * time.Second); c.accepts.Load() < 2; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: the request that never got an answer was not ended by the exporter's timeout", c.counts())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
