@@ -3,6 +3,7 @@ package storefx
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -10,17 +11,20 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/redisfx/redisfx/internal/fxconfig"
 	"github.com/redisfx/redisfx/internal/handshake"
 	"github.com/redisfx/redisfx/plugintrace"
 )
 
 // ErrCircuitOpen is the error of a command that a client's circuit breaker
-// refused without sending it: the client's last commands failed (Redis
-// down, frozen, unreachable) and no background probe has reached it since.
-// Every user of the client sees it as it sees any other store error, at
+// refused and that was never sent: no try of it reached the network, so
+// Redis cannot run it. Every plugin sees it as any other store error, at
 // once instead of after a timeout: idempotencyfx applies its ErrorPolicy,
 // ratelimitfx its FailOpen, cachefx serves from the loader.
+//
+// A retry that go-redis makes of a Cluster command whose earlier try was
+// sent, refused by the breaker of the node it goes to, fails with another
+// error (it does not match ErrCircuitOpen): Redis may still run the
+// earlier try.
 var ErrCircuitOpen = errors.New("storefx: circuit open: Redis failed recently and is not called until a probe reaches it")
 
 // Defaults of BreakerConfig.
@@ -30,39 +34,33 @@ const (
 	DefaultBreakerProbeTimeout  = 500 * time.Millisecond
 )
 
-// BreakerConfig configures the circuit breaker every client of storefx has.
-// The zero value is the default breaker: it opens after 5 consecutive
-// failed commands and probes Redis with a PING at once, then every 250ms
-// (each bounded by 500ms), until one answers.
+// BreakerConfig configures the circuit breaker of every storefx client (one
+// per node of a Cluster client). The zero value is the default breaker: it
+// opens after 5 consecutive failed commands, then PINGs Redis in the
+// background at once and every 250ms (each bounded by 500ms) until one is
+// answered.
 //
-// A failure is an error that made the caller wait for a Redis it could not
-// use: a network error, a timeout (the caller's deadline included) or a
-// pool timeout. Every reply of a server — redis.Nil, a script's error,
-// WRONGTYPE, NOSCRIPT, and also LOADING, MASTERDOWN or CLUSTERDOWN, which
-// come back at once and which a PING would not see — and a cancelled
-// context are not failures; they and every success reset the count. The
-// count is of the caller's commands: the handshake go-redis sends through
-// the client's hooks, inside the command that needed a new connection
-// (HELLO or AUTH, a pipeline of SELECT, READONLY and CLIENT SETNAME /
-// TRACKING, CLIENT SETINFO), neither counts nor resets it, and neither do
-// those commands when the application sends them itself. (Counted, a frozen
-// Redis's HELLO timeouts opened the breaker after 3 of the caller's commands
-// instead of 5, and under CLIENT PAUSE WRITE, where PING and HELLO answer
-// but writes wait, each timed-out write's new connection said HELLO
-// successfully and reset the count: the breaker never opened.) Like every
-// command, they are refused while the breaker is open. A Cluster node's
-// breaker counts every command sent to its node, go-redis's retries of a
-// Cluster command included, so it may open after fewer commands of the
-// caller.
+// Only evidence about Redis counts. A failure is a command that Redis did
+// not serve: a refused dial, a reset connection, a command that the
+// client's ReadTimeout (or DialTimeout) ended, or one that the caller's
+// deadline ended after it waited at least ProbeTimeout unanswered (a
+// probe's verdict). An answer of the server, redis.Nil and error replies
+// included (WRONGTYPE, a script's error, LOADING, CLUSTERDOWN: they come at
+// once), resets the count. What shows nothing of Redis neither counts nor
+// resets: a cancelled context, a deadline that ended the command sooner
+// (one that had passed before the command was written included), a full
+// pool, a closed client, and the connection handshakes go-redis sends
+// through the hooks (see internal/handshake; the same commands sent by the
+// application alike). A Cluster node's breaker counts every try sent to
+// its node, go-redis's retries of a Cluster command included.
 //
-// While the breaker is open every command and pipeline of the client fails
-// with ErrCircuitOpen without being sent (no command span is made for it).
-// Probes run in the background, one at a time, so no request is spent on
-// finding out whether Redis is back; the first PING that answers closes the
-// breaker, and so does a successful background health check (Watch). A
-// Cluster client has a breaker per node: when one master of several dies,
-// only the commands to it fail at once, until the slot map names its
-// replacement (Config.ClusterStateReloadInterval).
+// While the breaker is open every command and pipeline of the client
+// fails with ErrCircuitOpen without being sent (and without a command
+// span), except those marked by BypassBreaker. One background probe at a
+// time is in flight (the breaker is half-open meanwhile); the first that
+// Redis answers closes the breaker, and so does an answered health check
+// (Registry.Watch). A Cluster client has a breaker per node: when one
+// master of several dies, only the commands to it fail at once.
 type BreakerConfig struct {
 	// Disabled turns the breaker off: every command is sent to Redis and
 	// waits for its timeout however often the previous ones failed.
@@ -71,11 +69,12 @@ type BreakerConfig struct {
 	// breaker. Default 5.
 	Failures int
 	// ProbeInterval is the time between background probes while the breaker
-	// is open; the first goes out as it opens, so a breaker opened by
-	// timeouts of a busy process rather than a dead Redis closes within a
-	// round trip. Default 250ms.
+	// is open; the first goes out as it opens, so a breaker opened by a
+	// short stall closes within a round trip of its end. Default 250ms.
 	ProbeInterval time.Duration
-	// ProbeTimeout bounds each probe's PING. Default 500ms.
+	// ProbeTimeout bounds each probe's PING; a command cut short by its
+	// caller's deadline counts as a failure only after waiting this long.
+	// Default 500ms.
 	ProbeTimeout time.Duration
 }
 
@@ -87,10 +86,6 @@ func (c BreakerConfig) validate() error {
 		return fieldErr("Config.Breaker.ProbeInterval", "%v is negative", c.ProbeInterval)
 	case c.ProbeTimeout < 0:
 		return fieldErr("Config.Breaker.ProbeTimeout", "%v is negative", c.ProbeTimeout)
-	case fxconfig.TooLong(c.ProbeInterval) != "":
-		return fieldErr("Config.Breaker.ProbeInterval", "%s", fxconfig.TooLong(c.ProbeInterval))
-	case fxconfig.TooLong(c.ProbeTimeout) != "":
-		return fieldErr("Config.Breaker.ProbeTimeout", "%s", fxconfig.TooLong(c.ProbeTimeout))
 	}
 	return nil
 }
@@ -146,22 +141,86 @@ type BreakerStats struct {
 }
 
 // probeKey marks the context of a command that is sent whatever the
-// breaker's state, and whose outcome closes or keeps open the breaker: the
-// breaker's own probes and the background health check.
+// breaker's state and that only an answer records: the breaker's probes,
+// the health check and BypassBreaker's commands.
 type probeKey struct{}
 
 func withProbe(ctx context.Context) context.Context { return context.WithValue(ctx, probeKey{}, true) }
 
 // BypassBreaker returns ctx marked so that the commands made with it are
 // sent even while the client's circuit breaker is open: one that succeeds
-// closes the breaker, one that fails is not counted. It is for the few
-// commands that must reach Redis as soon as it answers again and that are
-// bounded by their own timeout: lockfx's renewals of held locks and
-// idempotencyfx's lease renewals and completions of records it claimed. A
-// breaker that opened during a short stall would otherwise refuse them
-// until its next probe, and a lock or lease could run out although Redis
-// answers.
+// closes the breaker, one that fails is not counted. Success is an answer
+// of Redis (an error reply included); a command whose context ended
+// without one closes nothing. It is for the few commands that must reach
+// Redis as soon as it answers again and that are bounded by their own
+// timeout: lockfx's renewals and give-backs, idempotencyfx's lease
+// renewals, completions and withdrawals. A breaker that opened during a
+// short stall would otherwise refuse them until its next probe, and a lock
+// or lease could run out although Redis answers.
 func BypassBreaker(ctx context.Context) context.Context { return withProbe(ctx) }
+
+// call follows one call of a Cluster client across the tries go-redis
+// makes of it on its nodes: whether one was sent, and how the last sent
+// one failed.
+type call struct {
+	mu   sync.Mutex
+	sent bool
+	err  error
+}
+
+type callKey struct{}
+
+// callHook is a Cluster client's outermost hook: it gives each call a
+// fresh *call, which the node breakers fill in.
+type callHook struct{}
+
+// DialHook implements redis.Hook.
+func (callHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+// ProcessHook implements redis.Hook.
+func (callHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		return next(context.WithValue(ctx, callKey{}, new(call)), cmd)
+	}
+}
+
+// ProcessPipelineHook implements redis.Hook.
+func (callHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		return next(context.WithValue(ctx, callKey{}, new(call)), cmds)
+	}
+}
+
+// refusal is the error of a try that the breaker refused: ErrCircuitOpen,
+// unless an earlier try of the same call was sent.
+func (c *call) refusal() error {
+	if c == nil {
+		return ErrCircuitOpen
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.sent {
+		return ErrCircuitOpen
+	}
+	return fmt.Errorf("storefx: circuit open on a retry of a command already sent, which Redis may still run (the sent try: %v)", c.err) //nolint:errorlint // not ErrCircuitOpen, nor the sent try's error: go-redis would retry it
+}
+
+// send notes that a try is being sent; ended, how it ended.
+func (c *call) send() {
+	if c != nil {
+		c.mu.Lock()
+		c.sent = true
+		c.mu.Unlock()
+	}
+}
+
+func (c *call) ended(err error) {
+	if c != nil && err != nil {
+		c.mu.Lock()
+		c.err = err
+		c.mu.Unlock()
+	}
+}
 
 // breaker is the circuit breaker of one client, a go-redis hook.
 type breaker struct {
@@ -174,6 +233,7 @@ type breaker struct {
 
 	opened, refused, probes, probeFailures atomic.Int64
 	retired                                atomic.Bool // its client was closed (a Cluster node let go)
+	left                                   atomic.Bool // a Cluster node out of the slot map: nothing counts
 
 	mu       sync.Mutex
 	timer    *time.Timer // the next probe, while open
@@ -192,51 +252,71 @@ func newBreaker(cfg BreakerConfig) *breaker {
 	return b
 }
 
-// isFailure says whether err shows that Redis could not be used.
-func isFailure(err error) bool {
-	if err == nil || errors.Is(err, ErrCircuitOpen) || errors.Is(err, context.Canceled) || errors.Is(err, redis.ErrClosed) {
-		return false
+// verdict is what the outcome of a command shows of Redis.
+type verdict int8
+
+const (
+	unknown  verdict = iota // nothing: the caller's doing, or nothing sent
+	answered                // Redis answered (an error reply included)
+	failed                  // Redis could not be reached, or did not answer in time
+)
+
+func isAnswer(err error) bool {
+	var reply redis.Error
+	return err == nil || errors.As(err, &reply)
+}
+
+// judge says what err, ending a command sent with ctx at began, shows of
+// Redis (see BreakerConfig).
+func (b *breaker) judge(ctx context.Context, err error, began time.Time) verdict {
+	switch {
+	case isAnswer(err):
+		// Even LOADING or CLUSTERDOWN: it came at once, and a PING would
+		// close the breaker at once.
+		return answered
+	case errors.Is(err, redis.ErrClosed), errors.Is(err, redis.ErrPoolTimeout):
+		return unknown // not sent
 	}
-	var rerr redis.Error
-	if errors.As(err, &rerr) {
-		// A reply, even LOADING or CLUSTERDOWN, came at once: nothing to
-		// save by not sending, and a PING would close the breaker at once
-		// (during a Cluster failover every master answers CLUSTERDOWN, and
-		// counting it made the breakers open and close dozens of times).
-		return false
+	// The read deadline go-redis sets from ctx fires before ctx's own timer.
+	now := time.Now()
+	deadline, ok := ctx.Deadline()
+	switch {
+	case ctx.Err() == nil && (!ok || now.Before(deadline)):
+		return failed // refused dials, resets, the client's own timeouts
+	case errors.Is(ctx.Err(), context.Canceled):
+		return unknown
+	case now.Sub(began) >= b.cfg.ProbeTimeout:
+		return failed // unanswered, or not connected, for as long as a probe waits
 	}
-	return true // refused dials, resets, timeouts, a full pool
+	return unknown // the caller's deadline ended it sooner
 }
 
 // allow reports whether a command with ctx may be sent.
 func (b *breaker) allow(ctx context.Context) bool {
-	if BreakerState(b.state.Load()) == BreakerClosed {
-		return true
-	}
-	if ctx.Value(probeKey{}) != nil {
+	// A closed client's commands get go-redis's ErrClosed.
+	if BreakerState(b.state.Load()) == BreakerClosed || ctx.Value(probeKey{}) != nil || b.stopping.Err() != nil {
 		return true
 	}
 	b.refused.Add(1)
 	return false
 }
 
-// record notes the outcome of a command that was sent.
-func (b *breaker) record(ctx context.Context, err error) {
-	if ctx.Value(probeKey{}) != nil {
-		if isFailure(err) {
-			return // the probe's caller decides
+// record notes the verdict of a command sent with ctx.
+func (b *breaker) record(ctx context.Context, v verdict) {
+	switch {
+	case b.left.Load(): // go-redis still dials it, and reloads the slot map from it
+	case ctx.Value(probeKey{}) != nil:
+		if v == answered { // a failure is for the probe's caller to judge
+			b.close()
 		}
-		b.close()
-		return
-	}
-	if !isFailure(err) {
+	case v == answered:
 		if b.failures.Load() != 0 {
 			b.failures.Store(0)
 		}
-		return
-	}
-	if b.failures.Add(1) >= int32(b.cfg.Failures) && BreakerState(b.state.Load()) == BreakerClosed {
-		b.open()
+	case v == failed:
+		if b.failures.Add(1) >= int32(b.cfg.Failures) && BreakerState(b.state.Load()) == BreakerClosed {
+			b.open()
+		}
 	}
 }
 
@@ -249,18 +329,14 @@ func (b *breaker) open() {
 	b.opened.Add(1)
 	if b.probing {
 		// A probe sent before the breaker last closed is still out: it
-		// decides, and its failure schedules the next; probes go one at a
-		// time.
+		// decides, and its failure schedules the next.
 		b.state.Store(int32(BreakerHalfOpen))
 		return
 	}
-	// The first probe goes out at once: a breaker opened by a burst of
-	// timeouts of a busy process, not by a dead Redis, closes within one
-	// round trip.
-	b.scheduleLocked(0)
+	b.timer = time.AfterFunc(0, b.probe)
 }
 
-// close closes the breaker (a probe or a health check reached Redis).
+// close closes the breaker (Redis answered a probe or a bypassing command).
 func (b *breaker) close() {
 	if BreakerState(b.state.Load()) == BreakerClosed {
 		return
@@ -277,10 +353,6 @@ func (b *breaker) closeLocked() {
 		b.timer.Stop()
 		b.timer = nil
 	}
-}
-
-func (b *breaker) scheduleLocked(after time.Duration) {
-	b.timer = time.AfterFunc(after, b.probe)
 }
 
 // probe sends one PING while the breaker is open.
@@ -302,9 +374,9 @@ func (b *breaker) probe() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.probing = false
-	if err == nil {
-		// Closed under the same lock that ends the probe: a breaker opened
-		// in between would wait for this probe, which schedules no other.
+	if isAnswer(err) {
+		// Closed under the lock that ends the probe: a breaker opened in
+		// between waits for this probe, which schedules no other.
 		b.closeLocked()
 		return
 	}
@@ -315,7 +387,7 @@ func (b *breaker) probe() {
 		return
 	}
 	if !b.shutdown && b.state.CompareAndSwap(int32(BreakerHalfOpen), int32(BreakerOpen)) {
-		b.scheduleLocked(b.cfg.ProbeInterval)
+		b.timer = time.AfterFunc(b.cfg.ProbeInterval, b.probe)
 	}
 }
 
@@ -337,13 +409,12 @@ func (b *breaker) stats() BreakerStats {
 		Probes: b.probes.Load(), ProbeFailures: b.probeFailures.Load()}
 }
 
-// DialHook implements redis.Hook. A dial ends when the client is closed:
-// go-redis dials for a pool in a goroutine of its own, which goes on after
-// the command or probe that wanted the connection has given up (to hand
-// it to the next one), and closing the pool does not stop it: up to five
-// tries of DialTimeout each, 25 s by default, against a Redis that drops
-// SYNs, logging warnings long after the application stopped (found by an
-// adversary). Each try now fails at once after Close.
+// DialHook implements redis.Hook. A failed dial counts as a failed
+// command: go-redis dials for its pool in a goroutine of its own, and a
+// caller whose deadline ends first sees only its deadline. Every dial ends
+// when the client is closed: that goroutine (up to five tries of
+// DialTimeout) outlives the command that wanted the connection, and
+// closing the pool does not stop it.
 func (b *breaker) DialHook(next redis.DialHook) redis.DialHook {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		if b.stopping.Err() != nil {
@@ -352,40 +423,49 @@ func (b *breaker) DialHook(next redis.DialHook) redis.DialHook {
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		defer context.AfterFunc(b.stopping, cancel)()
-		return next(ctx, network, addr)
+		began := time.Now()
+		conn, err := next(ctx, network, addr)
+		if err != nil {
+			b.record(ctx, b.judge(ctx, err, began))
+		}
+		return conn, err
 	}
 }
 
 // ProcessHook implements redis.Hook.
 func (b *breaker) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if !b.allow(ctx) {
-			cmd.SetErr(ErrCircuitOpen)
-			return ErrCircuitOpen
-		}
-		err := next(ctx, cmd)
-		if !handshake.Command(cmd.Name(), cmd.Args()) {
-			b.record(ctx, err)
-		}
-		return err
+		return b.guard(ctx, []redis.Cmder{cmd}, handshake.Command(cmd.Name(), cmd.Args()),
+			func() error { return next(ctx, cmd) })
 	}
 }
 
 // ProcessPipelineHook implements redis.Hook.
 func (b *breaker) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if !b.allow(ctx) {
-			for _, cmd := range cmds {
-				cmd.SetErr(ErrCircuitOpen)
-			}
-			return ErrCircuitOpen
-		}
-		err := next(ctx, cmds)
-		if !handshake.Pipeline(cmds) {
-			b.record(ctx, err)
+		return b.guard(ctx, cmds, handshake.Pipeline(cmds), func() error { return next(ctx, cmds) })
+	}
+}
+
+// guard sends cmds unless the breaker refuses them, and records the
+// outcome unless they are a connection's handshake.
+func (b *breaker) guard(ctx context.Context, cmds []redis.Cmder, handshake bool, send func() error) error {
+	c, _ := ctx.Value(callKey{}).(*call)
+	if !b.allow(ctx) {
+		err := c.refusal()
+		for _, cmd := range cmds {
+			cmd.SetErr(err)
 		}
 		return err
 	}
+	c.send()
+	began := time.Now()
+	err := send()
+	c.ended(err)
+	if !handshake {
+		b.record(ctx, b.judge(ctx, err, began))
+	}
+	return err
 }
 
 // probePing is a PING that passes the breaker and makes no command span.
@@ -410,7 +490,8 @@ func newBreakerSet(cfg BreakerConfig) *breakerSet {
 	return &breakerSet{cfg: cfg}
 }
 
-// add gives c a breaker of its own, as its first hook.
+// add gives c a breaker of its own, as its first hook (so a refused
+// command makes no span).
 func (s *breakerSet) add(c redis.UniversalClient) {
 	if s == nil {
 		return
@@ -423,15 +504,18 @@ func (s *breakerSet) add(c redis.UniversalClient) {
 	s.mu.Unlock()
 }
 
+// followCalls lets the node breakers of Cluster client c tell a retry of
+// a sent command from a command never sent (see ErrCircuitOpen).
+func (s *breakerSet) followCalls(c *redis.ClusterClient) {
+	if s != nil {
+		c.AddHook(callHook{})
+	}
+}
+
 // stats sums the breakers' counts; the state is the worst of them.
 func (s *breakerSet) stats() BreakerStats {
 	var out BreakerStats
-	if s == nil {
-		return out
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, b := range s.all {
+	s.each(func(b *breaker) {
 		st := b.stats()
 		if !b.retired.Load() {
 			out.State = max(out.State, st.State)
@@ -440,7 +524,7 @@ func (s *breakerSet) stats() BreakerStats {
 		out.Refused += st.Refused
 		out.Probes += st.Probes
 		out.ProbeFailures += st.ProbeFailures
-	}
+	})
 	return out
 }
 
@@ -448,19 +532,17 @@ func (s *breakerSet) stats() BreakerStats {
 // serve a slot (a failed master after its replica took over): no command
 // is routed to them, and go-redis lets them go only a minute later, until
 // when their open breaker would show the client open and probe a dead
-// address every ProbeInterval. Should such a node serve again and still
-// fail, its breaker opens again after Failures commands.
+// address. Should such a node serve again and still fail, its breaker
+// opens again after Failures commands.
 func (s *breakerSet) forgetNodesOutside(serving map[*redis.Client]bool) {
-	if s == nil {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, b := range s.all {
-		if node, ok := b.client.(*redis.Client); ok && !serving[node] {
-			b.close()
+	s.each(func(b *breaker) {
+		if node, ok := b.client.(*redis.Client); ok {
+			b.left.Store(!serving[node])
+			if !serving[node] {
+				b.close()
+			}
 		}
-	}
+	})
 }
 
 // each calls f with every breaker of the set.
@@ -478,23 +560,18 @@ func (s *breakerSet) each(f func(*breaker)) {
 
 // Breaker returns what the client's circuit breaker did so far: for a
 // Cluster client, the sum over its nodes' breakers, with the state of the
-// most open one; the health check (Registry.Watch, which Module runs)
-// closes the breaker of a node that no longer serves a slot, such as a
-// failed master whose replica took over. State is BreakerClosed when the
-// breaker is disabled.
+// most open one still serving a slot (the health check, Registry.Watch,
+// closes the breaker of a node that left the slot map). State is
+// BreakerClosed when the breaker is disabled.
 func (c *Client) Breaker() BreakerStats { return c.breakers.stats() }
 
-// Close ends the breaker's probing and closes the client. It does not wait
-// for Redis: a probe in flight fails at once, whether it is dialling (its
-// context is cancelled) or waiting for an answer (the client's connections
-// are closed: a cancelled context does not cut a PING short). A dial that
-// go-redis goes on with in the background, for a caller that gave up, has
-// each of its tries fail at once; go-redis still pauses 100 ms between its
-// five tries and then logs that the dial failed, so such a goroutine may
-// outlive Close by about half a second. Two exceptions: with TLS (rediss://)
-// go-redis's dial does not take a context, so a try already connecting runs
-// to DialTimeout; and without the circuit breaker (Config.Breaker.Disabled)
-// every try runs to DialTimeout.
+// Close ends the breaker's probing and closes the client, without waiting
+// for Redis: a probe in flight fails at once, dialling or waiting for its
+// answer. A dial go-redis goes on with in the background has each of its
+// tries fail at once, so such a goroutine may outlive Close by about half
+// a second (go-redis's pauses between tries). Exceptions: with TLS a try
+// already connecting runs to DialTimeout (go-redis's TLS dial takes no
+// context), and without the breaker every try does.
 func (c *Client) Close() error {
 	c.breakers.each((*breaker).shutdownProbes)
 	err := c.UniversalClient.Close()

@@ -25,7 +25,7 @@ func TestBreaker_ShutdownEndsAProbeInFlight(t *testing.T) {
 		<-ctx.Done()
 		return ctx.Err()
 	}
-	b.record(context.Background(), context.DeadlineExceeded) // opens: the probe goes out at once
+	b.record(context.Background(), failed) // opens: the probe goes out at once
 	<-dialling
 	done := make(chan struct{})
 	go func() {

@@ -73,6 +73,7 @@ func New(name string, cfg Config, inst ...Instrumentation) (*Client, error) {
 		c.Details.Addrs, c.Details.Cluster = o.cluster.Addrs, true
 		c.setup = setupFieldsOf(cfg, o.cluster.Password, 0)
 		cc := redis.NewClusterClient(o.cluster)
+		c.breakers.followCalls(cc)
 		// Nodes open lazily, each with its own breaker (the first hook, so a
 		// refused command makes no span: a dead master must not stop the
 		// others) and its own hooks.

@@ -483,16 +483,17 @@ func TestModule_StopDoesNotWaitForAHangingRedis(t *testing.T) {
 	var c *storefx.Client
 	app := fx.New(fx.NopLogger, storefx.Module,
 		fx.Supply(&storefx.Config{URL: "redis://" + proxy.Addr(), HealthCheckInterval: 50 * time.Millisecond, HealthCheckTimeout: 5 * time.Second,
-			Breaker: storefx.BreakerConfig{Failures: 1, ProbeTimeout: 5 * time.Second}}),
+			Breaker: storefx.BreakerConfig{Failures: 1, ProbeTimeout: 3 * time.Second}}),
 		fx.Populate(&c))
 	if err := app.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	proxy.SetMode(faultproxy.Blackhole)
-	if err := get(c, "k", 100*time.Millisecond); err == nil {
+	// Waiting ProbeTimeout, the GET counts as a failure.
+	if err := get(c, "k", 3100*time.Millisecond); err == nil {
 		t.Fatal("GET through a black hole succeeded")
 	}
-	waitState(t, c, storefx.BreakerHalfOpen, time.Second) // its probe is in flight, for 5 s
+	waitState(t, c, storefx.BreakerHalfOpen, time.Second) // its probe is in flight, for 3 s
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	began := time.Now()
