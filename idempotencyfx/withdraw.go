@@ -27,13 +27,12 @@ import (
 const withdrawnMarkerLife = time.Minute
 
 // answerLost reports whether a failed claim may have been run by Redis:
-// not when storefx's breaker refused it (it never reached go-redis), nor
-// when the client is closed (nothing can be withdrawn). Any other error,
-// a Redis error reply included, may follow a send that landed: go-redis
-// sends a command again when its connection fails, so the last attempt's
-// error (a refused dial, an OOM reply to the re-send) says nothing of the
-// first. (Adversaries had a claim land and its re-sends refused at dial,
-// and answered OOM, and no withdrawal.)
+// not when storefx's breaker refused it (ErrCircuitOpen: no try of it was
+// sent, a retry refused after a sent try has another error), nor when the
+// client is closed (nothing can be withdrawn). Any other error may follow
+// a send that landed: go-redis sends a command again when its connection
+// fails, so the last try's error (a refused dial, an OOM reply) says
+// nothing of the first.
 func answerLost(err error) bool {
 	return !errors.Is(err, storefx.ErrCircuitOpen) && !errors.Is(err, redis.ErrClosed)
 }
