@@ -38,6 +38,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"runtime"
 	"slices"
 	"strconv"
@@ -110,19 +111,43 @@ func TestIdempotencyChecker(t *testing.T) {
 	if testing.Short() {
 		duration = 5 * time.Second
 	}
+	runChecker(t, idemCheckerSeeds, duration, newChkWorld)
+}
+
+// idemClusterCheckerSeeds are the Cluster mode's seeds that once failed.
+var idemClusterCheckerSeeds = []uint64{}
+
+// TestIdempotencyChecker_Cluster is the checker against a Cluster of 3
+// masters with a replica each, every instance a storefx Cluster client
+// with its breaker on and ReadTimeout below StoreTimeout (go-redis retries
+// a timed-out claim, perhaps into a breaker that opened meanwhile). The
+// faults are a master stalled (DEBUG SLEEP) or paused, one master killed
+// (its replica takes over), instances crashing and the operator's Delete.
+// A client retries a store_unavailable answer with the same key, and the
+// claim it lost must not keep the record in progress once Redis answers
+// (Bounds.Withdraw). It runs with make test-cluster (REDISFX_TEST_CLUSTER).
+func TestIdempotencyChecker_Cluster(t *testing.T) {
+	if os.Getenv("REDISFX_TEST_CLUSTER") == "" {
+		t.Skip("a Cluster checker: make test-cluster (REDISFX_TEST_CLUSTER=1)")
+	}
+	t.Parallel()
+	runChecker(t, idemClusterCheckerSeeds, 10*time.Second, newChkClusterWorld)
+}
+
+func runChecker(t *testing.T, kept []uint64, duration time.Duration, newWorld func(*testing.T, uint64) *chkWorld) {
 	duration = idemcheck.Duration(t, duration)
 	seed, fromEnv := idemcheck.Seed(t)
 	seeds := []uint64{seed}
 	durations := []time.Duration{duration}
 	if !fromEnv {
-		for _, s := range idemCheckerSeeds {
+		for _, s := range kept {
 			seeds = append([]uint64{s}, seeds...)
 			durations = append([]time.Duration{3 * time.Second}, durations...)
 		}
 	}
 	for i, seed := range seeds {
 		t.Run(strconv.FormatUint(seed, 10), func(t *testing.T) {
-			w := newChkWorld(t, seed)
+			w := newWorld(t, seed)
 			w.run(durations[i])
 			violations := w.hist.Check(w.bounds)
 			st := w.hist.Stats()
@@ -146,8 +171,8 @@ func TestIdempotencyChecker(t *testing.T) {
 			}
 			if len(violations) > 0 {
 				t.Log(w.hist.Explain(violations, 3))
-				t.Errorf("%d violations; replay with:\n  REDISFX_CHECK_SEED=%d REDISFX_CHECK_DURATION=%v go test -race -count=1 -run '^TestIdempotencyChecker$' ./idempotencyfx",
-					len(violations), seed, durations[i])
+				t.Errorf("%d violations; replay with:\n  REDISFX_CHECK_SEED=%d REDISFX_CHECK_DURATION=%v go test -race -count=1 -run '^%s$' ./idempotencyfx",
+					len(violations), seed, durations[i], strings.Split(t.Name(), "/")[0])
 			}
 		})
 	}
@@ -155,10 +180,15 @@ func TestIdempotencyChecker(t *testing.T) {
 
 // chkWorld is one run of the checker.
 type chkWorld struct {
-	t      *testing.T
-	seed   uint64
-	srv    *redistest.Server
-	admin  *redis.Client
+	t     *testing.T
+	seed  uint64
+	srv   *redistest.Server
+	admin *redis.Client
+	// Cluster mode: the Cluster, a client of it, and whether a master was
+	// killed (one is, at most: its replica has none).
+	cl     *redistest.Cluster
+	cadmin *redis.ClusterClient
+	killed bool
 	prefix string
 	began  time.Time
 	cfg    Config
@@ -207,10 +237,97 @@ func newChkWorld(t *testing.T, seed uint64) *chkWorld {
 	return w
 }
 
+// newChkClusterWorld is a world of Cluster mode: leases long enough that a
+// claim left in progress after Redis answers again shows (Bounds.Withdraw).
+func newChkClusterWorld(t *testing.T, seed uint64) *chkWorld {
+	cl := redistest.StartCluster(t, 3, 1)
+	w := &chkWorld{t: t, seed: seed, cl: cl, prefix: "chk:", hist: idemcheck.NewHistory()}
+	w.cfg = chkConfig(w.prefix)
+	w.cfg.LockTimeout, w.cfg.StoreTimeout, w.cfg.DefaultTTL = 6*time.Second, time.Second, 8*time.Second
+	w.bounds = idemcheck.Bounds{LockTimeout: w.cfg.LockTimeout, WaitTimeout: w.cfg.WaitTimeout, StoreTimeout: w.cfg.StoreTimeout,
+		DefaultTTL: w.cfg.DefaultTTL, Breaker: time.Second, Margin: time.Second, Withdraw: 3 * time.Second}
+	w.cadmin = redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), DisableIdentity: true,
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}})
+	t.Cleanup(func() { _ = w.cadmin.Close() })
+	for i := range w.slots {
+		w.slots[i] = w.newInstance(i)
+	}
+	return w
+}
+
+// stores is the admin client of each server that holds records: the
+// server, or every master of the Cluster.
+func (w *chkWorld) stores(ctx context.Context) []redis.UniversalClient {
+	if w.cl == nil {
+		return []redis.UniversalClient{w.admin}
+	}
+	var mu sync.Mutex
+	var out []redis.UniversalClient
+	_ = w.cadmin.ForEachMaster(ctx, func(_ context.Context, m *redis.Client) error {
+		mu.Lock()
+		out = append(out, m)
+		mu.Unlock()
+		return nil
+	})
+	return out
+}
+
+// clusterFault injects one fault of Cluster mode; false leaves the draw to
+// the faults of every mode (crashes, Delete).
+func (w *chkWorld) clusterFault(ctx context.Context, rng *rand.Rand, f *idemcheck.Fault) bool {
+	masters := w.stores(ctx)
+	if len(masters) == 0 {
+		return false
+	}
+	m := masters[rng.IntN(len(masters))].(*redis.Client)
+	srv := w.cl.NodeAt(m.Options().Addr)
+	switch n := rng.IntN(100); {
+	case n < 40:
+		f.Kind = idemcheck.FaultPause // DEBUG SLEEP: the master reads nothing until it wakes
+		<-srv.Sleep(time.Duration(300+rng.IntN(1200)) * time.Millisecond)
+	case n < 55:
+		f.Kind = idemcheck.FaultPause
+		d := time.Duration(100+rng.IntN(700)) * time.Millisecond
+		_ = m.Do(ctx, "CLIENT", "PAUSE", d.Milliseconds(), "ALL").Err()
+		time.Sleep(d)
+	case n < 62 && !w.killed:
+		w.killed = true
+		f.Kind = idemcheck.FaultRestart // its writes since the replica's last sync are lost
+		srv.Kill()
+		w.waitClusterOK(srv)
+	default:
+		return false
+	}
+	return true
+}
+
+// waitClusterOK waits (bounded) until a node other than gone says the
+// Cluster is ok: the killed master's replica has taken over.
+func (w *chkWorld) waitClusterOK(gone *redistest.Server) {
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		for _, n := range w.cl.Nodes {
+			if n == gone {
+				continue
+			}
+			if info, err := n.Client().ClusterInfo(context.Background()).Result(); err == nil && strings.Contains(info, "cluster_state:ok") {
+				return
+			}
+		}
+	}
+}
+
 func (w *chkWorld) newInstance(slot int) *chkInstance {
 	w.nInst++
 	in := &chkInstance{id: w.nInst, dead: make(chan struct{}), running: map[string]*idemcheck.Exec{}, reqs: map[int64]*idemcheck.Request{}}
-	if slot == 0 {
+	switch {
+	case w.cl != nil:
+		client, err := storefx.New("chk", storefx.Config{Addrs: w.cl.Addrs(), DialTimeout: 200 * time.Millisecond,
+			ReadTimeout: 200 * time.Millisecond, ConnectTimeout: time.Second})
+		if err != nil {
+			w.t.Fatal(err)
+		}
+		in.rdb = client
+	case slot == 0:
 		// As an app built with the Module has it: a storefx client, with
 		// its circuit breaker.
 		client, err := storefx.New("chk", storefx.Config{URL: "redis://" + w.proxies[slot].Addr(),
@@ -219,7 +336,7 @@ func (w *chkWorld) newInstance(slot int) *chkInstance {
 			w.t.Fatal(err)
 		}
 		in.rdb = client
-	} else {
+	default:
 		in.rdb = redis.NewClient(&redis.Options{Addr: w.proxies[slot].Addr(), ContextTimeoutEnabled: true,
 			DialTimeout: 200 * time.Millisecond, ReadTimeout: time.Second, WriteTimeout: time.Second, DisableIdentity: true,
 			MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}})
@@ -432,6 +549,13 @@ func (w *chkWorld) request(rng *rand.Rand) {
 		r.Via, r.Scope, r.Key, r.FP = "http", chkScopes[rng.IntN(len(chkScopes))], chkKeys[rng.IntN(len(chkKeys))]+epoch, "http:"+body
 	}
 	w.send(r, slot, outcome, body, cancelAfter)
+	// In Cluster mode a client retries a store error with the same key,
+	// as told ("not processed, retry with the same key").
+	for until := time.Now().Add(w.cfg.LockTimeout + 2*time.Second); w.cl != nil && r.Code == "idempotency_store_unavailable" && time.Now().Before(until); {
+		time.Sleep(time.Duration(100+rng.IntN(400)) * time.Millisecond)
+		r = &idemcheck.Request{ID: w.reqSeq.Add(1), Via: r.Via, Scope: r.Scope, Key: r.Key, FP: r.FP}
+		w.send(r, slot, outcome, body, 0)
+	}
 }
 
 // intrude sends, right after the operator deleted the record of a running
@@ -548,7 +672,11 @@ func (w *chkWorld) run(d time.Duration) {
 	}
 	probeCtx, stopProbe := context.WithCancel(context.Background())
 	var probe sync.WaitGroup
-	probe.Go(func() { w.hist.WatchStalls(probeCtx, w.admin, chkStallThreshold) })
+	var watched redis.UniversalClient = w.admin
+	if w.cl != nil {
+		watched = w.cadmin
+	}
+	probe.Go(func() { w.hist.WatchStalls(probeCtx, watched, chkStallThreshold) })
 	defer func() { stopProbe(); probe.Wait() }()
 	faults := rand.New(rand.NewPCG(w.seed, 0))
 	for time.Now().Before(deadline) {
@@ -579,15 +707,17 @@ func (w *chkWorld) quiescent() {
 	time.Sleep(2*w.cfg.LockTimeout + w.cfg.StoreTimeout + 500*time.Millisecond)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	iter := w.admin.Scan(ctx, 0, w.prefix+"*", 200).Iterator()
-	for iter.Next(ctx) {
-		if s, _ := w.admin.HGet(ctx, iter.Val(), "s").Result(); s == string(StateInProgress) {
-			w.hist.Violation("record %q is still in progress %v after every request and handler ended (a lease outlived its handler)",
-				iter.Val(), 2*w.cfg.LockTimeout)
+	for _, rdb := range w.stores(ctx) {
+		iter := rdb.Scan(ctx, 0, w.prefix+"*", 200).Iterator()
+		for iter.Next(ctx) {
+			if s, _ := rdb.HGet(ctx, iter.Val(), "s").Result(); s == string(StateInProgress) {
+				w.hist.Violation("record %q is still in progress %v after every request and handler ended (a lease outlived its handler)",
+					iter.Val(), 2*w.cfg.LockTimeout)
+			}
 		}
-	}
-	if err := iter.Err(); err != nil {
-		w.t.Errorf("final scan: %v", err)
+		if err := iter.Err(); err != nil {
+			w.t.Errorf("final scan: %v", err)
+		}
 	}
 	w.scanExpiries()
 }
@@ -595,9 +725,11 @@ func (w *chkWorld) quiescent() {
 func (w *chkWorld) scanExpiries() {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	bad, _, _ := idemcheck.CheckExpiries(ctx, w.admin, w.prefix) // errors: the server may be down or paused
-	for _, v := range bad {
-		w.hist.Violation("%s", v)
+	for _, rdb := range w.stores(ctx) {
+		bad, _, _ := idemcheck.CheckExpiries(ctx, rdb, w.prefix) // errors: the server may be down or paused
+		for _, v := range bad {
+			w.hist.Violation("%s", v)
+		}
 	}
 }
 
@@ -611,7 +743,16 @@ func (w *chkWorld) fault(rng *rand.Rand) {
 	w.mu.Unlock()
 	f := idemcheck.Fault{Instance: -1, Start: time.Now()}
 	hold := func(lo, hi int) { time.Sleep(time.Duration(lo+rng.IntN(hi-lo)) * time.Millisecond) }
-	switch n := rng.IntN(100); {
+	n := rng.IntN(100)
+	if w.cl != nil {
+		if w.clusterFault(ctx, rng, &f) {
+			f.End = time.Now()
+			w.hist.AddFault(f)
+			return
+		}
+		n = []int{0, 80}[rng.IntN(2)] // a crash or a Delete
+	}
+	switch {
 	case n < 12:
 		f.Kind, f.Instance = idemcheck.FaultCrash, inst
 		w.crash(slot, rng)

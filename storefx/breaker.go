@@ -3,7 +3,6 @@ package storefx
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -16,15 +15,10 @@ import (
 )
 
 // ErrCircuitOpen is the error of a command that a client's circuit breaker
-// refused and that was never sent: no try of it reached the network, so
-// Redis cannot run it. Every plugin sees it as any other store error, at
-// once instead of after a timeout: idempotencyfx applies its ErrorPolicy,
-// ratelimitfx its FailOpen, cachefx serves from the loader.
-//
-// A retry that go-redis makes of a Cluster command whose earlier try was
-// sent, refused by the breaker of the node it goes to, fails with another
-// error (it does not match ErrCircuitOpen): Redis may still run the
-// earlier try.
+// refused before any try of it was sent: Redis cannot run it. (A Cluster
+// command retried by go-redis into an open breaker after a try was sent
+// fails with another error: it may run.) Plugins see it as any store
+// error, at once instead of after a timeout.
 var ErrCircuitOpen = errors.New("storefx: circuit open: Redis failed recently and is not called until a probe reaches it")
 
 // Defaults of BreakerConfig.
@@ -35,32 +29,23 @@ const (
 )
 
 // BreakerConfig configures the circuit breaker of every storefx client (one
-// per node of a Cluster client). The zero value is the default breaker: it
-// opens after 5 consecutive failed commands, then PINGs Redis in the
-// background at once and every 250ms (each bounded by 500ms) until one is
-// answered.
+// per node of a Cluster client). The zero value opens after 5 consecutive
+// failures, then PINGs Redis in the background at once and every 250ms
+// (each bounded by 500ms) until one is answered.
 //
-// Only evidence about Redis counts. A failure is a command that Redis did
-// not serve: a refused dial, a reset connection, a command that the
-// client's ReadTimeout (or DialTimeout) ended, or one that the caller's
-// deadline ended after it waited at least ProbeTimeout unanswered (a
-// probe's verdict). An answer of the server, redis.Nil and error replies
-// included (WRONGTYPE, a script's error, LOADING, CLUSTERDOWN: they come at
-// once), resets the count. What shows nothing of Redis neither counts nor
-// resets: a cancelled context, a deadline that ended the command sooner
-// (one that had passed before the command was written included), a full
-// pool, a closed client, and the connection handshakes go-redis sends
-// through the hooks (see internal/handshake; the same commands sent by the
-// application alike). A Cluster node's breaker counts every try sent to
-// its node, go-redis's retries of a Cluster command included.
+// Only evidence about Redis counts. A failure is a refused dial, a reset,
+// a timeout of the client's own (ReadTimeout, DialTimeout), or a caller's
+// deadline that ended a command after it waited at least ProbeTimeout. An
+// answer, error replies included (LOADING and CLUSTERDOWN too: they come
+// at once), resets the count. Neither counts: a cancelled context, a
+// shorter deadline (one spent before the command was written included), a
+// full pool, a closed client, go-redis's connection handshakes (see
+// internal/handshake). A Cluster node's breaker counts each try sent to it.
 //
-// While the breaker is open every command and pipeline of the client
-// fails with ErrCircuitOpen without being sent (and without a command
-// span), except those marked by BypassBreaker. One background probe at a
-// time is in flight (the breaker is half-open meanwhile); the first that
-// Redis answers closes the breaker, and so does an answered health check
-// (Registry.Watch). A Cluster client has a breaker per node: when one
-// master of several dies, only the commands to it fail at once.
+// While open, every command and pipeline but those of BypassBreaker fails
+// with ErrCircuitOpen unsent, without a span. One probe at a time is in
+// flight (half-open); the first answered, or an answered health check
+// (Registry.Watch), closes it.
 type BreakerConfig struct {
 	// Disabled turns the breaker off: every command is sent to Redis and
 	// waits for its timeout however often the previous ones failed.
@@ -117,16 +102,13 @@ const (
 
 // String returns "closed", "open" or "half-open".
 func (s BreakerState) String() string {
-	switch s {
-	case BreakerClosed:
-		return "closed"
-	case BreakerOpen:
-		return "open"
-	case BreakerHalfOpen:
-		return "half-open"
+	if s < 0 || int(s) >= len(stateNames) {
+		return "unknown"
 	}
-	return "unknown"
+	return stateNames[s]
 }
+
+var stateNames = [...]string{"closed", "open", "half-open"}
 
 // BreakerStats counts what a client's breaker did since the client was built.
 type BreakerStats struct {
@@ -149,29 +131,24 @@ func withProbe(ctx context.Context) context.Context { return context.WithValue(c
 
 // BypassBreaker returns ctx marked so that the commands made with it are
 // sent even while the client's circuit breaker is open: one that succeeds
-// closes the breaker, one that fails is not counted. Success is an answer
-// of Redis (an error reply included); a command whose context ended
-// without one closes nothing. It is for the few commands that must reach
-// Redis as soon as it answers again and that are bounded by their own
-// timeout: lockfx's renewals and give-backs, idempotencyfx's lease
-// renewals, completions and withdrawals. A breaker that opened during a
-// short stall would otherwise refuse them until its next probe, and a lock
-// or lease could run out although Redis answers.
+// (Redis answers, an error reply included) closes the breaker, one that
+// fails is not counted. It is for commands that must reach Redis as soon
+// as it answers again, bounded by their own timeout (lock and lease
+// renewals, completions, give-backs), which a breaker opened by a short
+// stall would refuse until its next probe.
 func BypassBreaker(ctx context.Context) context.Context { return withProbe(ctx) }
 
-// call follows one call of a Cluster client across the tries go-redis
-// makes of it on its nodes: whether one was sent, and how the last sent
-// one failed.
-type call struct {
-	mu   sync.Mutex
-	sent bool
-	err  error
-}
+// errSentThenRefused is the error of a Cluster command whose earlier try
+// was sent and whose retry the breaker refused.
+var errSentThenRefused = errors.New("storefx: circuit open on a retry of a command already sent: Redis may still run it")
+
+// call is one call of a Cluster client: whether a node breaker let one of
+// go-redis's tries of it through.
+type call struct{ sent atomic.Bool }
 
 type callKey struct{}
 
-// callHook is a Cluster client's outermost hook: it gives each call a
-// fresh *call, which the node breakers fill in.
+// callHook, a Cluster client's outermost hook, gives each call a *call.
 type callHook struct{}
 
 // DialHook implements redis.Hook.
@@ -188,37 +165,6 @@ func (callHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 func (callHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		return next(context.WithValue(ctx, callKey{}, new(call)), cmds)
-	}
-}
-
-// refusal is the error of a try that the breaker refused: ErrCircuitOpen,
-// unless an earlier try of the same call was sent.
-func (c *call) refusal() error {
-	if c == nil {
-		return ErrCircuitOpen
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !c.sent {
-		return ErrCircuitOpen
-	}
-	return fmt.Errorf("storefx: circuit open on a retry of a command already sent, which Redis may still run (the sent try: %v)", c.err) //nolint:errorlint // not ErrCircuitOpen, nor the sent try's error: go-redis would retry it
-}
-
-// send notes that a try is being sent; ended, how it ended.
-func (c *call) send() {
-	if c != nil {
-		c.mu.Lock()
-		c.sent = true
-		c.mu.Unlock()
-	}
-}
-
-func (c *call) ended(err error) {
-	if c != nil && err != nil {
-		c.mu.Lock()
-		c.err = err
-		c.mu.Unlock()
 	}
 }
 
@@ -349,6 +295,10 @@ func (b *breaker) close() {
 func (b *breaker) closeLocked() {
 	b.failures.Store(0)
 	b.state.Store(int32(BreakerClosed))
+	b.stopTimerLocked()
+}
+
+func (b *breaker) stopTimerLocked() {
 	if b.timer != nil {
 		b.timer.Stop()
 		b.timer = nil
@@ -397,10 +347,7 @@ func (b *breaker) shutdownProbes() {
 	b.stop()
 	b.mu.Lock()
 	b.shutdown = true
-	if b.timer != nil {
-		b.timer.Stop()
-		b.timer = nil
-	}
+	b.stopTimerLocked()
 	b.mu.Unlock()
 }
 
@@ -410,11 +357,9 @@ func (b *breaker) stats() BreakerStats {
 }
 
 // DialHook implements redis.Hook. A failed dial counts as a failed
-// command: go-redis dials for its pool in a goroutine of its own, and a
-// caller whose deadline ends first sees only its deadline. Every dial ends
-// when the client is closed: that goroutine (up to five tries of
-// DialTimeout) outlives the command that wanted the connection, and
-// closing the pool does not stop it.
+// command: go-redis dials in a goroutine of its own, and a caller whose
+// deadline ends first sees only its deadline. Each dial ends when the
+// client is closed, which does not stop that goroutine.
 func (b *breaker) DialHook(next redis.DialHook) redis.DialHook {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		if b.stopping.Err() != nil {
@@ -435,8 +380,7 @@ func (b *breaker) DialHook(next redis.DialHook) redis.DialHook {
 // ProcessHook implements redis.Hook.
 func (b *breaker) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		return b.guard(ctx, []redis.Cmder{cmd}, handshake.Command(cmd.Name(), cmd.Args()),
-			func() error { return next(ctx, cmd) })
+		return b.guard(ctx, []redis.Cmder{cmd}, handshake.Command(cmd.Name(), cmd.Args()), func() error { return next(ctx, cmd) })
 	}
 }
 
@@ -452,27 +396,24 @@ func (b *breaker) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 func (b *breaker) guard(ctx context.Context, cmds []redis.Cmder, handshake bool, send func() error) error {
 	c, _ := ctx.Value(callKey{}).(*call)
 	if !b.allow(ctx) {
-		err := c.refusal()
+		err := ErrCircuitOpen
+		if c != nil && c.sent.Load() {
+			err = errSentThenRefused
+		}
 		for _, cmd := range cmds {
 			cmd.SetErr(err)
 		}
 		return err
 	}
-	c.send()
+	if c != nil {
+		c.sent.Store(true)
+	}
 	began := time.Now()
 	err := send()
-	c.ended(err)
 	if !handshake {
 		b.record(ctx, b.judge(ctx, err, began))
 	}
 	return err
-}
-
-// probePing is a PING that passes the breaker and makes no command span.
-func probePing(c redis.UniversalClient) func(context.Context) error {
-	return func(ctx context.Context) error {
-		return c.Ping(withProbe(plugintrace.WithoutCommandSpans(ctx))).Err()
-	}
 }
 
 // breakerSet is the breakers of one Client: one for a standalone or
@@ -497,7 +438,10 @@ func (s *breakerSet) add(c redis.UniversalClient) {
 		return
 	}
 	b := newBreaker(s.cfg)
-	b.client, b.ping = c, probePing(c)
+	b.client = c
+	b.ping = func(ctx context.Context) error { // passes the breaker, makes no span
+		return c.Ping(withProbe(plugintrace.WithoutCommandSpans(ctx))).Err()
+	}
 	c.AddHook(b)
 	s.mu.Lock()
 	s.all = append(s.all, b)
@@ -528,12 +472,10 @@ func (s *breakerSet) stats() BreakerStats {
 	return out
 }
 
-// forgetNodesOutside closes the breakers of Cluster nodes that no longer
-// serve a slot (a failed master after its replica took over): no command
-// is routed to them, and go-redis lets them go only a minute later, until
-// when their open breaker would show the client open and probe a dead
-// address. Should such a node serve again and still fail, its breaker
-// opens again after Failures commands.
+// forgetNodesOutside closes, and stops counting for, the breakers of
+// Cluster nodes that serve no slot (a failed master after its replica took
+// over): go-redis lets them go only a minute later, and their open breaker
+// would show the client open and probe a dead address meanwhile.
 func (s *breakerSet) forgetNodesOutside(serving map[*redis.Client]bool) {
 	s.each(func(b *breaker) {
 		if node, ok := b.client.(*redis.Client); ok {
@@ -565,13 +507,12 @@ func (s *breakerSet) each(f func(*breaker)) {
 // BreakerClosed when the breaker is disabled.
 func (c *Client) Breaker() BreakerStats { return c.breakers.stats() }
 
-// Close ends the breaker's probing and closes the client, without waiting
-// for Redis: a probe in flight fails at once, dialling or waiting for its
-// answer. A dial go-redis goes on with in the background has each of its
-// tries fail at once, so such a goroutine may outlive Close by about half
-// a second (go-redis's pauses between tries). Exceptions: with TLS a try
-// already connecting runs to DialTimeout (go-redis's TLS dial takes no
-// context), and without the breaker every try does.
+// Close ends the breaker's probing and closes the client without waiting
+// for Redis: a probe in flight fails at once, and so does each try of a
+// dial go-redis goes on with in the background (which may outlive Close
+// by go-redis's pauses between tries, about half a second). Exceptions:
+// with TLS a try already connecting runs to DialTimeout (go-redis's TLS
+// dial takes no context), and without the breaker every try does.
 func (c *Client) Close() error {
 	c.breakers.each((*breaker).shutdownProbes)
 	err := c.UniversalClient.Close()

@@ -80,6 +80,12 @@ type Bounds struct {
 	// Margin is added to every time bound: scheduling on a loaded machine
 	// under -race.
 	Margin time.Duration
+	// Withdraw, when set, is how long a claim whose reply was lost (a
+	// store_unavailable answer) may keep its record in progress once
+	// Redis answers again: the claim is withdrawn then. 0: for a lease, as
+	// before. With it, a pause or stall of Redis excuses an in_progress
+	// answer only within Withdraw of it.
+	Withdraw time.Duration
 }
 
 // Exec is one run of a handler or of a Do function.
@@ -310,6 +316,9 @@ var documented = map[string]int{
 //     An in_progress answer needs a lease holder: an execution of the
 //     record running within a lease of the request, a request that may
 //     have left a claim (its client went away, a store error), or a fault.
+//     With Bounds.Withdraw, a store error's claim and a pause or stall of
+//     Redis excuse it only within Withdraw: the claim is withdrawn once
+//     Redis answers again.
 //  5. Bounds: a request ends within WaitTimeout + 2×StoreTimeout before its
 //     execution (or its answer), and within 3×StoreTimeout after its
 //     execution, plus Margin.
@@ -358,7 +367,7 @@ func (h *History) Check(b Bounds) []string {
 		}
 	}
 	idx := index{byReq: map[int64]*Exec{}, fps: map[[2]string]map[string]time.Time{}, failedAt: map[[2]string]time.Time{},
-		execs: perRecord, abnormal: map[[2]string][]time.Time{}}
+		execs: perRecord, abnormal: map[[2]string][]time.Time{}, lost: map[[2]string][]time.Time{}}
 	for _, e := range h.order {
 		idx.byReq[e.Req] = e
 		k := [2]string{e.Scope, e.Key}
@@ -380,7 +389,10 @@ func (h *History) Check(b Bounds) []string {
 		if t, ok := idx.fps[k][r.FP]; !ok || r.Start.Before(t) {
 			idx.fps[k][r.FP] = r.Start
 		}
-		if r.Cancelled || r.Crashed || r.Code == "idempotency_store_unavailable" || strings.HasPrefix(r.Code, "error") {
+		switch {
+		case r.Code == "idempotency_store_unavailable" && b.Withdraw > 0 && !r.Cancelled && !r.Crashed:
+			idx.lost[k] = append(idx.lost[k], r.End)
+		case r.Cancelled || r.Crashed || r.Code == "idempotency_store_unavailable" || strings.HasPrefix(r.Code, "error"):
 			idx.abnormal[k] = append(idx.abnormal[k], r.End) // may have left a claim behind
 		}
 	}
@@ -397,6 +409,7 @@ type index struct {
 	failedAt map[[2]string]time.Time            // first failed execution of a record
 	execs    map[[2]string][]*Exec              // of a record
 	abnormal map[[2]string][]time.Time          // ends of requests of a record that may have left a claim
+	lost     map[[2]string][]time.Time          // ends of its store_unavailable answers (their claims are withdrawn)
 	// slowErrors are the ends of store errors that ran out of
 	// StoreTimeout, per instance.
 	slowErrors map[int][]time.Time
@@ -435,16 +448,26 @@ func (h *History) holder(r *Request, b Bounds, idx index) bool {
 			return true
 		}
 	}
+	for _, t := range idx.lost[k] {
+		if !t.After(r.End) && !t.Add(b.Withdraw).Before(r.Start) {
+			return true
+		}
+	}
 	from := r.Start.Add(-2 * b.LockTimeout)
 	for _, f := range h.faults {
 		if f.End.Before(from) || f.Start.After(r.End) {
 			continue
 		}
+		brief := b.Withdraw > 0 && f.End.Add(b.Withdraw).Before(r.Start) // Redis answered long enough ago
 		switch f.Kind {
-		case FaultPause, FaultRestart, FaultEviction, FaultFreeze, FaultCrash:
+		case FaultRestart, FaultEviction, FaultFreeze, FaultCrash:
 			return true
+		case FaultPause:
+			if !brief {
+				return true
+			}
 		case FaultStall:
-			if f.End.Sub(f.Start) >= b.LockTimeout/3 {
+			if f.End.Sub(f.Start) >= b.LockTimeout/3 && !brief {
 				return true
 			}
 		}
