@@ -282,15 +282,15 @@ func (w *chkWorld) clusterFault(ctx context.Context, rng *rand.Rand, f *idemchec
 	m := masters[rng.IntN(len(masters))].(*redis.Client)
 	srv := w.cl.NodeAt(m.Options().Addr)
 	switch n := rng.IntN(100); {
-	case n < 40:
+	case n < 60:
 		f.Kind = idemcheck.FaultPause // DEBUG SLEEP: the master reads nothing until it wakes
 		<-srv.Sleep(time.Duration(300+rng.IntN(1200)) * time.Millisecond)
-	case n < 55:
+	case n < 70:
 		f.Kind = idemcheck.FaultPause
 		d := time.Duration(100+rng.IntN(700)) * time.Millisecond
 		_ = m.Do(ctx, "CLIENT", "PAUSE", d.Milliseconds(), "ALL").Err()
 		time.Sleep(d)
-	case n < 62 && !w.killed:
+	case n < 77 && !w.killed:
 		w.killed = true
 		f.Kind = idemcheck.FaultRestart // its writes since the replica's last sync are lost
 		srv.Kill()
@@ -534,6 +534,9 @@ func (w *chkWorld) request(rng *rand.Rand) {
 	r := &idemcheck.Request{ID: w.reqSeq.Add(1)}
 	slot := rng.IntN(chkInstances)
 	outcome := pickOutcome(rng)
+	if w.cl != nil && outcome == "slow" && rng.IntN(4) != 0 {
+		outcome = "ok" // a slow handler holds its worker for one or two (long) leases
+	}
 	body := "A"
 	if rng.IntN(100) < 15 {
 		body = "B"
@@ -549,9 +552,13 @@ func (w *chkWorld) request(rng *rand.Rand) {
 		r.Via, r.Scope, r.Key, r.FP = "http", chkScopes[rng.IntN(len(chkScopes))], chkKeys[rng.IntN(len(chkKeys))]+epoch, "http:"+body
 	}
 	w.send(r, slot, outcome, body, cancelAfter)
-	// In Cluster mode a client retries a store error with the same key,
-	// as told ("not processed, retry with the same key").
-	for until := time.Now().Add(w.cfg.LockTimeout + 2*time.Second); w.cl != nil && r.Code == "idempotency_store_unavailable" && time.Now().Before(until); {
+	// In Cluster mode a client retries a store error or an in_progress
+	// answer with the same key, as told ("not processed, retry with the
+	// same key").
+	retry := func() bool {
+		return r.Code == "idempotency_store_unavailable" || r.Code == "idempotency_request_in_progress"
+	}
+	for until := time.Now().Add(w.cfg.LockTimeout + 2*time.Second); w.cl != nil && retry() && time.Now().Before(until); {
 		time.Sleep(time.Duration(100+rng.IntN(400)) * time.Millisecond)
 		r = &idemcheck.Request{ID: w.reqSeq.Add(1), Via: r.Via, Scope: r.Scope, Key: r.Key, FP: r.FP}
 		w.send(r, slot, outcome, body, 0)
@@ -661,7 +668,11 @@ func (w *chkWorld) run(d time.Duration) {
 	w.began = time.Now()
 	deadline := w.began.Add(d)
 	var workers sync.WaitGroup
-	for i := range chkWorkers {
+	nWorkers := chkWorkers
+	if w.cl != nil {
+		nWorkers *= 2
+	}
+	for i := range nWorkers {
 		rng := rand.New(rand.NewPCG(w.seed, uint64(i+1)))
 		workers.Go(func() {
 			for time.Now().Before(deadline) {
