@@ -188,7 +188,7 @@ type chkWorld struct {
 	// killed (one is, at most: its replica has none).
 	cl     *redistest.Cluster
 	cadmin *redis.ClusterClient
-	killed bool
+	killed *redistest.Server
 	prefix string
 	began  time.Time
 	cfg    Config
@@ -275,12 +275,17 @@ func (w *chkWorld) stores(ctx context.Context) []redis.UniversalClient {
 // clusterFault injects one fault of Cluster mode; false leaves the draw to
 // the faults of every mode (crashes, Delete).
 func (w *chkWorld) clusterFault(ctx context.Context, rng *rand.Rand, f *idemcheck.Fault) bool {
-	masters := w.stores(ctx)
-	if len(masters) == 0 {
+	var live []*redistest.Server
+	for _, m := range w.stores(ctx) {
+		if srv := w.cl.NodeAt(m.(*redis.Client).Options().Addr); srv != w.killed {
+			live = append(live, srv)
+		}
+	}
+	if len(live) == 0 {
 		return false
 	}
-	m := masters[rng.IntN(len(masters))].(*redis.Client)
-	srv := w.cl.NodeAt(m.Options().Addr)
+	srv := live[rng.IntN(len(live))]
+	m := srv.Client()
 	switch n := rng.IntN(100); {
 	case n < 60:
 		f.Kind = idemcheck.FaultPause // DEBUG SLEEP: the master reads nothing until it wakes
@@ -290,8 +295,8 @@ func (w *chkWorld) clusterFault(ctx context.Context, rng *rand.Rand, f *idemchec
 		d := time.Duration(100+rng.IntN(700)) * time.Millisecond
 		_ = m.Do(ctx, "CLIENT", "PAUSE", d.Milliseconds(), "ALL").Err()
 		time.Sleep(d)
-	case n < 77 && !w.killed:
-		w.killed = true
+	case n < 77 && w.killed == nil:
+		w.killed = srv
 		f.Kind = idemcheck.FaultRestart // its writes since the replica's last sync are lost
 		srv.Kill()
 		w.waitClusterOK(srv)
@@ -310,6 +315,7 @@ func (w *chkWorld) waitClusterOK(gone *redistest.Server) {
 				continue
 			}
 			if info, err := n.Client().ClusterInfo(context.Background()).Result(); err == nil && strings.Contains(info, "cluster_state:ok") {
+				w.cadmin.ReloadState(context.Background())
 				return
 			}
 		}

@@ -198,13 +198,15 @@ func newBreaker(cfg BreakerConfig) *breaker {
 	return b
 }
 
-// verdict is what the outcome of a command shows of Redis.
+// verdict is what the outcome of a command shows of Redis: nothing (the
+// caller's doing, or nothing sent), an answer (error replies included), or
+// a failure (not reached, or no answer in time).
 type verdict int8
 
 const (
-	unknown  verdict = iota // nothing: the caller's doing, or nothing sent
-	answered                // Redis answered (an error reply included)
-	failed                  // Redis could not be reached, or did not answer in time
+	unknown verdict = iota
+	answered
+	failed
 )
 
 func isAnswer(err error) bool {
@@ -216,9 +218,7 @@ func isAnswer(err error) bool {
 // Redis (see BreakerConfig).
 func (b *breaker) judge(ctx context.Context, err error, began time.Time) verdict {
 	switch {
-	case isAnswer(err):
-		// Even LOADING or CLUSTERDOWN: it came at once, and a PING would
-		// close the breaker at once.
+	case isAnswer(err): // even LOADING or CLUSTERDOWN: a PING would close the breaker at once
 		return answered
 	case errors.Is(err, redis.ErrClosed), errors.Is(err, redis.ErrPoolTimeout):
 		return unknown // not sent
@@ -341,8 +341,7 @@ func (b *breaker) probe() {
 	}
 }
 
-// shutdownProbes ends probing without waiting for a probe in flight, whose
-// context it cancels.
+// shutdownProbes ends probing; a probe in flight has its context cancelled.
 func (b *breaker) shutdownProbes() {
 	b.stop()
 	b.mu.Lock()
@@ -416,8 +415,7 @@ func (b *breaker) guard(ctx context.Context, cmds []redis.Cmder, handshake bool,
 	return err
 }
 
-// breakerSet is the breakers of one Client: one for a standalone or
-// Sentinel client, one per node of a Cluster client.
+// breakerSet is the breakers of one Client (one per Cluster node).
 type breakerSet struct {
 	cfg BreakerConfig
 	mu  sync.Mutex
@@ -487,7 +485,6 @@ func (s *breakerSet) forgetNodesOutside(serving map[*redis.Client]bool) {
 	})
 }
 
-// each calls f with every breaker of the set.
 func (s *breakerSet) each(f func(*breaker)) {
 	if s == nil {
 		return
