@@ -73,11 +73,13 @@ func TestLockCheckerChild(t *testing.T) {
 	}
 	var stats checkStats
 	var workers sync.WaitGroup
+	fns := newFnRuns()
 	for j := range checkWorkersPerLock {
 		rng := rand.New(rand.NewPCG(o.Seed, uint64(j+1)))
-		workers.Go(func() { holdLocks(ctx, l, o.Config, rng, fmt.Sprintf("%sw%d", o.Prefix, j), report, &stats) })
+		workers.Go(func() { holdLocks(ctx, l, o.Config, rng, fmt.Sprintf("%sw%d", o.Prefix, j), report, &stats, fns) })
 	}
 	workers.Wait()
+	fns.stop(t, l)
 }
 
 // checkChildren runs the holder processes, one at a time.

@@ -39,6 +39,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -128,12 +129,28 @@ type checkStats struct {
 	lost, released, releasedLost, releasedNotOwner    atomic.Int64
 	releaseErrors                                     atomic.Int64
 	walkedAway, extended, extendErrors, childrenKills atomic.Int64
-	faults                                            sync.Map // kind -> *atomic.Int64
+	faults, exits                                     sync.Map // kind -> *atomic.Int64
 }
 
-func (s *checkStats) fault(kind string) {
-	n, _ := s.faults.LoadOrStore(kind, new(atomic.Int64))
+func (s *checkStats) fault(kind string) { count(&s.faults, kind) }
+
+// fnExit counts a WithLock fn left by exit.
+func (s *checkStats) fnExit(exit string) { count(&s.exits, exit) }
+
+func count(m *sync.Map, kind string) {
+	n, _ := m.LoadOrStore(kind, new(atomic.Int64))
 	n.(*atomic.Int64).Add(1)
+}
+
+// counts lists m's counters, sorted.
+func counts(m *sync.Map) string {
+	var out []string
+	m.Range(func(k, v any) bool {
+		out = append(out, fmt.Sprintf("%s %d", k, v.(*atomic.Int64).Load()))
+		return true
+	})
+	slices.SortFunc(out, cmp.Compare)
+	return strings.Join(out, ", ")
 }
 
 // checkClient is one holder's Redis client and the proxies its
@@ -276,14 +293,17 @@ func (w *checkWorld) run(d time.Duration) {
 	ctx, stop := context.WithTimeout(context.Background(), d)
 	defer stop()
 	var workers, faults sync.WaitGroup
+	fns := newFnRuns()
+	var lockers []*Locker
 	for i := range checkLockers {
 		c := w.newClient()
 		cfg := checkConfig(w.rng)
 		w.maxTTL = max(w.maxTTL, cfg.TTL)
 		l := mustNew(w.t, c.rdb, cfg)
+		lockers = append(lockers, l)
 		for j := range checkWorkersPerLock {
 			rng := rand.New(rand.NewPCG(w.seed, uint64(i*checkWorkersPerLock+j+1)))
-			workers.Go(func() { holdLocks(ctx, l, cfg, rng, fmt.Sprintf("p%d.w%d", i, j), w.event, &w.stats) })
+			workers.Go(func() { holdLocks(ctx, l, cfg, rng, fmt.Sprintf("p%d.w%d", i, j), w.event, &w.stats, fns) })
 		}
 	}
 	children := newCheckChildren(w)
@@ -292,6 +312,7 @@ func (w *checkWorld) run(d time.Duration) {
 	workers.Wait()
 	faults.Wait()
 	children.stop()
+	fns.stop(w.t, lockers...)
 	for _, c := range w.clients { // every fault over
 		for _, p := range c.proxies {
 			p.Refuse(false)
@@ -303,9 +324,10 @@ func (w *checkWorld) run(d time.Duration) {
 }
 
 // holdLocks is one worker: take a random lock, hold it for a while
-// (checking it, extending it), then release it or walk away; again until
-// ctx ends. It reports each hold to event.
-func holdLocks(ctx context.Context, l *Locker, cfg Config, rng *rand.Rand, worker string, event func(holdEvent), stats *checkStats) {
+// (checking it, extending it), then release it or walk away, or hold it in
+// WithLock's fn that leaves by a drawn exit; again until ctx ends. It
+// reports each hold to event.
+func holdLocks(ctx context.Context, l *Locker, cfg Config, rng *rand.Rand, worker string, event func(holdEvent), stats *checkStats, fns *fnRuns) {
 	for n := 0; ctx.Err() == nil; n++ {
 		name := checkerNames[rng.IntN(len(checkerNames))]
 		actx, cancel := ctx, context.CancelFunc(func() {})
@@ -331,11 +353,95 @@ func holdLocks(ctx context.Context, l *Locker, cfg Config, rng *rand.Rand, worke
 		id := fmt.Sprintf("%s.%d", worker, n)
 		valid := lock.ValidUntil()
 		event(holdEvent{Kind: "begin", ID: id, Name: name, Token: lock.Token, Sent: lock.sent.UnixNano(), Start: start.UnixNano(), Valid: valid.UnixNano()})
-		end := holdFor(ctx, lock, cfg, rng, holdDuration(rng, cfg.TTL), func(v time.Time) {
-			event(holdEvent{Kind: "valid", ID: id, Valid: v.UnixNano()})
-		}, stats)
+		validMoved := func(v time.Time) { event(holdEvent{Kind: "valid", ID: id, Valid: v.UnixNano()}) }
+		if rng.IntN(3) == 0 {
+			holdInFn(ctx, lock, cfg, rand.New(rand.NewPCG(rng.Uint64(), 1)), validMoved, func(e holdEvent) { e.ID = id; event(e) }, stats, fns)
+			continue
+		}
+		end := holdFor(ctx, lock, cfg, rng, holdDuration(rng, cfg.TTL), validMoved, stats)
 		end.ID = id
 		event(end)
+	}
+}
+
+// fnRuns are the WithLock fns of a run. A "never" fn is in holding until
+// its lock ends (the Locker stopped renewing it, or its validity ran out),
+// then blocked on never.
+type fnRuns struct {
+	all, holding sync.WaitGroup
+	never        chan struct{}
+}
+
+func newFnRuns() *fnRuns { return &fnRuns{never: make(chan struct{})} }
+
+// stop stops the lockers, which must end the locks that fns that never
+// return hold (their renewals stop), then lets those fns go.
+func (f *fnRuns) stop(t testing.TB, lockers ...*Locker) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, l := range lockers {
+		if err := l.Stop(ctx); err != nil {
+			t.Errorf("Stop: %v", err)
+		}
+	}
+	ended := make(chan struct{})
+	go func() { f.holding.Wait(); close(ended) }()
+	select {
+	case <-ended:
+	case <-time.After(5 * time.Second):
+		t.Errorf("a lock held by a WithLock fn that never returns was still held 5s after its Locker stopped")
+	}
+	close(f.never)
+	f.all.Wait()
+}
+
+// holdInFn holds lock in WithLock's fn (Lock.do), which leaves by an exit
+// drawn from fnExits once the hold is over; end reports the hold's end
+// before fn leaves. It returns when fn has left, but at once for "never".
+func holdInFn(ctx context.Context, lock *Lock, cfg Config, rng *rand.Rand, validMoved func(time.Time), end func(holdEvent), stats *checkStats, fns *fnRuns) {
+	exit := fnExits[rng.IntN(len(fnExits))]
+	left := make(chan struct{})
+	if exit == "never" {
+		fns.holding.Add(1)
+	}
+	fns.all.Go(func() {
+		defer close(left)
+		defer func() { _ = recover() }()
+		_ = lock.do(ctx, func(context.Context, int64) error {
+			ev, lost := keepFor(ctx, lock, cfg, rng, holdDuration(rng, cfg.TTL), validMoved, stats)
+			if !lost {
+				ev.End, ev.Result = earliest(time.Now(), lock.ValidUntil()).UnixNano(), "fn-"+exit
+			}
+			stats.fnExit(exit)
+			switch exit {
+			case "error":
+				end(ev)
+				return errFn
+			case "panic":
+				end(ev)
+				panic("fn panicked")
+			case "goexit":
+				end(ev)
+				runtime.Goexit()
+			case "never":
+				select {
+				case <-lock.Done(): // held (renewed) until then
+				case <-fns.never:
+				}
+				if !lost {
+					ev.End = lock.ValidUntil().UnixNano()
+				}
+				end(ev)
+				fns.holding.Done()
+				<-fns.never
+			default:
+				end(ev)
+			}
+			return nil
+		})
+	})
+	if exit != "never" {
+		<-left
 	}
 }
 
@@ -355,40 +461,11 @@ func holdDuration(rng *rand.Rand, ttl time.Duration) time.Duration {
 // holdFor holds lock for d (or until it is lost) and ends the hold: the
 // returned event says until when the holder relied on it and how it ended.
 func holdFor(ctx context.Context, lock *Lock, cfg Config, rng *rand.Rand, d time.Duration, validMoved func(time.Time), stats *checkStats) holdEvent {
-	ev := holdEvent{Kind: "end"}
-	valid := lock.ValidUntil()
-	for until := time.Now().Add(d); ctx.Err() == nil && time.Now().Before(until); {
-		err := lock.Err()
-		now := time.Now()
-		if v := lock.ValidUntil(); !v.Equal(valid) {
-			valid = v
-			validMoved(v)
-		}
-		if err != nil {
-			stats.lost.Add(1)
-			if now.Before(valid) { // lost by Redis's word, not by the clock
-				ev.RedisLost, ev.At = true, now.UnixNano()
-			}
-			ev.End, ev.Result = valid.UnixNano(), "lost"
-			return ev
-		}
-		if !cfg.AutoRenew && rng.IntN(8) == 0 {
-			ectx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-			err := lock.Extend(ectx, time.Duration(rng.Int64N(int64(cfg.TTL*2))))
-			cancel()
-			if errors.Is(err, ErrLockLost) && time.Now().Before(valid) {
-				continue // Redis said another owner has it: reported as lost above, next round
-			}
-			if err != nil {
-				stats.extendErrors.Add(1)
-			} else {
-				stats.extended.Add(1)
-			}
-		}
-		sleepCtx(ctx, time.Duration(2+rng.IntN(20))*time.Millisecond)
+	ev, lost := keepFor(ctx, lock, cfg, rng, d, validMoved, stats)
+	if lost {
+		return ev
 	}
-	now := time.Now()
-	valid = lock.ValidUntil()
+	now, valid := time.Now(), lock.ValidUntil()
 	ev.End = earliest(now, valid).UnixNano()
 	if !cfg.AutoRenew && rng.IntN(10) == 0 {
 		// Walk away: never released, relied on until its validity ends.
@@ -416,6 +493,44 @@ func holdFor(ctx context.Context, lock *Lock, cfg Config, rng *rand.Rand, d time
 		ev.Result = "release-error"
 	}
 	return ev
+}
+
+// keepFor holds lock for d, checking and extending it; lost reports that
+// it was lost meanwhile (ev then says until when the holder relied on it).
+func keepFor(ctx context.Context, lock *Lock, cfg Config, rng *rand.Rand, d time.Duration, validMoved func(time.Time), stats *checkStats) (ev holdEvent, lost bool) {
+	ev = holdEvent{Kind: "end"}
+	valid := lock.ValidUntil()
+	for until := time.Now().Add(d); ctx.Err() == nil && time.Now().Before(until); {
+		err := lock.Err()
+		now := time.Now()
+		if v := lock.ValidUntil(); !v.Equal(valid) {
+			valid = v
+			validMoved(v)
+		}
+		if err != nil {
+			stats.lost.Add(1)
+			if now.Before(valid) { // lost by Redis's word, not by the clock
+				ev.RedisLost, ev.At = true, now.UnixNano()
+			}
+			ev.End, ev.Result = valid.UnixNano(), "lost"
+			return ev, true
+		}
+		if !cfg.AutoRenew && rng.IntN(8) == 0 {
+			ectx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+			err := lock.Extend(ectx, time.Duration(rng.Int64N(int64(cfg.TTL*2))))
+			cancel()
+			if errors.Is(err, ErrLockLost) && time.Now().Before(valid) {
+				continue // Redis said another owner has it: reported as lost above, next round
+			}
+			if err != nil {
+				stats.extendErrors.Add(1)
+			} else {
+				stats.extended.Add(1)
+			}
+		}
+		sleepCtx(ctx, time.Duration(2+rng.IntN(20))*time.Millisecond)
+	}
+	return ev, false
 }
 
 func earliest(a, b time.Time) time.Time {
@@ -693,19 +808,13 @@ func (w *checkWorld) dataLost(name string, from, to time.Time) bool {
 // report logs what the run did (docs/reliability.md quotes it).
 func (w *checkWorld) report(d time.Duration) {
 	s := &w.stats
-	var faults []string
-	s.faults.Range(func(k, v any) bool {
-		faults = append(faults, fmt.Sprintf("%s %d", k, v.(*atomic.Int64).Load()))
-		return true
-	})
-	slices.SortFunc(faults, cmp.Compare)
 	w.mu.Lock()
 	holds, restarts := len(w.holds), len(w.restarts)
 	w.mu.Unlock()
 	w.t.Logf("%s seed %d, %v: %d holds (acquired %d, not acquired %d, caller gave up %d, acquire errors %d); "+
 		"lost %d, released %d, released after loss %d, released not owner %d, release errors %d, walked away %d, extended %d (errors %d); "+
-		"restarts %d, holder processes killed %d; faults: %s",
+		"WithLock fn exits: %s; restarts %d, holder processes killed %d; faults: %s",
 		w.mode, w.seed, d, holds, s.acquired.Load(), s.notAcquired.Load(), s.gaveUp.Load(), s.acquireErrors.Load(),
 		s.lost.Load(), s.released.Load(), s.releasedLost.Load(), s.releasedNotOwner.Load(), s.releaseErrors.Load(), s.walkedAway.Load(),
-		s.extended.Load(), s.extendErrors.Load(), restarts, s.childrenKills.Load(), strings.Join(faults, ", "))
+		s.extended.Load(), s.extendErrors.Load(), counts(&s.exits), restarts, s.childrenKills.Load(), counts(&s.faults))
 }

@@ -30,7 +30,7 @@ func giveUpAcquire(t *testing.T, l *Locker, name string) {
 func giveBacksDone(t *testing.T, l *Locker, within time.Duration) {
 	t.Helper()
 	done := make(chan struct{})
-	go func() { l.giveBacks.Wait(); close(done) }()
+	go func() { l.bg.Wait(); close(done) }()
 	select {
 	case <-done:
 	case <-time.After(within):

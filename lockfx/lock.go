@@ -166,7 +166,9 @@ func (k *Lock) confirm(sent time.Time, lease time.Duration) bool {
 // holder's until the release; ErrLockLost when its validity had ended
 // before (the lock is still deleted if Redis kept it for this owner);
 // ErrNotOwner when Redis did not have it for this owner when the release
-// ran, and on a second Release (no Redis call then). ErrNotOwner from a
+// ran, and on a second Release (no Redis call then). A release that fails
+// (ctx ended, Redis unreachable) is given back in the background, as
+// Acquire gives back an acquire it gave up. ErrNotOwner from a
 // first Release is no proof that the lock was lost early: go-redis may
 // have retried a release whose first try did release but whose answer
 // was lost. Renewals and Extend (which may run twice harmlessly) are the
@@ -195,6 +197,7 @@ func (k *Lock) Release(ctx context.Context) error {
 	})
 	switch {
 	case err != nil:
+		k.l.abandon(k.keys, k.owner) // the release may not have run: given back in the background
 		err = fmt.Errorf("lockfx: release %s: %w", k.l.cfg.KeyAttribute.Quote(k.name), err)
 	case wasLost:
 		err = ErrLockLost

@@ -110,12 +110,12 @@ type Locker struct {
 	cfg Config
 	rdb redis.UniversalClient
 	obs *observer
-	// stopped ends the give-backs still trying (Stop); giveBacks waits
-	// for them; mu orders a new one against Stop.
-	stopped   context.Context
-	stop      context.CancelFunc
-	mu        sync.Mutex
-	giveBacks sync.WaitGroup
+	// stopped ends the give-backs and renewals (Stop); bg waits for them;
+	// mu orders a new one against Stop.
+	stopped context.Context
+	stop    context.CancelFunc
+	mu      sync.Mutex
+	bg      sync.WaitGroup
 }
 
 // New builds a Locker without Fx.
@@ -255,7 +255,7 @@ func (l *Locker) Acquire(ctx context.Context, name string) (*Lock, error) {
 			lock := newLock(l, name, keys, owner, token, sent)
 			l.obs.endAcquire(span, true, attempt-1, time.Since(began), nil)
 			if l.cfg.AutoRenew {
-				go lock.renew()
+				l.background(lock.renew)
 			}
 			return lock, nil
 		}
@@ -322,7 +322,7 @@ func (l *Locker) Stop(ctx context.Context) error {
 	l.stop()
 	l.mu.Unlock()
 	done := make(chan struct{})
-	go func() { l.giveBacks.Wait(); close(done) }()
+	go func() { l.bg.Wait(); close(done) }()
 	select {
 	case <-done:
 		return nil
@@ -334,16 +334,17 @@ func (l *Locker) Stop(ctx context.Context) error {
 // abandon gives up, in the background, an acquire by owner whose outcome
 // is unknown (see abandonScript and giveBack).
 func (l *Locker) abandon(keys lockKeys, owner string) {
+	l.background(func() { l.giveBack(keys, owner) })
+}
+
+// background runs f on a goroutine that Stop waits for; after Stop it
+// runs nothing: a lock left held then expires as a crashed holder's.
+func (l *Locker) background(f func()) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.stopped.Err() != nil {
-		return // stopped: the lock, if Redis grants it, expires as a crashed holder's
+	if l.stopped.Err() == nil {
+		l.bg.Go(f)
 	}
-	l.giveBacks.Add(1)
-	go func() {
-		defer l.giveBacks.Done()
-		l.giveBack(keys, owner)
-	}()
 }
 
 // giveBack runs abandonScript until Redis answers it. The acquire it gives
@@ -391,21 +392,27 @@ func (l *Locker) giveBack(keys lockKeys, owner string) {
 }
 
 // WithLock runs fn while holding the lock called name, and releases it
-// afterwards (also when fn panics). fn's context is cancelled, with cause
-// ErrLockLost, if the lock is lost while fn runs; WithLock then returns
-// ErrLockLost (joined with fn's error, if any): fn's work may have
-// overlapped another holder's, and only the fencing token (passed to fn)
-// can make a downstream store refuse the late writes.
+// however fn leaves (return, panic, runtime.Goexit). fn's context is
+// cancelled, with cause ErrLockLost, if the lock is lost while fn runs;
+// WithLock then returns ErrLockLost (joined with fn's error, if any): fn's
+// work may have overlapped another holder's, and only the fencing token
+// (passed to fn) can make a downstream store refuse the late writes. An fn
+// that never returns keeps an auto-renewed lock until Locker.Stop.
 func (l *Locker) WithLock(ctx context.Context, name string, fn func(ctx context.Context, token int64) error) error {
 	lock, err := l.Acquire(ctx, name)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = lock.Release(context.WithoutCancel(ctx)) }()
-	lockCtx, cancel := lock.Context(ctx)
+	return lock.do(ctx, fn)
+}
+
+// do is WithLock once the lock is held.
+func (k *Lock) do(ctx context.Context, fn func(ctx context.Context, token int64) error) error {
+	defer func() { _ = k.Release(context.WithoutCancel(ctx)) }()
+	lockCtx, cancel := k.Context(ctx)
 	defer cancel()
-	err = fn(lockCtx, lock.Token)
-	if lost := lock.Err(); lost != nil {
+	err := fn(lockCtx, k.Token)
+	if lost := k.Err(); lost != nil {
 		return errors.Join(err, lost)
 	}
 	return err

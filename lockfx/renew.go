@@ -8,11 +8,6 @@ import (
 	"github.com/redisfx/redisfx/storefx"
 )
 
-// renewalContext is where renewals start: sent even while the client's
-// circuit breaker is open, and without a span (the holder's housekeeping,
-// not a trace of its own; still counted in the command metrics).
-var renewalContext = plugintrace.WithoutCommandSpans(storefx.BypassBreaker(context.Background()))
-
 // The renewal schedule of an auto-renewed lock, as fractions of its TTL.
 // A renewal goes out renewEvery after the last confirmed one was sent.
 // One still unanswered after renewHedge gets company: another goes out (on
@@ -42,9 +37,13 @@ type renewal struct {
 }
 
 // renew keeps the lock's lease alive until the lock ends (released or
-// lost). The first renewal goes out TTL/3 after the acquire was sent.
+// lost) or the Locker stops. The first renewal goes out TTL/3 after the
+// acquire was sent. Renewals are sent even while the client's circuit
+// breaker is open, and without a span (housekeeping, not a trace of its
+// own; still counted in the command metrics).
 func (k *Lock) renew() {
 	ttl := k.l.cfg.TTL
+	renewalCtx := plugintrace.WithoutCommandSpans(storefx.BypassBreaker(k.l.stopped))
 	results := make(chan renewal, renewalsInFlight) // never blocks a late call
 	inFlight := 0
 	lastConfirmed := k.sent
@@ -54,6 +53,8 @@ func (k *Lock) renew() {
 		select {
 		case <-k.done:
 			return
+		case <-k.l.stopped.Done():
+			return
 		case <-next.C:
 			if inFlight < renewalsInFlight {
 				// A renewal sent while another is unanswered is a hedge: it
@@ -62,11 +63,9 @@ func (k *Lock) renew() {
 				// idle one the pool would hand out next.
 				hedge := inFlight > 0
 				inFlight++
-				go func() {
+				k.l.background(func() {
 					sent := time.Now()
-					// Sent even while the client's circuit breaker is open: a
-					// stall shorter than the margins must not cost the lock.
-					ctx, cancel := context.WithTimeout(renewalContext, ttl/renewTimeout)
+					ctx, cancel := context.WithTimeout(renewalCtx, ttl/renewTimeout)
 					var owned bool
 					var err error
 					if hedge {
@@ -76,7 +75,7 @@ func (k *Lock) renew() {
 					}
 					cancel()
 					results <- renewal{sent, owned, err}
-				}()
+				})
 			}
 			next.Reset(ttl / renewHedge) // still unanswered then: another one goes out
 		case r := <-results:
