@@ -56,6 +56,11 @@ type Config struct {
 	// of proxies whose X-Forwarded-For is believed when keying by client
 	// IP. Empty: the connection's address is the client.
 	TrustedProxies []string
+	// IPv6Prefix is the length of the IPv6 network ByIP keys a client by:
+	// a subscriber is usually given a whole /64, so keying by address
+	// would give one client 2^64 budgets. Default 64; 128 keys each
+	// address. IPv4 clients are keyed by address.
+	IPv6Prefix int
 	// StoreTimeout bounds one check's Redis call. Default 500ms.
 	StoreTimeout time.Duration
 	// DisableHeaders stops the RateLimit and RateLimit-Policy fields on
@@ -115,6 +120,12 @@ func (c Config) normalize() (Config, []netip.Prefix, error) {
 	}
 	if why := fxconfig.TooLong(c.StoreTimeout); why != "" {
 		return c, nil, configError("StoreTimeout", why)
+	}
+	if c.IPv6Prefix == 0 {
+		c.IPv6Prefix = 64
+	}
+	if c.IPv6Prefix < 1 || c.IPv6Prefix > 128 {
+		return c, nil, configError("IPv6Prefix", fmt.Sprintf("%d is not a prefix length from 1 to 128", c.IPv6Prefix))
 	}
 	switch c.Algorithm {
 	case "":

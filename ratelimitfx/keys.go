@@ -14,9 +14,23 @@ type KeyFunc func(r *http.Request) (key string, ok bool)
 // ByIP keys by the client's IP address: the connection's address, or, when
 // that is a trusted proxy (Config.TrustedProxies), the rightmost address of
 // X-Forwarded-For that is not a trusted proxy. Addresses a client wrote
-// into the header itself sit left of that and are never believed.
+// into the header itself sit left of that and are never believed. An IPv6
+// client counts as its /Config.IPv6Prefix network (default /64), an IPv4
+// client as its address.
 func (l *Limiter) ByIP() KeyFunc {
-	return func(r *http.Request) (string, bool) { return "ip:" + clientIP(r, l.proxies), true }
+	return func(r *http.Request) (string, bool) { return "ip:" + l.network(clientIP(r, l.proxies)), true }
+}
+
+// network is the IPv6 network of the client address ip (its budget: one
+// subscriber is given a whole /64 and can use any address in it), or ip
+// itself.
+func (l *Limiter) network(ip string) string {
+	a, err := netip.ParseAddr(ip)
+	if err != nil || !a.Is6() {
+		return ip
+	}
+	p, _ := a.Prefix(l.cfg.IPv6Prefix)
+	return p.String()
 }
 
 // ByHeader keys by a request header (an API key, a tenant id); requests
