@@ -10,34 +10,31 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redisfx/redisfx"
+	"github.com/redisfx/redisfx/internal/backoff"
 )
 
-// ErrLockLost means the lock's validity ran out before it was released
-// (no renewal was confirmed in time), or Redis answered that another owner
-// holds it. From then on the holder must act as if someone else holds it.
+// ErrLockLost means the lock's validity ran out before it was released, or
+// Redis answered that another owner holds it: from then on the holder must
+// act as if someone else holds it.
 var ErrLockLost = &redisfx.BaseError{Code: "lock_lost", Message: "lockfx: the lock was lost: its lease ran out or another owner holds it"}
 
 // driftMargin is how much earlier than Redis a holder's view of a lease
-// ends: 1% of the lease (the two clocks may run at rates up to that far
-// apart) plus 2ms (Redis keeps expiries in whole milliseconds). As in
+// ends: 1% (clock rates) plus 2ms (Redis's millisecond expiries), as in
 // Redlock.
 func driftMargin(lease time.Duration) time.Duration { return lease/100 + 2*time.Millisecond }
 
-// Lock is a held lock.
-//
-// Its validity is the holder's own, conservative view of the lease: it
-// ends TTL minus driftMargin after the holder *sent* the last acquire or
-// renewal that Redis confirmed, so it ends before Redis lets anyone else
-// take the lock (Redis started the lease no earlier than that send). Done,
-// Err and Context report the end of the validity, or a release.
+// Lock is a held lock. Its validity ends TTL minus driftMargin after the
+// holder sent the last acquire or renewal that Redis confirmed: before
+// Redis lets anyone else take the lock. Done, Err and Context report its
+// end, or a release.
 type Lock struct {
 	l     *Locker
 	name  string
 	keys  lockKeys
 	owner string
-	// Token is the fencing token: it grows with every acquisition of this
-	// name (Redis restarts and failovers included, see docs/locks.md), so
-	// a downstream store can refuse writes with an older token.
+	// Token is the fencing token: it grows with every acquisition of the
+	// name, restarts and failovers included, so a downstream store can
+	// refuse writes with an older one.
 	Token int64
 
 	sent time.Time // when the successful acquire call was sent
@@ -60,11 +57,10 @@ func newLock(l *Locker, name string, keys lockKeys, owner string, token int64, s
 	return k
 }
 
-// Done is closed when the lock is no longer held by this holder: it was
-// released, or lost (Err says which). It is closed at the end of the
-// validity, as promptly as the Go runtime fires a timer; a holder about to
-// do something that must not overlap another holder checks Err right
-// before (it compares the clock itself).
+// Done is closed when the lock is released or lost (Err says which), at
+// the end of the validity as promptly as a timer fires; Err reads the
+// clock itself, so check it right before a step that must not overlap
+// another holder.
 func (k *Lock) Done() <-chan struct{} {
 	k.checkValidity()
 	return k.done
@@ -102,9 +98,8 @@ func (k *Lock) Context(parent context.Context) (context.Context, context.CancelF
 	return ctx, func() { cancel(context.Canceled) }
 }
 
-// checkValidity ends the lock if its validity is over. Every reader
-// checks, so that none sees a lock valid past its validity even when the
-// expiry timer fires late.
+// checkValidity ends the lock if its validity is over, even when the
+// expiry timer has not fired yet.
 func (k *Lock) checkValidity() {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -162,17 +157,12 @@ func (k *Lock) confirm(sent time.Time, lease time.Duration) bool {
 	return true
 }
 
-// Release gives the lock up. It returns nil when the lock was this
-// holder's until the release; ErrLockLost when its validity had ended
-// before (the lock is still deleted if Redis kept it for this owner);
-// ErrNotOwner when Redis did not have it for this owner when the release
-// ran, and on a second Release (no Redis call then). A release that fails
-// (ctx ended, Redis unreachable) is given back in the background, as
-// Acquire gives back an acquire it gave up. ErrNotOwner from a
-// first Release is no proof that the lock was lost early: go-redis may
-// have retried a release whose first try did release but whose answer
-// was lost. Renewals and Extend (which may run twice harmlessly) are the
-// reliable witnesses of a lock Redis lost.
+// Release gives the lock up: nil when it was this holder's until then;
+// ErrLockLost when its validity had ended (Redis's key is still deleted if
+// it is this owner's); ErrNotOwner when Redis did not have it for this
+// owner (no proof of a loss: go-redis may have retried a release whose
+// answer was lost), and on a second Release. A release that fails is
+// given back in the background.
 func (k *Lock) Release(ctx context.Context) error {
 	k.mu.Lock()
 	if k.released {
@@ -182,7 +172,7 @@ func (k *Lock) Release(ctx context.Context) error {
 	k.released = true
 	k.checkValidityLocked()
 	wasLost := k.err != nil
-	var retryUntil time.Time // while the lease lasts: a release refused for a migration is worth trying again
+	var retryUntil time.Time // a migration's refusal is retried while the lease lasts
 	if !wasLost {
 		retryUntil = k.validUntil
 	}
@@ -208,13 +198,9 @@ func (k *Lock) Release(ctx context.Context) error {
 	return err
 }
 
-// Extend makes the lease last at least ttl from now (ttl 0: the
-// configured TTL); it never shortens it. Any ttl is accepted: should the
-// holder crash, the lock stays held until that lease runs out, however
-// much longer than the TTL it is. The validity moves forward to
-// ttl minus driftMargin after the call was sent. ErrLockLost (or
-// ErrNotOwner after Release) when the lock had already ended; ErrLockLost
-// also when Redis answers that this owner no longer holds it.
+// Extend makes the lease last at least ttl from now (0: the TTL), never
+// shorter, and moves the validity forward. ErrLockLost (ErrNotOwner after
+// Release) when the lock had ended, or Redis says this owner lost it.
 func (k *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if ttl <= 0 {
 		ttl = k.l.cfg.TTL
@@ -225,7 +211,7 @@ func (k *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	sent := time.Now()
 	var owned bool
 	err := whileMigrating(ctx, k.ValidUntil(), func() (err error) {
-		owned, err = k.extend(ctx, ttl)
+		owned, err = k.extend(ctx, ttl, false)
 		return err
 	})
 	switch {
@@ -240,52 +226,37 @@ func (k *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	return nil
 }
 
-// extendOnANewConnection runs extendScript as extend does, but on a
-// connection dialled for it (see hedgeClient), closed afterwards; through
-// the client itself when it cannot dial one.
-func (k *Lock) extendOnANewConnection(ctx context.Context, ttl time.Duration) (bool, error) {
-	c := hedgeClient(ctx, k.l.rdb, k.keys.lock)
-	if c == nil {
-		return k.extend(ctx, ttl)
+// extend runs extendScript, on a new connection to the key's node when
+// hedge (see hedgeClient): whether this owner still held the lock.
+func (k *Lock) extend(ctx context.Context, ttl time.Duration, hedge bool) (bool, error) {
+	var c redis.Scripter = k.l.rdb
+	if hedge {
+		if node := hedgeClient(ctx, k.l.rdb, k.keys.lock); node != nil {
+			defer node.Close()
+			c = node
+		}
 	}
-	defer c.Close()
 	n, err := extendScript.Run(ctx, c, []string{k.keys.lock}, k.owner, ttl.Milliseconds()).Int()
 	return n == 1, err
 }
 
-// extend runs extendScript: whether this owner still held the lock.
-func (k *Lock) extend(ctx context.Context, ttl time.Duration) (bool, error) {
-	n, err := extendScript.Run(ctx, k.l.rdb, []string{k.keys.lock}, k.owner, ttl.Milliseconds()).Int()
-	return n == 1, err
-}
-
 // whileMigrating runs call again while the lock's slot moves between
-// Cluster nodes (slotMoving: Redis ran nothing), until ctx ends or until
-// would pass: a migration's keys move in moments, go-redis's own few
-// retries may not outlast it. It returns call's last error.
+// Cluster nodes (slotMoving), until ctx ends or until would pass: go-redis's
+// own few retries may not outlast a migration.
 func whileMigrating(ctx context.Context, until time.Time, call func() error) error {
-	wait := 10 * time.Millisecond
+	pause := backoff.Backoff{Min: 10 * time.Millisecond, Max: 100 * time.Millisecond}
 	for {
 		err := call()
-		if !slotMoving(err) || !time.Now().Add(wait).Before(until) {
+		if !slotMoving(err) || !time.Now().Add(pause.Max).Before(until) || !pause.Wait(ctx) {
 			return err
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return err
-		case <-t.C:
-		}
-		wait = min(2*wait, 100*time.Millisecond)
 	}
 }
 
-// slotMoving reports a refusal of a script while its slot moves between
-// Cluster masters, after which Redis ran nothing: TRYAGAIN (its keys are
-// split between the two nodes), or the MOVED or ASK that go-redis returns
-// once its own redirections (ClusterOptions.MaxRedirects, which its
-// TRYAGAIN retries use up too) run out.
+// slotMoving reports a refusal while the script's slot moves between
+// Cluster masters, after which Redis ran nothing: TRYAGAIN (its keys
+// split), or the MOVED or ASK go-redis returns once its redirections run
+// out.
 func slotMoving(err error) bool {
 	if err == nil {
 		return false

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"sync"
 	"time"
@@ -12,23 +11,22 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redisfx/redisfx"
+	"github.com/redisfx/redisfx/internal/backoff"
 	"github.com/redisfx/redisfx/internal/clientcheck"
 	"github.com/redisfx/redisfx/internal/ctxsleep"
-	"github.com/redisfx/redisfx/internal/fxconfig"
+	"github.com/redisfx/redisfx/internal/durations"
 	"github.com/redisfx/redisfx/internal/randid"
 	"github.com/redisfx/redisfx/internal/scripts"
 	"github.com/redisfx/redisfx/plugintrace"
 	"github.com/redisfx/redisfx/storefx"
 )
 
-// Config holds the lock options. Zero fields take the defaults. Every
-// duration is at most 100 years; a longer one is refused, naming it.
+// Config holds the lock options. Zero fields take the defaults.
 type Config struct {
 	// KeyPrefix is put before the lock name. Default "lock:".
 	KeyPrefix string
 	// TTL is the lease of a lock: it expires this long after the last
-	// acquire, extend or renewal. At least 10ms, at most 100 years. Default
-	// 10s.
+	// acquire, extend or renewal. At least 10ms. Default 10s.
 	TTL time.Duration
 	// Attempts is the most tries of one Acquire (1 = no retry). Default 20.
 	Attempts int
@@ -39,16 +37,13 @@ type Config struct {
 	// WaitTimeout bounds the whole Acquire, retries included. Default 5s.
 	WaitTimeout time.Duration
 	// KeyAttribute is how lock names are written into the
-	// redisfx.lock.key span attribute and into error messages: a lock name
-	// is often a business identifier ("card:" and a card number). The
-	// zero value, plugintrace.RedactKey(), writes "[redacted]";
-	// plugintrace.HashKey(secret) writes a keyed digest, the same for the
-	// same name, so the spans of one contended lock can be found together;
-	// plugintrace.RawKey() writes names as given.
+	// redisfx.lock.key span attribute and into error messages: redacted
+	// by default (plugintrace.RedactKey), a keyed digest
+	// (plugintrace.HashKey) or as given (plugintrace.RawKey).
 	KeyAttribute plugintrace.KeyAttribute
-	// AutoRenew renews held locks every TTL/3 until released, retrying
-	// quickly when a renewal fails or stalls (see docs/locks.md for the
-	// stalls it survives). Default off.
+	// AutoRenew renews held locks every TTL/3 until released (or
+	// Locker.Stop), retrying quickly when a renewal fails or stalls (see
+	// docs/locks.md). Default off.
 	AutoRenew bool
 }
 
@@ -60,7 +55,6 @@ var ErrNotAcquired = &redisfx.BaseError{Code: "lock_not_acquired", Message: "Fai
 // no longer has it for this owner, or it was released already.
 var ErrNotOwner = &redisfx.BaseError{Code: "lock_not_owner", Message: "lockfx: the lock is not held by this owner"}
 
-// configError names the invalid field of Config.
 func configError(field, reason string) error {
 	return redisfx.NewConfigError("lockfx", "Config."+field, reason)
 }
@@ -80,11 +74,6 @@ func (c Config) normalize() (Config, error) {
 		}
 		if *d.v == 0 {
 			*d.v = d.def
-		}
-		if why := fxconfig.TooLong(*d.v); why != "" {
-			// The arithmetic on them (the marker's TTL + 1 minute, the
-			// backoff doubled) must not overflow into a negative duration.
-			return c, configError(d.name, why)
 		}
 	}
 	if c.TTL < 10*time.Millisecond {
@@ -110,8 +99,8 @@ type Locker struct {
 	cfg Config
 	rdb redis.UniversalClient
 	obs *observer
-	// stopped ends the give-backs and renewals (Stop); bg waits for them;
-	// mu orders a new one against Stop.
+	// stopped ends the background work (give-backs, renewals) at Stop; bg
+	// waits for it; mu orders new work against Stop.
 	stopped context.Context
 	stop    context.CancelFunc
 	mu      sync.Mutex
@@ -146,177 +135,10 @@ func (l *Locker) Start(ctx context.Context) error {
 	return nil
 }
 
-// unanswered reports whether a call failed for want of Redis's answer in
-// time: WaitTimeout ran out (callCtx), or the client's own ReadTimeout or
-// WriteTimeout did (a net timeout), which is shorter by default.
-func unanswered(callCtx context.Context, err error) bool {
-	var ne net.Error
-	return err != nil && (callCtx.Err() != nil || errors.As(err, &ne) && ne.Timeout())
-}
-
-// Acquire takes the lock called name, retrying with backoff within
-// Attempts and WaitTimeout. It returns ErrNotAcquired when the lock stayed
-// held (Redis said so, and WaitTimeout ran out, perhaps during a later
-// call), ErrEmptyName for the empty name, the context's error when ctx
-// ended, or a store error: among them, one wrapping
-// context.DeadlineExceeded when an attempt got no answer in time (WaitTimeout,
-// or the client's ReadTimeout, ran out) and Redis had not said the lock is
-// held (nothing then says it is), or Redis granted it with an answer that
-// came after the grant's validity had ended, and never said it is held.
-//
-// When a call may have taken the lock but its answer was not received (the
-// caller gave up, the connection failed, or Redis answered a retry of it
-// with an error), the lock is given back in the
-// background, and the call is stopped from taking it should Redis run it
-// later: a lock is never left held by an owner that gave up. Each attempt
-// is an owner of its own, and an attempt told "held", like a released
-// lock's acquire, is stopped the same way: a second send of it by go-redis
-// (a retry after its ReadTimeout) that reaches Redis late takes nothing. The give-back
-// is tried until Redis answers, through an open circuit breaker, for up to
-// TTL + 1 minute, or until Stop.
-func (l *Locker) Acquire(ctx context.Context, name string) (*Lock, error) {
-	keys, err := l.keysOf(name)
-	if err != nil {
-		return nil, err
-	}
-	ctx, span := l.obs.startAcquire(ctx, name, l.cfg.TTL)
-	began := time.Now()
-	deadline := began.Add(l.cfg.WaitTimeout)
-	// WaitTimeout bounds the Redis calls too, not only the waits between
-	// them: a Redis that hangs cannot hold Acquire longer.
-	callCtx, cancel := context.WithDeadline(ctx, deadline)
-	defer cancel()
-	backoff := l.cfg.Backoff
-	held := false     // Redis answered at least once that another owner holds it
-	late := false     // Redis granted it at least once, but answered after the validity
-	var refused error // the latest TRYAGAIN: the lock's slot is migrating
-	for attempt := 1; ; attempt++ {
-		l.obs.attempt()
-		// Each attempt is an owner of its own: an attempt that heard
-		// "held", or gave up, leaves its owner's marker, which refuses
-		// any later delivery of it (see acquireScript).
-		owner := randid.Hex(16)
-		sent := time.Now() // before the call: Redis starts the lease no earlier
-		token, err := acquireScript.Run(callCtx, l.rdb, []string{keys.lock, keys.fence, keys.abandoned(owner)},
-			owner, l.cfg.TTL.Milliseconds(), fenceTTL.Milliseconds(), l.markerTTL().Milliseconds()).Int64()
-		if err != nil && !errors.Is(err, storefx.ErrCircuitOpen) {
-			// The script may have run: the call failed, or Redis answered
-			// an error to it, but go-redis retries a call whose answer was
-			// lost, and the error may be the retry's (LOADING after a
-			// restart, READONLY after a failover) while the first send
-			// took the lock. Giving back an acquire that never ran only
-			// leaves its owner's marker. A call the breaker refused was
-			// never sent.
-			l.abandon(keys, owner)
-		}
-		switch {
-		case err != nil && ctx.Err() != nil:
-			l.obs.endAcquire(span, false, attempt-1, time.Since(began), ctx.Err())
-			return nil, ctx.Err()
-		case unanswered(callCtx, err) && held:
-			l.obs.timeout(span)
-			l.obs.endAcquire(span, false, attempt-1, time.Since(began), ErrNotAcquired)
-			return nil, ErrNotAcquired
-		case unanswered(callCtx, err):
-			// Redis never answered: nothing says the lock is held, so this
-			// is a store error (the caller's policy for an outage applies),
-			// not ErrNotAcquired.
-			if errors.Is(err, context.DeadlineExceeded) {
-				err = fmt.Errorf("lockfx: acquire %s: Redis did not answer in time: %w", l.cfg.KeyAttribute.Quote(name), err)
-			} else {
-				err = fmt.Errorf("lockfx: acquire %s: Redis did not answer in time: %w (%w)", l.cfg.KeyAttribute.Quote(name), context.DeadlineExceeded, err)
-			}
-			l.obs.timeout(span)
-			l.obs.endAcquire(span, false, attempt-1, time.Since(began), err)
-			return nil, err
-		case slotMoving(err):
-			// The lock's slot is migrating between Cluster nodes (the
-			// script's keys are on both, or go-redis ran out of
-			// redirections): Redis ran nothing. Tried again within
-			// Attempts and WaitTimeout, as for "held".
-			refused = fmt.Errorf("lockfx: acquire %s: %w", l.cfg.KeyAttribute.Quote(name), err)
-		case err != nil:
-			err = fmt.Errorf("lockfx: acquire %s: %w", l.cfg.KeyAttribute.Quote(name), err)
-			l.obs.endAcquire(span, false, attempt-1, time.Since(began), err) // the span's exception is the error returned
-			return nil, err
-		case token > 0:
-			if !time.Now().Before(sent.Add(l.cfg.TTL - driftMargin(l.cfg.TTL))) {
-				// Granted, but the answer took the whole validity: of no
-				// use. Give it back, at once if Redis answers (so that
-				// the next attempt does not find it held by this very
-				// owner), else in the background. Not a sign that anyone
-				// else holds it.
-				late = true
-				if marked, err := abandonScript.Run(callCtx, l.rdb, []string{keys.lock, keys.abandoned(owner)}, owner, l.markerTTL().Milliseconds()).Int(); err != nil || marked == 0 {
-					l.abandon(keys, owner)
-				}
-				break
-			}
-			lock := newLock(l, name, keys, owner, token, sent)
-			l.obs.endAcquire(span, true, attempt-1, time.Since(began), nil)
-			if l.cfg.AutoRenew {
-				l.background(lock.renew)
-			}
-			return lock, nil
-		}
-		held = held || err == nil && token <= 0
-		wait := backoff/2 + rand.N(backoff/2+1) // jitter: contenders spread out
-		if attempt >= l.cfg.Attempts || time.Now().Add(wait).After(deadline) {
-			var err error = ErrNotAcquired
-			switch {
-			case held:
-			case late:
-				// Redis only ever granted it, too slowly to be of use:
-				// nothing says anyone else holds it.
-				err = fmt.Errorf("lockfx: acquire %s: Redis granted the lock but answered after its validity ended: %w", l.cfg.KeyAttribute.Quote(name), context.DeadlineExceeded)
-			case refused != nil:
-				err = refused // a store error: nothing says anyone holds it
-			}
-			l.obs.timeout(span)
-			l.obs.endAcquire(span, false, attempt-1, time.Since(began), err)
-			return nil, err
-		}
-		l.obs.retry(span, attempt)
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			l.obs.endAcquire(span, false, attempt-1, time.Since(began), ctx.Err())
-			return nil, ctx.Err()
-		case <-t.C:
-		}
-		backoff = min(backoff*2, l.cfg.MaxBackoff)
-	}
-}
-
-// markerTTL is how long an owner's marker lives (see acquireScript).
-func (l *Locker) markerTTL() time.Duration { return l.cfg.TTL + abandonedTTL }
-
-// giveBackPause is the longest pause between two tries of a give-back that
-// Redis refused at once (connections refused or reset: a restart, a
-// partition that resets): short, because the acquire it gives up may be
-// delivered the moment the network heals, and holds the lock until the
-// give-back lands. Such a try costs no round trip.
-const giveBackPause = 20 * time.Millisecond
-
-// giveBackRefusedPause is the longest pause between two tries of a
-// give-back that Redis answered with an error (loading after a restart, a
-// read-only replica before a failover ends, a slot migrating between
-// Cluster nodes): Redis is up and answering, so no try needs to be waiting
-// the moment it recovers, and a give-back per failed acquire trying every
-// 20 ms would load a Redis that refuses them all (an adversary measured
-// 535 TRYAGAIN answers a second from one acquire's give-backs).
-const giveBackRefusedPause = 500 * time.Millisecond
-
-// errMarkerRefused is a give-back try whose marker Redis refused (see
-// abandonScript).
-var errMarkerRefused = errors.New("lockfx: the give-up marker was refused")
-
-// Stop gives up the give-backs still trying (see Acquire) and waits for
-// them until ctx ends. A lock that Redis grants later to such an acquire
-// is held by nobody and expires at most TTL after, as a crashed holder's
-// does. The Module calls it when the app stops; Acquire must not be
-// called after it.
+// Stop ends the give-backs still trying (see Acquire) and the renewals of
+// held locks, and waits for them until ctx ends. A lock left held then
+// expires at most TTL later, as a crashed holder's does. The Module calls
+// it when the app stops; Acquire must not be called after it.
 func (l *Locker) Stop(ctx context.Context) error {
 	l.mu.Lock()
 	l.stop()
@@ -331,14 +153,7 @@ func (l *Locker) Stop(ctx context.Context) error {
 	}
 }
 
-// abandon gives up, in the background, an acquire by owner whose outcome
-// is unknown (see abandonScript and giveBack).
-func (l *Locker) abandon(keys lockKeys, owner string) {
-	l.background(func() { l.giveBack(keys, owner) })
-}
-
-// background runs f on a goroutine that Stop waits for; after Stop it
-// runs nothing: a lock left held then expires as a crashed holder's.
+// background runs f on a goroutine that Stop waits for; after Stop, nothing.
 func (l *Locker) background(f func()) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -347,46 +162,192 @@ func (l *Locker) background(f func()) {
 	}
 }
 
-// giveBack runs abandonScript until Redis answers it. The acquire it gives
-// up may still be run by Redis at any time (a stalled server reads it when
-// it resumes), so the give-up marker must get there too, whatever the
-// stall: each try has its own timeout, a new connection if need be, and
-// goes through an open circuit breaker (the stall that lost the acquire's
-// answer may have opened it). It stops trying after TTL + abandonedTTL (the
-// marker's lifetime: an acquire run later than that may take the lock for
-// one TTL anyway), when the client is closed, or at Stop.
+// The outcomes of an attempt that did not take the lock, Redis having
+// answered.
+var (
+	errHeld = errors.New("held")
+	errLate = errors.New("granted after its validity ended")
+)
+
+// Acquire takes the lock called name, retrying with backoff within
+// Attempts and WaitTimeout. It returns ErrNotAcquired when Redis said the
+// lock is held and it stayed held, ErrEmptyName for "", ctx's error when
+// ctx ended, or a store error: one wrapping context.DeadlineExceeded when
+// an attempt got no answer in time (WaitTimeout or the client's
+// ReadTimeout) or a grant came after its validity ended, and Redis never
+// said the lock is held.
+//
+// Each attempt is an owner of its own. One whose outcome is unknown (no
+// answer, or an error that may be a retry's while the first send ran) is
+// given back in the background, and marked so that Redis running it later
+// takes nothing (see giveBack); so is one told "held".
+func (l *Locker) Acquire(ctx context.Context, name string) (lock *Lock, err error) {
+	keys, err := l.keysOf(name)
+	if err != nil {
+		return nil, err
+	}
+	ctx, span := l.obs.startAcquire(ctx, name, l.cfg.TTL)
+	began, attempt, timedOut := time.Now(), 0, false
+	defer func() {
+		if timedOut {
+			l.obs.timeout(span)
+		}
+		l.obs.endAcquire(span, lock != nil, attempt-1, time.Since(began), err)
+	}()
+	deadline := began.Add(l.cfg.WaitTimeout)
+	callCtx, cancel := context.WithDeadline(ctx, deadline) // bounds the Redis calls too
+	defer cancel()
+	st := attempts{quoted: l.cfg.KeyAttribute.Quote(name)}
+	pause := backoff.Backoff{Min: l.cfg.Backoff, Max: l.cfg.MaxBackoff}
+	for attempt = 1; ; attempt++ {
+		l.obs.attempt()
+		if lock, err = l.try(callCtx, keys, name); err == nil {
+			if l.cfg.AutoRenew {
+				l.background(lock.renew)
+			}
+			return lock, nil
+		}
+		if err, timedOut = st.failed(ctx, callCtx, err); err != nil {
+			return nil, err
+		}
+		wait := pause.Next()
+		if attempt >= l.cfg.Attempts || time.Now().Add(wait).After(deadline) {
+			timedOut = true
+			return nil, st.exhausted()
+		}
+		l.obs.retry(span, attempt)
+		if !ctxsleep.Sleep(ctx, wait) {
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// attempts is what Acquire's failed attempts have heard.
+type attempts struct {
+	quoted     string
+	held, late bool  // Redis said another owner holds it; granted it too late
+	refused    error // the latest slot-migration refusal: Redis ran nothing
+}
+
+// failed records a failed attempt; it returns the error Acquire ends with,
+// or nil to try again.
+func (a *attempts) failed(ctx, callCtx context.Context, err error) (end error, timedOut bool) {
+	switch {
+	case errors.Is(err, errHeld):
+		a.held = true
+	case errors.Is(err, errLate):
+		a.late = true
+	case ctx.Err() != nil:
+		return ctx.Err(), false
+	case unanswered(callCtx, err):
+		if a.held {
+			return ErrNotAcquired, true
+		}
+		if !errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("%w (%w)", context.DeadlineExceeded, err)
+		}
+		return fmt.Errorf("lockfx: acquire %s: Redis did not answer in time: %w", a.quoted, err), true
+	case slotMoving(err):
+		a.refused = fmt.Errorf("lockfx: acquire %s: %w", a.quoted, err)
+	default:
+		return fmt.Errorf("lockfx: acquire %s: %w", a.quoted, err), false
+	}
+	return nil, false
+}
+
+// exhausted is Acquire's error when no attempt is left: ErrNotAcquired if
+// Redis said it is held, else a store error (nothing says anyone holds it).
+func (a *attempts) exhausted() error {
+	switch {
+	case a.held:
+	case a.late:
+		return fmt.Errorf("lockfx: acquire %s: Redis granted the lock but answered after its validity ended: %w", a.quoted, context.DeadlineExceeded)
+	case a.refused != nil:
+		return a.refused
+	}
+	return ErrNotAcquired
+}
+
+// try is one attempt, by a new owner: the lock, errHeld, errLate or the
+// call's error.
+func (l *Locker) try(ctx context.Context, keys lockKeys, name string) (*Lock, error) {
+	owner := randid.Hex(16)
+	sent := time.Now() // Redis starts the lease no earlier
+	token, err := acquireScript.Run(ctx, l.rdb, []string{keys.lock, keys.fence, keys.abandoned(owner)},
+		owner, l.cfg.TTL.Milliseconds(), fenceTTL.Milliseconds(), l.markerTTL().Milliseconds()).Int64()
+	switch {
+	case err != nil:
+		if !errors.Is(err, storefx.ErrCircuitOpen) { // a call the breaker refused was never sent
+			l.abandon(keys, owner)
+		}
+		return nil, err
+	case token <= 0:
+		return nil, errHeld
+	case !time.Now().Before(sent.Add(l.cfg.TTL - driftMargin(l.cfg.TTL))):
+		// Of no use: given back at once if Redis answers, so that the next
+		// attempt does not find it held by this owner, else in the background.
+		marked, err := abandonScript.Run(ctx, l.rdb, []string{keys.lock, keys.abandoned(owner)}, owner, l.markerTTL().Milliseconds()).Int()
+		if err != nil || marked == 0 {
+			l.abandon(keys, owner)
+		}
+		return nil, errLate
+	}
+	return newLock(l, name, keys, owner, token, sent), nil
+}
+
+// unanswered reports whether a call failed for want of Redis's answer in
+// time: WaitTimeout (callCtx) or the client's Read/WriteTimeout ran out.
+func unanswered(callCtx context.Context, err error) bool {
+	var ne net.Error
+	return callCtx.Err() != nil || errors.As(err, &ne) && ne.Timeout()
+}
+
+// markerTTL is how long an owner's marker lives (see acquireScript).
+func (l *Locker) markerTTL() time.Duration { return durations.Add(l.cfg.TTL, abandonedTTL) }
+
+// errMarkerRefused is a give-back whose marker Redis refused (out of memory).
+var errMarkerRefused = errors.New("lockfx: the give-up marker was refused")
+
+// abandon gives up, in the background, an acquire (or a release) by owner
+// whose outcome is unknown.
+func (l *Locker) abandon(keys lockKeys, owner string) {
+	l.background(func() { l.giveBack(keys, owner) })
+}
+
+// giveBack runs abandonScript until Redis answers it: the acquire it gives
+// up may still run at any time (a stalled server reads it when it
+// resumes), so the marker must get there too. Each try has its own
+// timeout and goes through an open circuit breaker; one that timed out is
+// followed at once by the next, so that one is waiting when Redis resumes.
+// Refused at once, it backs off: up to 20ms while Redis is down (the
+// acquire may land the moment it is back), up to 500ms while Redis answers
+// errors (loading, read-only, TRYAGAIN, out of memory). It stops after the
+// marker's lifetime, when the client is closed, or at Stop.
 func (l *Locker) giveBack(keys lockKeys, owner string) {
-	deadline := time.Now().Add(l.cfg.TTL + abandonedTTL)
+	deadline := time.Now().Add(l.markerTTL())
 	perTry := min(max(l.cfg.TTL/renewTimeout, 100*time.Millisecond), time.Second)
-	wait := min(l.cfg.Backoff, giveBackPause)
+	down := backoff.Backoff{Min: min(l.cfg.Backoff, 20*time.Millisecond), Max: 20 * time.Millisecond}
+	refused := backoff.Backoff{Min: 40 * time.Millisecond, Max: 500 * time.Millisecond}
 	for {
 		began := time.Now()
 		ctx, cancel := context.WithTimeout(storefx.BypassBreaker(l.stopped), perTry)
 		marked, err := abandonScript.Run(ctx, l.rdb, []string{keys.lock, keys.abandoned(owner)}, owner, l.markerTTL().Milliseconds()).Int()
 		cancel()
 		if err == nil && marked == 0 {
-			// Redis freed the lock if the acquire had taken it, but
-			// refused the marker (out of memory): the acquire, delivered
-			// later, could still take it. Tried again as a refusal.
-			err = errMarkerRefused
+			err = errMarkerRefused // the lock is freed, but a late acquire could still take it
 		}
 		if err == nil || errors.Is(err, redis.ErrClosed) || l.stopped.Err() != nil || time.Now().After(deadline) {
 			return
 		}
 		if time.Since(began) >= perTry {
-			// Timed out (a stalled Redis): try again at once, so that a try
-			// is always waiting when Redis resumes and the lock, should the
-			// acquire run first, is freed within a round trip.
 			continue
 		}
-		if !ctxsleep.Sleep(l.stopped, wait) { // refused at once: back off
-			return
+		pause := &down
+		if errors.As(err, new(redis.Error)) || errors.Is(err, errMarkerRefused) {
+			pause = &refused
 		}
-		var redisErr redis.Error
-		if errors.As(err, &redisErr) || errors.Is(err, errMarkerRefused) {
-			wait = min(max(wait, giveBackPause)*2, giveBackRefusedPause)
-		} else { // Redis down: a connection refused or reset
-			wait = min(wait*2, giveBackPause)
+		if !pause.Wait(l.stopped) {
+			return
 		}
 	}
 }

@@ -34,35 +34,32 @@ const (
 	AttrRetryCount = "redisfx.lock.retry_count"
 )
 
-// observer measures and traces lock operations; unset parts are no-ops.
+// observer measures and traces lock operations. Without a registerer the
+// metrics are kept but registered nowhere; without a tracer no spans.
 type observer struct {
-	tracer       trace.TracerProvider
-	keys         plugintrace.KeyAttribute
-	active       prometheus.Gauge
-	acquisitions prometheus.Counter
-	attempts     prometheus.Counter
-	timeouts     prometheus.Counter
-	lost         prometheus.Counter
-	wait         []prometheus.Histogram
+	tracer                                 trace.TracerProvider
+	keys                                   plugintrace.KeyAttribute
+	active                                 prometheus.Gauge
+	acquisitions, attempts, timeouts, lost prometheus.Counter
+	wait                                   []prometheus.Histogram
 }
 
 func newObserver(reg prometheus.Registerer, tp trace.TracerProvider, keys plugintrace.KeyAttribute) (*observer, error) {
-	o := &observer{tracer: tp, keys: keys}
+	buckets := []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2, 5}
+	o := &observer{tracer: tp, keys: keys,
+		active:       prometheus.NewGauge(prometheus.GaugeOpts{Name: "locks_active", Help: "Locks held by this process."}),
+		acquisitions: prometheus.NewCounter(prometheus.CounterOpts{Name: "lock_acquisitions_total", Help: "Locks acquired."}),
+		attempts:     prometheus.NewCounter(prometheus.CounterOpts{Name: "lock_attempts_total", Help: "Tries to take a lock, retries included."}),
+		timeouts:     prometheus.NewCounter(prometheus.CounterOpts{Name: "lock_timeouts_total", Help: "Acquires that gave up."}),
+		lost:         prometheus.NewCounter(prometheus.CounterOpts{Name: "lock_lost_total", Help: "Locks whose validity ended before they were released."}),
+		// lock_wait_duration_seconds is the older name, kept for dashboards.
+		wait: []prometheus.Histogram{
+			prometheus.NewHistogram(prometheus.HistogramOpts{Name: "lock_wait_seconds", Help: "Time to acquire a lock (or give up).", Buckets: buckets}),
+			prometheus.NewHistogram(prometheus.HistogramOpts{Name: "lock_wait_duration_seconds", Help: "Same as lock_wait_seconds (the older name, kept for dashboards).", Buckets: buckets}),
+		},
+	}
 	if reg == nil {
 		return o, nil
-	}
-	buckets := []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2, 5}
-	o.active = prometheus.NewGauge(prometheus.GaugeOpts{Name: "locks_active", Help: "Locks held by this process."})
-	o.acquisitions = prometheus.NewCounter(prometheus.CounterOpts{Name: "lock_acquisitions_total", Help: "Locks acquired."})
-	o.attempts = prometheus.NewCounter(prometheus.CounterOpts{Name: "lock_attempts_total", Help: "Tries to take a lock, retries included."})
-	o.timeouts = prometheus.NewCounter(prometheus.CounterOpts{Name: "lock_timeouts_total", Help: "Acquires that gave up."})
-	o.lost = prometheus.NewCounter(prometheus.CounterOpts{Name: "lock_lost_total", Help: "Locks whose validity ended before they were released."})
-	// Two names for the wait histogram are in use in dashboards; both exist
-	// and observe the same wait (lock_wait_seconds is the one the alert
-	// rules read).
-	o.wait = []prometheus.Histogram{
-		prometheus.NewHistogram(prometheus.HistogramOpts{Name: "lock_wait_seconds", Help: "Time to acquire a lock (or give up).", Buckets: buckets}),
-		prometheus.NewHistogram(prometheus.HistogramOpts{Name: "lock_wait_duration_seconds", Help: "Same as lock_wait_seconds (the older name, kept for dashboards).", Buckets: buckets}),
 	}
 	for _, c := range []prometheus.Collector{o.active, o.acquisitions, o.attempts, o.timeouts, o.lost, o.wait[0], o.wait[1]} {
 		if err := reg.Register(c); err != nil {
@@ -72,11 +69,7 @@ func newObserver(reg prometheus.Registerer, tp trace.TracerProvider, keys plugin
 	return o, nil
 }
 
-func (o *observer) attempt() {
-	if o.attempts != nil {
-		o.attempts.Inc()
-	}
-}
+func (o *observer) attempt() { o.attempts.Inc() }
 
 func (o *observer) startAcquire(ctx context.Context, name string, ttl time.Duration) (context.Context, *plugintrace.Span) {
 	if o.tracer == nil {
@@ -94,9 +87,7 @@ func (o *observer) retry(span *plugintrace.Span, attempt int) {
 }
 
 func (o *observer) timeout(span *plugintrace.Span) {
-	if o.timeouts != nil {
-		o.timeouts.Inc()
-	}
+	o.timeouts.Inc()
 	if span != nil {
 		span.AddEvent("lock.timeout")
 	}
@@ -106,7 +97,7 @@ func (o *observer) endAcquire(span *plugintrace.Span, acquired bool, retries int
 	for _, h := range o.wait {
 		h.Observe(waited.Seconds())
 	}
-	if acquired && o.acquisitions != nil {
+	if acquired {
 		o.acquisitions.Inc()
 		o.active.Inc()
 	}
@@ -117,9 +108,7 @@ func (o *observer) endAcquire(span *plugintrace.Span, acquired bool, retries int
 	if acquired {
 		span.AddEvent("lock.acquired")
 	} else {
-		// Every outcome without the lock has the status the tracing spec
-		// gives a lock not acquired; why (held, a store error, the caller's
-		// context) is the exception event's.
+		// The status the tracing spec gives a lock not acquired; why is the exception event's.
 		span.Fail(err, ErrNotAcquired.Message)
 	}
 	span.Finish(nil)
@@ -134,12 +123,8 @@ func (o *observer) startRelease(ctx context.Context, name string) (context.Conte
 	return ctx, span
 }
 
-// ended counts a lock out of locks_active, once, when it is released or
-// lost (then also in lock_lost_total).
+// ended counts a lock out of locks_active, once, when released or lost.
 func (o *observer) ended(lost bool) {
-	if o.active == nil {
-		return
-	}
 	o.active.Dec()
 	if lost {
 		o.lost.Inc()

@@ -8,24 +8,16 @@ import (
 	"github.com/redisfx/redisfx/storefx"
 )
 
-// The renewal schedule of an auto-renewed lock, as fractions of its TTL.
-// A renewal goes out renewEvery after the last confirmed one was sent.
-// One still unanswered after renewHedge gets company: another goes out (on
-// a freshly dialled connection, see hedgeClient), and so on, at most
-// renewalsInFlight at a time, each waiting renewTimeout for its answer;
-// after a failure the next goes out renewRetry later. So a renewal goes
-// out at least every renewHedge: the lock survives any stall that ends
-// renewHedge and a round trip before its validity does, a stall of some
-// connections (new ones working) never costs it, and a slow but working Redis (answers within
-// renewTimeout) keeps it too.
+// The renewal schedule, in fractions of the TTL: a renewal goes out
+// renewEvery after the last confirmed one was sent; one unanswered after
+// renewHedge gets company on a new connection (the pooled ones may be
+// stalled), at most renewalsInFlight, each waiting renewTimeout; after a
+// failure the next goes out renewRetry later.
 const (
-	renewEvery   = 3  // TTL/3
-	renewHedge   = 10 // TTL/10
-	renewTimeout = 5  // TTL/5
-	renewRetry   = 20 // TTL/20
-	// renewalsInFlight bounds the renewals waiting on stuck connections
-	// (a client without ContextTimeoutEnabled waits for its ReadTimeout
-	// whatever the context says).
+	renewEvery       = 3  // TTL/3
+	renewHedge       = 10 // TTL/10
+	renewTimeout     = 5  // TTL/5
+	renewRetry       = 20 // TTL/20
 	renewalsInFlight = 3
 )
 
@@ -57,22 +49,12 @@ func (k *Lock) renew() {
 			return
 		case <-next.C:
 			if inFlight < renewalsInFlight {
-				// A renewal sent while another is unanswered is a hedge: it
-				// goes on a freshly dialled connection, since the other
-				// may be stuck on a stalled pooled one, and so may every
-				// idle one the pool would hand out next.
 				hedge := inFlight > 0
 				inFlight++
 				k.l.background(func() {
 					sent := time.Now()
 					ctx, cancel := context.WithTimeout(renewalCtx, ttl/renewTimeout)
-					var owned bool
-					var err error
-					if hedge {
-						owned, err = k.extendOnANewConnection(ctx, ttl)
-					} else {
-						owned, err = k.extend(ctx, ttl)
-					}
+					owned, err := k.extend(ctx, ttl, hedge)
 					cancel()
 					results <- renewal{sent, owned, err}
 				})
@@ -82,10 +64,7 @@ func (k *Lock) renew() {
 			inFlight--
 			switch {
 			case r.err == nil && !r.owned:
-				// Lost, whenever the renewal was sent: even one overtaken
-				// by a later confirmed renewal is Redis saying that the
-				// lock was not this owner's when it ran, and the first
-				// such answer ends the lock (docs/locks.md).
+				// Redis says it was not this owner's, even if overtaken
 				k.lose()
 				return
 			case r.sent.Before(lastConfirmed):

@@ -7,39 +7,25 @@ import (
 )
 
 // fenceTTL is how long a name's fencing counter outlives its last
-// acquisition. Tokens do not depend on it (see acquireScript); it only
-// bounds the memory of names no longer used.
+// acquisition: it bounds the memory of unused names; tokens do not depend
+// on it.
 const fenceTTL = 7 * 24 * time.Hour
 
-// abandonedTTL is how long an owner's marker outlives the lease: an
-// acquire script delivered later than that (a connection stalled for
-// minutes) could still take the lock for one TTL.
+// abandonedTTL is how long an owner's marker outlives the lease.
 const abandonedTTL = time.Minute
 
-// acquireScript takes the lock for an owner and hands out its fencing
-// token, or returns 0 when someone else holds it.
+// acquireScript takes the lock for an owner and returns its fencing
+// token, or 0 when someone else holds it. KEYS: lock, fencing counter,
+// this owner's marker (one slot); ARGV: owner, lease ms, counter ms,
+// marker ms.
 //
-// KEYS[1] lock, KEYS[2] fencing counter, KEYS[3] this owner's marker (all
-// in one slot); ARGV[1] owner, ARGV[2] lease ms, ARGV[3] counter lifetime
-// ms, ARGV[4] marker lifetime ms.
-//
-// The token is max(last token + 1, Redis TIME in microseconds): it grows
-// with every acquisition while the counter lives, and keeps growing when
-// the counter is lost (a restart without persistence, a failover to a
-// replica that lagged, eviction) because the clock has moved on since the
-// last token was handed out. Microseconds since 1970 stay below 2^53 (Lua
-// numbers are doubles) until the year 2255.
-//
-// The same owner finding the lock already its own is a repeated delivery
-// of its own acquire (a retry after a lost reply): it gets the token it
-// was given. An owner's marker means its call has had its outcome (or the
-// caller stopped waiting for it): a repeated delivery of it, however late,
-// must not take the lock. The marker is left by the answer "held" (the
-// caller takes that answer and tries again, if at all, as a new owner),
-// by Release, and by a give-up (abandonScript). go-redis may send one
-// call twice (it retries a call whose answer did not come in its
-// ReadTimeout, on another connection), and the first send may reach Redis
-// after the second's answer was taken.
+// The token is max(last + 1, Redis TIME in µs): it keeps growing when the
+// counter is lost (a restart without persistence, a failover, eviction)
+// since the clock moved on; µs stay below 2^53 until 2255. The same owner
+// finding the lock its own is a repeated delivery (go-redis retries a
+// call whose answer was lost): it gets its token again. An owner's
+// marker (left by "held", Release, or a give-up) means its call has had
+// its outcome: a late delivery of it takes nothing.
 var acquireScript = redis.NewScript(`
 if redis.call('EXISTS', KEYS[3]) == 1 then
   return 0
@@ -64,12 +50,9 @@ redis.call('SET', KEYS[2], string.format('%.0f', token), 'PX', ARGV[3])
 return token
 `)
 
-// releaseScript deletes the lock only if the owner still holds it, and
-// leaves the owner's marker, so that a repeated delivery of its acquire
-// arriving later does not take the lock again (see acquireScript). The
-// marker is written with pcall: a Redis out of memory still releases.
-// KEYS[1] lock, KEYS[2] the owner's marker; ARGV[1] owner, ARGV[2] marker
-// ms. Returns 1 or 0.
+// releaseScript deletes the lock if the owner holds it and leaves the
+// owner's marker (with pcall: out of memory still releases). KEYS: lock,
+// marker; ARGV: owner, marker ms. Returns 1 or 0.
 var releaseScript = redis.NewScript(`
 redis.pcall('SET', KEYS[2], '1', 'PX', ARGV[2])
 if redis.call('GET', KEYS[1]) == ARGV[1] then
@@ -78,10 +61,9 @@ end
 return 0
 `)
 
-// extendScript lengthens the lease only if the owner still holds it, and
-// never shortens it: the holder's view of its validity can then only be
-// too short, never too long, whatever order concurrent renewals run in.
-// KEYS[1] lock; ARGV[1] owner, ARGV[2] lease ms. Returns 1 or 0.
+// extendScript lengthens the lease if the owner holds it, never
+// shortening it, so the holder's validity can only be too short whatever
+// order renewals run in. KEYS: lock; ARGV: owner, lease ms. Returns 1 or 0.
 var extendScript = redis.NewScript(`
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
@@ -92,17 +74,11 @@ end
 return 1
 `)
 
-// abandonScript gives up an acquire whose outcome the caller did not
-// learn: it frees the lock if that acquire took it, and leaves the owner's
-// marker, which stops it from taking it should it arrive later (commands
-// on different connections may run in any order). The marker is written
-// with pcall: a Redis out of memory refuses it but still frees the lock
-// (DEL is allowed), so that the lock is not held for the whole time memory
-// lasts out. Returns 1 when the marker is there (written now, or by an
-// earlier try whose answer was lost), 0 when it was refused and is not:
-// the give-back then tries again until it is (giveBack), since the
-// acquire, delivered once memory is freed, could take the lock.
-// KEYS[1] lock, KEYS[2] give-up marker; ARGV[1] owner, ARGV[2] marker ms.
+// abandonScript gives up an acquire whose outcome is unknown: it frees
+// the lock if that acquire took it and leaves the owner's marker, so that
+// a later delivery takes nothing. Out of memory, the marker is refused but
+// the lock still freed. Returns 1 when the marker is there, 0 when not
+// (the give-back tries again). KEYS: lock, marker; ARGV: owner, marker ms.
 var abandonScript = redis.NewScript(`
 local marked = redis.pcall('SET', KEYS[2], '1', 'PX', ARGV[2])
 if redis.call('GET', KEYS[1]) == ARGV[1] then

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/redisfx/redisfx"
-	"github.com/redisfx/redisfx/internal/fxconfig"
 	"github.com/redisfx/redisfx/plugintrace"
 )
 
@@ -25,13 +24,12 @@ const (
 	SlidingLog Algorithm = "sliding-log"
 )
 
-// ErrorPolicy says what happens when Redis cannot be reached; the names are
-// idempotencyfx's.
+// ErrorPolicy says what happens when Redis cannot be reached.
 type ErrorPolicy string
 
 const (
 	// FailOpen lets requests through unlimited while the store is down
-	// (the default: a limiter outage should not become an API outage).
+	// (the default).
 	FailOpen ErrorPolicy = "fail-open"
 	// FailClosed refuses them with 503 rate_limit_unavailable.
 	FailClosed ErrorPolicy = "fail-closed"
@@ -42,10 +40,8 @@ type Config struct {
 	// KeyPrefix is put before every counter key. Default "ratelimit:".
 	KeyPrefix string
 	// Limit and Window are the default rule: Limit requests per Window per
-	// key. Defaults 100 and 1m. Window is whole milliseconds, at least 1ms:
-	// Redis counts in milliseconds, and a window truncated to them would
-	// share its counter with another rule's. It is at most 100 years, as
-	// every duration here (a Rule's Window too).
+	// key. Defaults 100 and 1m. Window is whole milliseconds, at least 1ms
+	// (Redis's unit: a truncated window would share another rule's counter).
 	Limit  int64
 	Window time.Duration
 	// Algorithm: FixedWindow (default) or SlidingLog.
@@ -64,24 +60,18 @@ type Config struct {
 	// StoreTimeout bounds one check's Redis call. Default 500ms.
 	StoreTimeout time.Duration
 	// DisableHeaders stops the RateLimit and RateLimit-Policy fields on
-	// answers that pass. (A 429 always carries them and Retry-After.)
+	// answers that pass (a 429 always has them).
 	DisableHeaders bool
-	// LegacyHeaders also sends RateLimit-Limit, RateLimit-Remaining and
-	// RateLimit-Reset, the separate fields of the older drafts (up to
-	// draft-ietf-httpapi-ratelimit-headers-06) that many clients and
-	// gateways still read. Off by default.
+	// LegacyHeaders also sends RateLimit-Limit, -Remaining and -Reset, the
+	// fields of the drafts up to -06 that many clients still read.
 	LegacyHeaders bool
-	// KeyAttribute is how the key of a check (a client IP address, a user
-	// id) is written into the redisfx.rate_limit.key span attribute, after
-	// the rule's name ("login:[redacted]"), and into error messages and
-	// logs. The zero value, plugintrace.RedactKey(), writes "[redacted]";
-	// plugintrace.HashKey(secret) writes a keyed digest, the same for the
-	// same key, so the checks of one client can be found together;
-	// plugintrace.RawKey() writes keys as given.
+	// KeyAttribute is how a check's key (an IP address, a user id) is
+	// written into the redisfx.rate_limit.key span attribute, error
+	// messages and logs: redacted by default (plugintrace.RedactKey), a
+	// keyed digest (plugintrace.HashKey) or as given (plugintrace.RawKey).
 	KeyAttribute plugintrace.KeyAttribute
 }
 
-// configError names the invalid field of Config.
 func configError(field, reason string) error {
 	return redisfx.NewConfigError("ratelimitfx", "Config."+field, reason)
 }
@@ -99,27 +89,17 @@ func (c Config) normalize() (Config, []netip.Prefix, error) {
 	if c.Limit == 0 {
 		c.Limit = 100
 	}
-	if c.Window < 0 || c.StoreTimeout < 0 {
-		name, v := "Window", c.Window
-		if c.StoreTimeout < 0 {
-			name, v = "StoreTimeout", c.StoreTimeout
-		}
-		return c, nil, configError(name, fmt.Sprintf("%v is negative", v))
-	}
-	if c.Window == 0 {
-		c.Window = time.Minute
-	}
-	if c.Window < time.Millisecond {
-		return c, nil, configError("Window", "below Redis's 1ms resolution")
-	}
-	if reason := windowInvalid(c.Window); reason != "" {
-		return c, nil, configError("Window", reason)
+	if c.StoreTimeout < 0 {
+		return c, nil, configError("StoreTimeout", fmt.Sprintf("%v is negative", c.StoreTimeout))
 	}
 	if c.StoreTimeout == 0 {
 		c.StoreTimeout = 500 * time.Millisecond
 	}
-	if why := fxconfig.TooLong(c.StoreTimeout); why != "" {
-		return c, nil, configError("StoreTimeout", why)
+	if c.Window == 0 {
+		c.Window = time.Minute
+	}
+	if reason := windowInvalid(c.Window); reason != "" {
+		return c, nil, configError("Window", reason)
 	}
 	if c.IPv6Prefix == 0 {
 		c.IPv6Prefix = 64
@@ -157,10 +137,7 @@ func parseProxies(list []string) ([]netip.Prefix, error) {
 			if err != nil {
 				return nil, fmt.Errorf("%q is not an address or CIDR range", s)
 			}
-			if p.Addr().Is4In6() && p.Bits() >= 96 {
-				// "::ffff:10.0.0.0/104" is 10.0.0.0/8: connection and
-				// header addresses are unmapped before the check, and an
-				// IPv6 range never contains an IPv4 address.
+			if p.Addr().Is4In6() && p.Bits() >= 96 { // "::ffff:10.0.0.0/104" is 10.0.0.0/8: addresses are unmapped
 				p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
 			}
 			out = append(out, p.Masked())

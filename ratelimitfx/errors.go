@@ -6,8 +6,7 @@ import (
 	"github.com/redisfx/redisfx"
 )
 
-// Stable error codes: the "code" member of the problems the rate limiter
-// answers with, and the redisfx.BaseError.Code of its errors.
+// Error codes: the "code" of the problems answered, and the BaseError.Code.
 const (
 	// CodeExceeded: the request is over its limit (429).
 	CodeExceeded = "rate_limit_exceeded"
@@ -16,9 +15,7 @@ const (
 	CodeUnavailable = "rate_limit_unavailable"
 )
 
-// ExceededError is the error of a request over its limit. It is a plain
-// error: DefaultErrorFilter, registered in httpfx's chain by Module, maps
-// it to 429 problem+json with Retry-After.
+// ExceededError is a request over its limit (429 through DefaultErrorFilter).
 type ExceededError struct {
 	redisfx.BaseError
 	// Decision is the check that refused the request.
@@ -29,10 +26,9 @@ func newExceededError(d Decision) *ExceededError {
 	return &ExceededError{BaseError: redisfx.BaseError{Code: CodeExceeded, Message: "Rate limit exceeded"}, Decision: d}
 }
 
-// StoreUnavailableError is a check that could not reach Redis; Err holds
-// the cause. Check returns it under either ErrorPolicy; under FailClosed the
-// middleware refuses the request with it, which DefaultErrorFilter maps to
-// 503 problem+json with Retry-After: 1. errors.Is(err, ErrStoreUnavailable)
+// StoreUnavailableError is a check that could not reach Redis (Err holds
+// the cause), under either ErrorPolicy; under FailClosed the middleware
+// refuses the request with it (503). errors.Is(err, ErrStoreUnavailable)
 // reports it.
 type StoreUnavailableError struct {
 	redisfx.BaseError

@@ -7,17 +7,14 @@ import (
 	"time"
 )
 
-// The answers' RateLimit fields follow draft-ietf-httpapi-ratelimit-headers-11
-// (May 2026): two structured-field Lists (RFC 9651) whose items are a
-// policy's name with parameters,
+// The RateLimit fields follow draft-ietf-httpapi-ratelimit-headers-11: two
+// structured-field Lists (RFC 9651) of a policy's name with parameters,
 //
-//	RateLimit-Policy: "login";q=5;w=60    (§3: quota q per window w seconds)
-//	RateLimit: "login";r=3;t=42           (§4: r left for the next t seconds)
+//	RateLimit-Policy: "login";q=5;w=60    (quota q per window w seconds)
+//	RateLimit: "login";r=3;t=42           (r left for the next t seconds)
 //
-// Quota units are requests, the draft's default, so qu is not sent. No
-// partition key (pk) is sent: the partition is the rule's key — a client
-// IP, a user id, an API key — which the client already knows and which
-// would otherwise be echoed into logs and caches.
+// in requests (no qu), without the partition key (the client's IP or id,
+// which would be echoed into logs and caches).
 
 // policy is one rule's item name and its RateLimit-Policy item.
 type policy struct {
@@ -28,8 +25,7 @@ type policy struct {
 func newPolicy(rule Rule, named bool) policy {
 	name := rule.Name
 	if !named {
-		// An unnamed rule is told apart from the route's other rules by
-		// what it allows: "100-per-1h".
+		// told apart from the route's other rules by what it allows: "100-per-1h"
 		name = strconv.FormatInt(rule.Limit, 10) + "-per-" + shortDuration(rule.Window)
 	}
 	quoted := sfString(name)
@@ -37,10 +33,8 @@ func newPolicy(rule Rule, named bool) policy {
 }
 
 // setHeaders adds the rule's items to the RateLimit-Policy and RateLimit
-// Lists (several rules on one route each add theirs, in the order they
-// run) and, with Config.LegacyHeaders, sets draft-06's three fields, which
-// can describe only one rule: the last checked, on a 429 the one that
-// refused.
+// Lists (each rule of a route adds its own) and, with LegacyHeaders, sets
+// draft-06's three fields for the last rule checked.
 func (l *Limiter) setHeaders(h http.Header, p policy, d Decision) {
 	reset := strconv.FormatInt(ceilSeconds(d.Reset), 10)
 	appendList(h, "RateLimit-Policy", p.item)
@@ -60,8 +54,8 @@ func appendList(h http.Header, name, item string) {
 	h.Set(name, item)
 }
 
-// sfString quotes s as a structured-field String: printable ASCII, with
-// '"' and '\' escaped. Other bytes cannot be sent in one and become '_'.
+// sfString quotes s as a structured-field String; bytes it cannot hold
+// become '_'.
 func sfString(s string) string {
 	var b strings.Builder
 	b.Grow(len(s) + 2)
@@ -81,8 +75,7 @@ func sfString(s string) string {
 	return b.String()
 }
 
-// ceilSeconds is d in whole seconds, rounded up: waiting that long is
-// always enough. The fields have no sub-second precision.
+// ceilSeconds is d in whole seconds, rounded up.
 func ceilSeconds(d time.Duration) int64 {
 	s := int64(d / time.Second) // not (d + 1s - 1) / 1s, which wraps for a window near the largest Duration
 	if d%time.Second > 0 {

@@ -6,9 +6,8 @@ import (
 	"strings"
 )
 
-// KeyFunc picks the client a request counts against. ok false means the
-// request is not limited by this rule (e.g. no user signed in, for a
-// per-user rule).
+// KeyFunc picks the client a request counts against; ok false: the rule
+// does not limit it (no user signed in, for a per-user rule).
 type KeyFunc func(r *http.Request) (key string, ok bool)
 
 // ByIP keys by the client's IP address: the connection's address, or, when
@@ -21,9 +20,7 @@ func (l *Limiter) ByIP() KeyFunc {
 	return func(r *http.Request) (string, bool) { return "ip:" + l.network(clientIP(r, l.proxies)), true }
 }
 
-// network is the IPv6 network of the client address ip (its budget: one
-// subscriber is given a whole /64 and can use any address in it), or ip
-// itself.
+// network is the budget of client address ip: its IPv6 network, or ip.
 func (l *Limiter) network(ip string) string {
 	a, err := netip.ParseAddr(ip)
 	if err != nil || !a.Is6() {
@@ -42,9 +39,8 @@ func ByHeader(name string) KeyFunc {
 	}
 }
 
-// ByUser keys by a user id that the application's authentication put in
-// the request (userID returns "" for anonymous requests, which this rule
-// then does not limit).
+// ByUser keys by the user id userID reads from the request; "" (anonymous)
+// is not limited.
 func ByUser(userID func(r *http.Request) string) KeyFunc {
 	return func(r *http.Request) (string, bool) {
 		id := userID(r)

@@ -19,14 +19,12 @@ import (
 	"github.com/redisfx/redisfx/internal/throttle"
 )
 
-// Rule is a limit: Limit requests per Window for each key. Zero fields take
-// the Config's defaults; Name defaults to the route ("METHOD /pattern") in
-// the middleware and to "default" in Check. Rules that differ in Name,
-// Limit or Window, or are checked by limiters of different Algorithms,
-// never share a counter; the same rule shares its counter for a key
-// across processes. Window is whole milliseconds, at least 1ms (Redis's
-// unit), at most 100 years; another, or a negative Limit, is refused, by Check with an error
-// and by Limit with a panic, as a *redisfx.ConfigError naming the field.
+// Rule is a limit: Limit requests per Window for each key. Zero fields
+// take the Config's defaults; Name defaults to the route in the middleware
+// and to "default" in Check. Distinct rules never share a counter; one rule
+// shares its counter for a key across processes. A Window that is not
+// whole milliseconds (at least 1ms), or a negative Limit, is a
+// *redisfx.ConfigError: from Check, or a panic from Limit.
 type Rule struct {
 	Name   string
 	Limit  int64
@@ -56,12 +54,10 @@ type Limiter struct {
 	log     *zap.Logger
 	errors  *httpfx.Errors // renders refusals
 	warnLog throttle.Every // store failures, at most every 10s
-	// everyMethod caches, per router and route pattern (everyMethodKey), whether the router routes it
-	// for every method (Handle, HandleFunc): see counterName.
-	everyMethod sync.Map
-	// subRouters caches, per root router and chain of mount patterns
-	// (subRouterKey), the router mounted there (nil: none): see routingAt.
-	subRouters sync.Map
+	// Caches of the routers' fixed routes: everyMethod (everyMethodKey ->
+	// bool, see counterName), subRouters (subRouterKey -> chi.Routes, see
+	// routingAt).
+	everyMethod, subRouters sync.Map
 }
 
 // New builds a Limiter without Fx.
@@ -82,7 +78,7 @@ func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Limiter, error
 		return nil, err
 	}
 	errs := o.errors
-	if errs == nil { // not given the application's chain: one of our own
+	if errs == nil {
 		errs = httpfx.NewErrors(o.log, httpfx.RegisteredErrorFilter{Name: "ratelimit", Filter: httpfx.ErrorFilter(DefaultErrorFilter)})
 	}
 	return &Limiter{cfg: cfg, proxies: proxies, rdb: rdb, obs: obs, log: o.log, errors: errs,
@@ -115,9 +111,7 @@ func (l *Limiter) withDefaults(rule Rule) Rule {
 	return rule
 }
 
-// validRule refuses a rule (defaults filled in) that Redis could not count
-// exactly: a window truncated to whole milliseconds would be counted with
-// another rule's.
+// validRule refuses a rule (defaults filled in) Redis could not count exactly.
 func validRule(rule Rule) error {
 	if rule.Limit < 0 {
 		return redisfx.NewConfigError("ratelimitfx", "Rule.Limit", fmt.Sprintf("rule %q: %d is negative", rule.Name, rule.Limit))
@@ -130,10 +124,8 @@ func validRule(rule Rule) error {
 
 // Check counts one request of key against rule and decides. On a store
 // failure it returns a *StoreUnavailableError with a Decision that follows
-// the ErrorPolicy (Allowed under FailOpen). A rule whose Window is not
-// whole milliseconds is not counted: Check returns a *redisfx.ConfigError
-// naming Rule.Window, with a Decision that does not allow the request,
-// whatever the ErrorPolicy (it is the caller's mistake, not an outage).
+// the ErrorPolicy (Allowed under FailOpen). An invalid rule is not counted:
+// a *redisfx.ConfigError, with a Decision that does not allow the request.
 func (l *Limiter) Check(ctx context.Context, rule Rule, key string) (Decision, error) {
 	rule = l.withDefaults(rule)
 	if err := validRule(rule); err != nil {
@@ -154,15 +146,13 @@ func (l *Limiter) check(ctx context.Context, rule Rule, key string) (Decision, e
 	ctx, cancel := context.WithTimeout(ctx, l.cfg.StoreTimeout)
 	defer cancel()
 	counter := []string{l.counterKey(rule, key)}
-	var (
-		res []int64
-		err error
-	)
+	var cmd *redis.Cmd
 	if l.cfg.Algorithm == SlidingLog {
-		res, err = slidingLogScript.Run(ctx, l.rdb, counter, windowMS(rule.Window), rule.Limit, randid.Hex(8)).Int64Slice()
+		cmd = slidingLogScript.Run(ctx, l.rdb, counter, windowMS(rule.Window), rule.Limit, randid.Hex(8))
 	} else {
-		res, err = fixedWindowScript.Run(ctx, l.rdb, counter, windowMS(rule.Window)).Int64Slice()
+		cmd = fixedWindowScript.Run(ctx, l.rdb, counter, windowMS(rule.Window))
 	}
+	res, err := cmd.Int64Slice()
 	if err != nil {
 		return Decision{Limit: rule.Limit, Window: rule.Window}, err
 	}

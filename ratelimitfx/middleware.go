@@ -11,21 +11,13 @@ import (
 //
 //	r.With(limiter.Limit(ratelimitfx.Rule{Limit: 10, Window: time.Minute})).Post("/payments", h)
 //
-// Each answer carries the RateLimit-Policy and RateLimit fields of
-// draft-ietf-httpapi-ratelimit-headers-11 (see Config.LegacyHeaders for the
-// older three). A request over the limit gets 429 application/problem+json
-// with Retry-After and never reaches the handler.
-//
-// Without a Name, the rule's counters are named after the route ("POST
-// /payments") when the middleware runs after routing (r.With, or r.Use
-// inside a r.Route group), so one Rule value may guard several routes
-// separately; mounted before routing (r.Use on the root router) it has one
-// counter per key for every route ("default").
-//
-// A rule whose Window is not whole milliseconds makes Limit panic with a
-// *redisfx.ConfigError naming Rule.Window, as chi panics on a malformed
-// route: routes are set up at start-up, where the mistake shows at once,
-// rather than at every request.
+// Answers carry the RateLimit-Policy and RateLimit fields; a request over
+// the limit gets 429 problem+json with Retry-After and never reaches the
+// handler. An unnamed rule's counters are named after the route ("POST
+// /payments") when it runs after routing (r.With, or r.Use in a r.Route
+// group), so one Rule may guard routes separately; before routing (r.Use
+// on the root router) it has one counter per key ("default"). An invalid
+// rule panics with a *redisfx.ConfigError, as chi does on a bad route.
 func (l *Limiter) Limit(rule Rule) func(http.Handler) http.Handler {
 	named := rule.Name != ""
 	rule = l.withDefaults(rule)
@@ -44,7 +36,7 @@ func (l *Limiter) Limit(rule Rule) func(http.Handler) http.Handler {
 			if route, routed, at := l.routeOf(r); !named && routed {
 				rr.Name = l.counterName(route, at)
 			} else if !named && route != "" {
-				rr.Name = route // a group's path that matches none of its routes, whatever the method
+				rr.Name = route // unmatched in a group, whatever the method
 			}
 			d, err := l.Check(r.Context(), rr, key)
 			if err != nil {
@@ -70,9 +62,7 @@ func (l *Limiter) Limit(rule Rule) func(http.Handler) http.Handler {
 // Handler is Limit with the Config's default rule (keyed by client IP).
 func (l *Limiter) Handler(next http.Handler) http.Handler { return l.Limit(Rule{})(next) }
 
-// routing is where chi routes a request from the middleware's place on:
-// the router that routes the rest of its path, that path, and the method
-// chi routes by.
+// routing is where chi routes a request from the middleware's place on.
 type routing struct {
 	router chi.Routes
 	path   string
@@ -80,17 +70,12 @@ type routing struct {
 	mounts []string // the patterns of the mount points passed, each ending in "/*"
 }
 
-// routeOf is the request's chi route pattern, or "" before routing
-// (middleware mounted with r.Use on the root router). The raw path is never
-// used: a client could vary it to get a fresh counter on every request.
-//
-// Middleware that r.Use puts in a r.Route group runs before the group has
-// routed, when the pattern is still the group's "/api/*"; the group's
-// router is then asked, as chi will route it, for the route the request
-// takes, so that each route of the group counts separately. A path that
-// matches no route of the group (for the request's method) keeps the
-// group's pattern, and routed is false: every unmatched path shares one
-// counter, whatever the method, since a client may send any token as one.
+// routeOf is the request's chi route pattern, or "" before routing; never
+// the raw path, which a client could vary for a fresh counter each time.
+// In a r.Route group, where middleware runs before the group routes, the
+// group's router is asked for the route the request will take; a path
+// matching none keeps the group's pattern (routed false): every unmatched
+// path shares one counter, whatever the method.
 func (l *Limiter) routeOf(r *http.Request) (route string, routed bool, at routing) {
 	rc := chi.RouteContext(r.Context())
 	if rc == nil {
@@ -101,9 +86,7 @@ func (l *Limiter) routeOf(r *http.Request) (route string, routed bool, at routin
 		if pattern == "" {
 			return "", false, routing{} // before routing
 		}
-		// Routed to the endpoint: its router is the one past every
-		// pattern but the endpoint's own (nil if not found: the counter is
-		// then named after the method).
+		// routed: the endpoint's router is past every pattern but its own
 		at, _ := l.routingAt(r, rc, rc.RoutePatterns[:len(rc.RoutePatterns)-1])
 		return pattern, true, at
 	}
@@ -120,15 +103,10 @@ func (l *Limiter) routeOf(r *http.Request) (route string, routed bool, at routin
 }
 
 // routingAt is the routing of r past the mount points mounts (a prefix of
-// rc.RoutePatterns): the root router and the path it routes when mounts is
-// empty, else the router mounted there (found by pattern in its parent's
-// Routes(), cached: routes are fixed once the app serves) and rc.RoutePath,
-// which the mount set to the rest of the path as chi routes it, after a
-// middleware such as chi's StripSlashes or CleanPath rewrote it (the
-// request's own path, /api/orders/, would match no route, and the client
-// would get the group's unmatched counter on top of the route's). The
-// method is rc.RouteMethod, which chi's GetHead sets to GET for a HEAD
-// request that no HEAD route takes, else the request's.
+// rc.RoutePatterns): the router mounted there (found in its parent's
+// Routes(), cached), the path as chi routes it (rc.RoutePath, after any
+// rewrite such as StripSlashes) and the method (rc.RouteMethod: GetHead
+// routes HEAD as GET).
 func (l *Limiter) routingAt(r *http.Request, rc *chi.Context, mounts []string) (routing, bool) {
 	at := routing{router: rc.Routes, path: rc.RoutePath, method: rc.RouteMethod, mounts: mounts}
 	if at.method == "" {
@@ -143,9 +121,7 @@ func (l *Limiter) routingAt(r *http.Request, rc *chi.Context, mounts []string) (
 		}
 		return at, true
 	}
-	// Keyed by the root router too: one Limiter may serve several routers
-	// whose groups share mount patterns (helper-79: a second router's
-	// requests were named after the first one's routes).
+	// keyed by the root too: one Limiter may serve several routers
 	key := subRouterKey{root: rc.Routes, mounts: strings.Join(mounts, "\x00")}
 	if v, ok := l.subRouters.Load(key); ok {
 		at.router, _ = v.(chi.Routes)
@@ -183,22 +159,18 @@ type subRouterKey struct {
 	mounts string
 }
 
-// anyMethod is what counterName tries to learn whether a route takes every
-// method.
+// anyMethod are the methods counterName tries.
 var anyMethod = []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
 	http.MethodDelete, http.MethodConnect, http.MethodOptions, http.MethodTrace}
 
 // counterName names an unnamed rule's counter after the route: "POST
-// /payments" for a route of one method (the method chi routes by: GET for
-// a HEAD that chi's GetHead sends to a GET route), and the bare pattern for
-// a route the router takes for every method (Handle, HandleFunc), so that a
-// client cannot multiply its limit by switching methods. The answer is
-// cached per pattern: the routes are fixed once the app serves.
+// /payments", or the bare pattern for a route taken for every method
+// (Handle), so that switching methods does not multiply the limit.
 func (l *Limiter) counterName(route string, at routing) string {
 	if at.router == nil {
 		return at.method + " " + route
 	}
-	key := everyMethodKey{router: at.router, route: route} // per router: one Limiter may serve several (helper-80)
+	key := everyMethodKey{router: at.router, route: route}
 	v, ok := l.everyMethod.Load(key)
 	if !ok {
 		v, _ = l.everyMethod.LoadOrStore(key, routesEveryMethod(at))

@@ -16,13 +16,10 @@ import (
 	"github.com/redisfx/redisfx/internal/fxconfig"
 )
 
-// Module provides the *Limiter and registers its error filter
-// (ErrorFilter, in httpfx's chain after idempotency's and before the
-// application's; change it with fx.Decorate). It needs a Redis client
-// (storefx.Module); the configuration is an optional Config or *Config, the logger,
-// the metrics registerer (metricsfx), the plugin tracer (tracingfx) and
-// httpfx's error chain are used when present. Routes opt in with
-// limiter.Limit(rule) or limiter.Handler.
+// Module provides the *Limiter and registers its ErrorFilter in httpfx's
+// chain (change it with fx.Decorate). It needs a Redis client
+// (storefx.Module); a Config or *Config, logger, registerer, plugin tracer
+// and httpfx's chain are used when present.
 var Module = fx.Module("redisfx.ratelimit",
 	clientcheck.Required("ratelimitfx.Module"),
 	fx.Provide(

@@ -22,12 +22,9 @@ type options struct {
 	errors     *httpfx.Errors
 }
 
-// WithErrors renders the middleware's refusals (429, and 503 under
-// FailClosed) through an application's error chain instead of one holding
-// only DefaultErrorFilter. The chain must map *ExceededError and
-// *StoreUnavailableError — hold DefaultErrorFilter or a filter of your
-// own — or they become 500s. A nil chain is ignored. Module passes
-// httpfx's chain, where it has registered its filter.
+// WithErrors renders the middleware's refusals through an application's
+// error chain, which must map *ExceededError and *StoreUnavailableError
+// (DefaultErrorFilter does) or they become 500s. A nil chain is ignored.
 func WithErrors(e *httpfx.Errors) Option { return func(o *options) { o.errors = e } }
 
 // WithRegisterer registers the rate-limit metrics with reg. A nil reg registers nothing.
@@ -37,8 +34,8 @@ func WithRegisterer(reg prometheus.Registerer) Option { return func(o *options) 
 // plugin tracer: a no-op unless PluginTracing is on).
 func WithTracerProvider(tp trace.TracerProvider) Option { return func(o *options) { o.tracer = tp } }
 
-// WithLogger logs store failures (at most one line every 10s).
-// A nil log is ignored. The logger is named "ratelimit".
+// WithLogger logs store failures (at most every 10s) to log, named
+// "ratelimit". A nil log is ignored.
 func WithLogger(log *zap.Logger) Option {
 	return func(o *options) {
 		if log != nil {
@@ -64,22 +61,24 @@ const (
 	StatusError    = "error"
 )
 
+// observer measures and traces checks. Without a registerer the metrics
+// are kept but registered nowhere; without a tracer no spans.
 type observer struct {
-	tracer   trace.TracerProvider
-	keys     plugintrace.KeyAttribute
-	requests *prometheus.CounterVec
-	allowed  prometheus.Counter
-	rejected prometheus.Counter
+	tracer            trace.TracerProvider
+	keys              plugintrace.KeyAttribute
+	requests          *prometheus.CounterVec
+	allowed, rejected prometheus.Counter
 }
 
 func newObserver(reg prometheus.Registerer, tp trace.TracerProvider, keys plugintrace.KeyAttribute) (*observer, error) {
-	o := &observer{tracer: tp, keys: keys}
+	o := &observer{tracer: tp, keys: keys,
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratelimit_requests_total", Help: "Rate-limit checks by outcome: allowed, rejected, or error (store unavailable; the ErrorPolicy decided)."}, []string{"status"}),
+		allowed:  prometheus.NewCounter(prometheus.CounterOpts{Name: "ratelimit_allowed_total", Help: "Requests the rate limiter let through."}),
+		rejected: prometheus.NewCounter(prometheus.CounterOpts{Name: "ratelimit_rejected_total", Help: "Requests the rate limiter refused (429)."}),
+	}
 	if reg == nil {
 		return o, nil
 	}
-	o.requests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratelimit_requests_total", Help: "Rate-limit checks by outcome: allowed, rejected, or error (store unavailable; the ErrorPolicy decided)."}, []string{"status"})
-	o.allowed = prometheus.NewCounter(prometheus.CounterOpts{Name: "ratelimit_allowed_total", Help: "Requests the rate limiter let through."})
-	o.rejected = prometheus.NewCounter(prometheus.CounterOpts{Name: "ratelimit_rejected_total", Help: "Requests the rate limiter refused (429)."})
 	for _, c := range []prometheus.Collector{o.requests, o.allowed, o.rejected} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
@@ -91,8 +90,8 @@ func newObserver(reg prometheus.Registerer, tp trace.TracerProvider, keys plugin
 	return o, nil
 }
 
-// startCheck opens rate_limit.check, with redisfx.rate_limit.key the
-// rule's name and key as Config.KeyAttribute writes it.
+// startCheck opens rate_limit.check; its key attribute is the rule's name
+// and the key as Config.KeyAttribute writes it.
 func (o *observer) startCheck(ctx context.Context, rule Rule, key string) (context.Context, *plugintrace.Span) {
 	if o.tracer == nil {
 		return ctx, nil
@@ -106,17 +105,15 @@ func (o *observer) startCheck(ctx context.Context, rule Rule, key string) (conte
 }
 
 func (o *observer) endCheck(span *plugintrace.Span, d Decision, err error) {
-	if o.requests != nil {
-		switch {
-		case err != nil:
-			o.requests.WithLabelValues(StatusError).Inc()
-		case d.Allowed:
-			o.requests.WithLabelValues(StatusAllowed).Inc()
-			o.allowed.Inc()
-		default:
-			o.requests.WithLabelValues(StatusRejected).Inc()
-			o.rejected.Inc()
-		}
+	switch {
+	case err != nil:
+		o.requests.WithLabelValues(StatusError).Inc()
+	case d.Allowed:
+		o.requests.WithLabelValues(StatusAllowed).Inc()
+		o.allowed.Inc()
+	default:
+		o.requests.WithLabelValues(StatusRejected).Inc()
+		o.rejected.Inc()
 	}
 	if span == nil {
 		return
@@ -130,6 +127,6 @@ func (o *observer) endCheck(span *plugintrace.Span, d Decision, err error) {
 		span.Finish(nil)
 	default:
 		span.AddEvent("request.blocked")
-		span.Finish(newExceededError(d)) // status message "Rate limit exceeded", as docs/tracing.md gives it
+		span.Finish(newExceededError(d)) // status message "Rate limit exceeded"
 	}
 }

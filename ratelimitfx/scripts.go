@@ -5,25 +5,19 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redisfx/redisfx/internal/durations"
 )
 
-// Both scripts read the time from Redis (TIME), so every process agrees on
-// where a window begins and ends whatever its own clock says, and each
-// check is one script on one key: Redis runs it atomically, which is what
-// makes a limit exact across processes.
+// Both scripts read Redis's clock (TIME), so every process agrees on the
+// windows, and each is one script on one key, run atomically.
 
-// fixedWindowScript counts in windows of ARGV[1] ms. A window begins with
-// the first request after the previous window ended and is kept in the
-// counter itself (a hash: s = its start in ms, n = requests counted), so
-// the window is decided by the script's own clock reading, never by when
-// Redis gets round to expiring the key. Returns {n, window start, now},
-// times in ms.
-//
-// The key always has an expiry, at about the window's end: a relative one
-// of what is left of the window (at least 1 ms). Not PEXPIREAT at the end:
-// Redis compares that with its real clock, not with the script's reading,
-// so in the window's last millisecond it could delete the counter the
-// script was counting in (found by the checker).
+// fixedWindowScript counts in windows of ARGV[1] ms, each beginning with
+// the first request after the last ended; the window is kept in the hash
+// (s = start ms, n = count) so the script's clock, not Redis's expiry,
+// decides it. The expiry is relative (what is left of the window): PEXPIREAT
+// compares with the real clock and could delete the counter in the
+// window's last ms. Returns {n, start, now}.
 var fixedWindowScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -38,12 +32,10 @@ redis.call('PEXPIRE', KEYS[1], start + window - now)
 return {n, start, now}
 `)
 
-// slidingLogScript keeps the times (ms) of allowed requests in a sorted
-// set and allows a request only if fewer than ARGV[2] fall in the last
-// ARGV[1] ms: (now - window, now]. ARGV[3] is a member unique to the
-// check, so a retried script cannot log one request twice. Returns
-// {requests in the window with this one, time of the oldest logged
-// request, now, allowed 0/1}, times in ms.
+// slidingLogScript allows a request only if fewer than ARGV[2] allowed
+// ones (a sorted set of times) fall in (now - ARGV[1] ms, now]; ARGV[3] is
+// unique per check, so a retried script logs nothing twice. Returns {count
+// with this one, oldest logged time, now, allowed}.
 var slidingLogScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -77,7 +69,7 @@ func decide(alg Algorithm, rule Rule, res []int64) (Decision, error) {
 	}
 	// res[1] is the start of the window (fixed) or the oldest logged
 	// request (sliding); either way capacity frees one window after it.
-	d.Current, d.Reset = res[0], time.Duration(res[1]+windowMS(rule.Window)-res[2])*time.Millisecond
+	d.Current, d.Reset = res[0], durations.Mul(time.Millisecond, max(res[1]+windowMS(rule.Window)-res[2], 0))
 	d.Allowed = d.Current <= rule.Limit
 	if alg == SlidingLog {
 		d.Allowed = res[3] == 1
