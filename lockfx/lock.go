@@ -11,6 +11,7 @@ import (
 
 	"github.com/redisfx/redisfx"
 	"github.com/redisfx/redisfx/internal/backoff"
+	"github.com/redisfx/redisfx/internal/nodeclient"
 )
 
 // ErrLockLost means the lock's validity ran out before it was released, or
@@ -226,14 +227,17 @@ func (k *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	return nil
 }
 
-// extend runs extendScript, on a new connection to the key's node when
-// hedge (see hedgeClient): whether this owner still held the lock.
+// extend runs extendScript: whether this owner still held the lock. A
+// hedge goes on a one-try client of a new connection to the key's node
+// (go-redis hands out idle pooled connections first, which may all be
+// stalled), or through the pool when rdb is not a Client or ClusterClient.
 func (k *Lock) extend(ctx context.Context, ttl time.Duration, hedge bool) (bool, error) {
 	var c redis.Scripter = k.l.rdb
 	if hedge {
-		if node := hedgeClient(ctx, k.l.rdb, k.keys.lock); node != nil {
-			defer node.Close()
-			c = node
+		if node, err := nodeclient.ForKey(ctx, k.l.rdb, k.keys.lock); err == nil && node != nil {
+			one := nodeclient.OneConn(node, "")
+			defer one.Close()
+			c = one
 		}
 	}
 	n, err := extendScript.Run(ctx, c, []string{k.keys.lock}, k.owner, ttl.Milliseconds()).Int()

@@ -207,7 +207,7 @@ func (l *Locker) Acquire(ctx context.Context, name string) (lock *Lock, err erro
 			}
 			return lock, nil
 		}
-		if err, timedOut = st.failed(ctx, callCtx, err); err != nil {
+		if timedOut, err = st.failed(ctx, callCtx, err); err != nil {
 			return nil, err
 		}
 		wait := pause.Next()
@@ -231,28 +231,28 @@ type attempts struct {
 
 // failed records a failed attempt; it returns the error Acquire ends with,
 // or nil to try again.
-func (a *attempts) failed(ctx, callCtx context.Context, err error) (end error, timedOut bool) {
+func (a *attempts) failed(ctx, callCtx context.Context, err error) (timedOut bool, end error) {
 	switch {
 	case errors.Is(err, errHeld):
 		a.held = true
 	case errors.Is(err, errLate):
 		a.late = true
 	case ctx.Err() != nil:
-		return ctx.Err(), false
+		return false, ctx.Err()
 	case unanswered(callCtx, err):
 		if a.held {
-			return ErrNotAcquired, true
+			return true, ErrNotAcquired
 		}
 		if !errors.Is(err, context.DeadlineExceeded) {
 			err = fmt.Errorf("%w (%w)", context.DeadlineExceeded, err)
 		}
-		return fmt.Errorf("lockfx: acquire %s: Redis did not answer in time: %w", a.quoted, err), true
+		return true, fmt.Errorf("lockfx: acquire %s: Redis did not answer in time: %w", a.quoted, err)
 	case slotMoving(err):
 		a.refused = fmt.Errorf("lockfx: acquire %s: %w", a.quoted, err)
 	default:
-		return fmt.Errorf("lockfx: acquire %s: %w", a.quoted, err), false
+		return false, fmt.Errorf("lockfx: acquire %s: %w", a.quoted, err)
 	}
-	return nil, false
+	return false, nil
 }
 
 // exhausted is Acquire's error when no attempt is left: ErrNotAcquired if
