@@ -63,18 +63,13 @@ func newLock(l *Locker, name string, keys lockKeys, owner string, token int64, s
 // clock itself, so check it right before a step that must not overlap
 // another holder.
 func (k *Lock) Done() <-chan struct{} {
-	k.checkValidity()
+	_ = k.end(nil)
 	return k.done
 }
 
 // Err is nil while the lock is held and valid; ErrLockLost once it was
 // lost; ErrNotOwner once it was released.
-func (k *Lock) Err() error {
-	k.checkValidity()
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return k.err
-}
+func (k *Lock) Err() error { return k.end(nil) }
 
 // ValidUntil is when the validity ends unless a renewal or Extend is
 // confirmed before. It only moves forward.
@@ -99,46 +94,35 @@ func (k *Lock) Context(parent context.Context) (context.Context, context.CancelF
 	return ctx, func() { cancel(context.Canceled) }
 }
 
-// checkValidity ends the lock if its validity is over, even when the
-// expiry timer has not fired yet.
-func (k *Lock) checkValidity() {
+// end ends the lock with err, once, and returns why it ended (nil: it
+// has not). With err nil it ends it only if the validity is over, even
+// when the expiry timer has not fired yet.
+func (k *Lock) end(err error) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.checkValidityLocked()
+	return k.endLocked(err)
 }
 
-func (k *Lock) checkValidityLocked() {
-	if k.err == nil && !time.Now().Before(k.validUntil) {
-		k.endLocked(ErrLockLost)
+func (k *Lock) endLocked(err error) error {
+	if err == nil && !time.Now().Before(k.validUntil) {
+		err = ErrLockLost
 	}
+	if k.err == nil && err != nil {
+		k.err = err
+		k.expiry.Stop()
+		close(k.done)
+		k.l.obs.ended(errors.Is(err, ErrLockLost))
+	}
+	return k.err
 }
 
 // onExpiry is the expiry timer's function.
 func (k *Lock) onExpiry() {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.checkValidityLocked()
-	if k.err == nil { // moved forward while the timer was firing
+	if k.endLocked(nil) == nil { // moved forward while the timer was firing
 		k.expiry.Reset(time.Until(k.validUntil))
 	}
-}
-
-// lose ends the lock: Redis says another owner holds it.
-func (k *Lock) lose() {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	k.endLocked(ErrLockLost)
-}
-
-// endLocked closes Done with err, once.
-func (k *Lock) endLocked(err error) {
-	if k.err != nil {
-		return
-	}
-	k.err = err
-	k.expiry.Stop()
-	close(k.done)
-	k.l.obs.ended(errors.Is(err, ErrLockLost))
 }
 
 // confirm moves the validity forward after Redis confirmed a lease of
@@ -147,8 +131,7 @@ func (k *Lock) endLocked(err error) {
 func (k *Lock) confirm(sent time.Time, lease time.Duration) bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.checkValidityLocked()
-	if k.err != nil {
+	if k.endLocked(nil) != nil {
 		return false
 	}
 	if until := sent.Add(lease - driftMargin(lease)); until.After(k.validUntil) {
@@ -171,13 +154,12 @@ func (k *Lock) Release(ctx context.Context) error {
 		return ErrNotOwner
 	}
 	k.released = true
-	k.checkValidityLocked()
-	wasLost := k.err != nil
+	wasLost := k.endLocked(nil) != nil
 	var retryUntil time.Time // a migration's refusal is retried while the lease lasts
 	if !wasLost {
 		retryUntil = k.validUntil
 	}
-	k.endLocked(ErrNotOwner)
+	_ = k.endLocked(ErrNotOwner)
 	k.mu.Unlock()
 
 	ctx, span := k.l.obs.startRelease(ctx, k.name)
@@ -219,7 +201,7 @@ func (k *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	case err != nil:
 		return fmt.Errorf("lockfx: extend %s: %w", k.l.cfg.KeyAttribute.Quote(k.name), err)
 	case !owned:
-		k.lose()
+		_ = k.end(ErrLockLost)
 		return k.Err() // ErrLockLost, or ErrNotOwner if Release ran meanwhile
 	case !k.confirm(sent, ttl):
 		return k.Err()

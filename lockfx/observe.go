@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/redisfx/redisfx/plugintrace"
 )
@@ -35,7 +36,7 @@ const (
 )
 
 // observer measures and traces lock operations. Without a registerer the
-// metrics are kept but registered nowhere; without a tracer no spans.
+// metrics are registered nowhere; without a tracer spans are no-ops.
 type observer struct {
 	tracer                                 trace.TracerProvider
 	keys                                   plugintrace.KeyAttribute
@@ -46,6 +47,9 @@ type observer struct {
 
 func newObserver(reg prometheus.Registerer, tp trace.TracerProvider, keys plugintrace.KeyAttribute) (*observer, error) {
 	buckets := []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2, 5}
+	if tp == nil {
+		tp = noop.NewTracerProvider()
+	}
 	o := &observer{tracer: tp, keys: keys,
 		active:       prometheus.NewGauge(prometheus.GaugeOpts{Name: "locks_active", Help: "Locks held by this process."}),
 		acquisitions: prometheus.NewCounter(prometheus.CounterOpts{Name: "lock_acquisitions_total", Help: "Locks acquired."}),
@@ -72,25 +76,18 @@ func newObserver(reg prometheus.Registerer, tp trace.TracerProvider, keys plugin
 func (o *observer) attempt() { o.attempts.Inc() }
 
 func (o *observer) startAcquire(ctx context.Context, name string, ttl time.Duration) (context.Context, *plugintrace.Span) {
-	if o.tracer == nil {
-		return ctx, nil
-	}
 	ctx, span := plugintrace.Start(ctx, o.tracer, "locks", "lock.acquire", "SET", attribute.Int64(AttrTTL, ttl.Milliseconds()))
 	span.SetKey(AttrKey, o.keys, name)
 	return ctx, span
 }
 
 func (o *observer) retry(span *plugintrace.Span, attempt int) {
-	if span != nil {
-		span.AddEvent("lock.retry", trace.WithAttributes(attribute.Int("attempt", attempt)))
-	}
+	span.AddEvent("lock.retry", trace.WithAttributes(attribute.Int("attempt", attempt)))
 }
 
 func (o *observer) timeout(span *plugintrace.Span) {
 	o.timeouts.Inc()
-	if span != nil {
-		span.AddEvent("lock.timeout")
-	}
+	span.AddEvent("lock.timeout")
 }
 
 func (o *observer) endAcquire(span *plugintrace.Span, acquired bool, retries int, waited time.Duration, err error) {
@@ -100,9 +97,6 @@ func (o *observer) endAcquire(span *plugintrace.Span, acquired bool, retries int
 	if acquired {
 		o.acquisitions.Inc()
 		o.active.Inc()
-	}
-	if span == nil {
-		return
 	}
 	span.SetAttributes(attribute.Bool(AttrAcquired, acquired), attribute.Int(AttrRetryCount, retries))
 	if acquired {
@@ -115,9 +109,6 @@ func (o *observer) endAcquire(span *plugintrace.Span, acquired bool, retries int
 }
 
 func (o *observer) startRelease(ctx context.Context, name string) (context.Context, *plugintrace.Span) {
-	if o.tracer == nil {
-		return ctx, nil
-	}
 	ctx, span := plugintrace.Start(ctx, o.tracer, "locks", "lock.release", "DEL")
 	span.SetKey(AttrKey, o.keys, name)
 	return ctx, span
@@ -132,9 +123,6 @@ func (o *observer) ended(lost bool) {
 }
 
 func (o *observer) endRelease(span *plugintrace.Span, err error) {
-	if span == nil {
-		return
-	}
 	if err == nil {
 		span.AddEvent("lock.released")
 	}

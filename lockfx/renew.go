@@ -65,7 +65,7 @@ func (k *Lock) renew() {
 			switch {
 			case r.err == nil && !r.owned:
 				// Redis says it was not this owner's, even if overtaken
-				k.lose()
+				_ = k.end(ErrLockLost)
 				return
 			case r.sent.Before(lastConfirmed):
 				// overtaken by a later renewal that was confirmed
