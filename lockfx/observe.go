@@ -7,7 +7,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/redisfx/redisfx/plugintrace"
 )
@@ -36,7 +35,7 @@ const (
 )
 
 // observer measures and traces lock operations. Without a registerer the
-// metrics are registered nowhere; without a tracer spans are no-ops.
+// metrics are kept but registered nowhere; without a tracer no spans.
 type observer struct {
 	tracer                                 trace.TracerProvider
 	keys                                   plugintrace.KeyAttribute
@@ -47,9 +46,6 @@ type observer struct {
 
 func newObserver(reg prometheus.Registerer, tp trace.TracerProvider, keys plugintrace.KeyAttribute) (*observer, error) {
 	buckets := []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2, 5}
-	if tp == nil {
-		tp = noop.NewTracerProvider()
-	}
 	o := &observer{tracer: tp, keys: keys,
 		active:       prometheus.NewGauge(prometheus.GaugeOpts{Name: "locks_active", Help: "Locks held by this process."}),
 		acquisitions: prometheus.NewCounter(prometheus.CounterOpts{Name: "lock_acquisitions_total", Help: "Locks acquired."}),
@@ -76,18 +72,25 @@ func newObserver(reg prometheus.Registerer, tp trace.TracerProvider, keys plugin
 func (o *observer) attempt() { o.attempts.Inc() }
 
 func (o *observer) startAcquire(ctx context.Context, name string, ttl time.Duration) (context.Context, *plugintrace.Span) {
+	if o.tracer == nil {
+		return ctx, nil
+	}
 	ctx, span := plugintrace.Start(ctx, o.tracer, "locks", "lock.acquire", "SET", attribute.Int64(AttrTTL, ttl.Milliseconds()))
 	span.SetKey(AttrKey, o.keys, name)
 	return ctx, span
 }
 
 func (o *observer) retry(span *plugintrace.Span, attempt int) {
-	span.AddEvent("lock.retry", trace.WithAttributes(attribute.Int("attempt", attempt)))
+	if span != nil {
+		span.AddEvent("lock.retry", trace.WithAttributes(attribute.Int("attempt", attempt)))
+	}
 }
 
 func (o *observer) timeout(span *plugintrace.Span) {
 	o.timeouts.Inc()
-	span.AddEvent("lock.timeout")
+	if span != nil {
+		span.AddEvent("lock.timeout")
+	}
 }
 
 func (o *observer) endAcquire(span *plugintrace.Span, acquired bool, retries int, waited time.Duration, err error) {
@@ -97,6 +100,9 @@ func (o *observer) endAcquire(span *plugintrace.Span, acquired bool, retries int
 	if acquired {
 		o.acquisitions.Inc()
 		o.active.Inc()
+	}
+	if span == nil {
+		return
 	}
 	span.SetAttributes(attribute.Bool(AttrAcquired, acquired), attribute.Int(AttrRetryCount, retries))
 	if acquired {
@@ -109,6 +115,9 @@ func (o *observer) endAcquire(span *plugintrace.Span, acquired bool, retries int
 }
 
 func (o *observer) startRelease(ctx context.Context, name string) (context.Context, *plugintrace.Span) {
+	if o.tracer == nil {
+		return ctx, nil
+	}
 	ctx, span := plugintrace.Start(ctx, o.tracer, "locks", "lock.release", "DEL")
 	span.SetKey(AttrKey, o.keys, name)
 	return ctx, span
@@ -123,6 +132,9 @@ func (o *observer) ended(lost bool) {
 }
 
 func (o *observer) endRelease(span *plugintrace.Span, err error) {
+	if span == nil {
+		return
+	}
 	if err == nil {
 		span.AddEvent("lock.released")
 	}
