@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/redisfx/redisfx/internal/backoff"
@@ -245,14 +247,15 @@ func (c *consumer) process(ctx context.Context, m redis.XMessage, attempt int) (
 	ctx, span := c.s.obs.startConsume(ctx, c.stream, c.s.cfg.Group, c.s.cfg.Consumer, m.ID, attempt)
 	err := c.call(ctx, Message{ID: m.ID, Stream: c.stream, Data: data, Attempt: attempt})
 	if err == nil {
-		c.s.obs.processed(span, c.stream)
+		c.s.obs.count(c.stream, OutcomeProcessed)
+		span.AddEvent("message.processed")
 		return handled{id: m.ID, ctx: ctx, span: span}, outcomeDone
 	}
 	if ctx.Err() != nil {
-		c.s.obs.endConsume(span, fmt.Errorf("streamfx: stopped before the handler finished: %w", err))
+		span.Finish(fmt.Errorf("streamfx: stopped before the handler finished: %w", err))
 		return handled{}, outcomeStopped
 	}
-	c.s.obs.failed(span, c.stream, attempt, err)
+	c.s.obs.failed(span, c.stream, OutcomeFailed, attempt, err)
 	if attempt >= c.s.cfg.MaxAttempts {
 		c.deadLetter(ctx, m, attempt, err.Error())
 	} else if c.s.cfg.Retention > 0 {
@@ -262,7 +265,7 @@ func (c *consumer) process(ctx context.Context, m redis.XMessage, attempt int) (
 		_ = c.s.rdb.Do(sctx, "PEXPIRE", c.stream, c.s.cfg.Retention.Milliseconds(), "GT").Err()
 		cancel()
 	}
-	c.s.obs.endConsume(span, err)
+	span.Finish(err)
 	return handled{}, outcomeFailed
 }
 
@@ -317,7 +320,7 @@ func (c *consumer) ack(done []handled) {
 	spans := make([]*plugintrace.Span, len(done))
 	for i, h := range done {
 		ids[i] = h.id
-		_, spans[i] = c.s.obs.startAck(h.ctx, c.stream)
+		_, spans[i] = c.s.obs.start(h.ctx, trace.SpanKindInternal, "stream.ack", "XACK", attribute.String(AttrStream, c.stream))
 	}
 	sctx, cancel := c.storeCtx()
 	err := c.s.rdb.XAck(sctx, c.stream, c.s.cfg.Group, ids...).Err()
@@ -327,8 +330,11 @@ func (c *consumer) ack(done []handled) {
 		c.s.log.Warn("stream ack failed", zap.Error(err))
 	}
 	for i, h := range done {
-		c.s.obs.endAck(spans[i], err)
-		c.s.obs.endConsume(h.span, nil)
+		if err == nil {
+			spans[i].AddEvent("message.acknowledged")
+		}
+		spans[i].Finish(err)
+		h.span.Finish(nil)
 	}
 }
 
@@ -342,9 +348,9 @@ func (c *consumer) deadLetterUnsettled(ctx context.Context, m redis.XMessage, de
 	ctx, _ = c.received(ctx, m)
 	ctx, span := c.s.obs.startConsume(ctx, c.stream, cfg.Group, cfg.Consumer, m.ID, delivered)
 	err := errors.New(reason)
-	c.s.obs.unsettled(span, delivered, err)
+	c.s.obs.failed(span, c.stream, "", delivered, err)
 	c.deadLetter(ctx, m, delivered, reason)
-	c.s.obs.endConsume(span, err)
+	span.Finish(err)
 }
 
 // deadLetter copies the message to "<stream>:dlq" with the reason, then
@@ -352,7 +358,9 @@ func (c *consumer) deadLetterUnsettled(ctx context.Context, m redis.XMessage, de
 // slots), so a crash between them dead-letters it again; none is lost.
 func (c *consumer) deadLetter(ctx context.Context, m redis.XMessage, attempts int, lastErr string) {
 	dlq := c.stream + DLQSuffix
-	ctx, span := c.s.obs.startDLQ(ctx, c.stream, dlq, ReasonMaxRetriesExceeded, m.ID)
+	c.s.obs.track(c.stream)
+	ctx, span := c.s.obs.start(ctx, trace.SpanKindInternal, "stream.move_to_dlq", "XADD", attribute.String(AttrStream, c.stream),
+		attribute.String(AttrMessageID, m.ID), attribute.String(AttrDLQStream, dlq), attribute.String(AttrReason, ReasonMaxRetriesExceeded))
 	values := make([]any, 0, 2*len(m.Values)+10)
 	for k, v := range m.Values {
 		values = append(values, k, v)
@@ -368,8 +376,11 @@ func (c *consumer) deadLetter(ctx context.Context, m redis.XMessage, attempts in
 	if err != nil {
 		err = fmt.Errorf("streamfx: move %s to %q: %w", m.ID, dlq, err)
 		c.s.log.Warn("stream dead-letter failed", zap.Error(err))
+	} else {
+		c.s.obs.count(c.stream, OutcomeDeadLettered)
+		span.AddEvent("message.moved_to_dlq")
 	}
-	c.s.obs.endDLQ(span, c.stream, err)
+	span.Finish(err)
 }
 
 // reclaim takes over messages pending longer than ClaimIdle (failed, or

@@ -67,7 +67,7 @@ const plugin = "streams"
 type observer struct {
 	tracer   trace.TracerProvider
 	messages *prometheus.CounterVec
-	backlog  *backlogCollector // nil without a registerer
+	backlog  *backlogReader // nil without a registerer
 
 	mu      sync.Mutex
 	streams map[string]bool // streams this process publishes to or consumes
@@ -81,9 +81,11 @@ func newObserver(reg prometheus.Registerer, tp trace.TracerProvider, s *Streams)
 	if reg == nil {
 		return o, nil
 	}
-	o.backlog = &backlogCollector{s: s, o: o, every: backlogInterval, kick: make(chan struct{}, 1)}
+	o.backlog = &backlogReader{s: s, o: o, every: backlogInterval, kick: make(chan struct{}, 1),
+		length: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "stream_length", Help: "Entries in a stream (dead-letter streams included, named <stream>:dlq). Read every 5s; the last value is kept while Redis does not answer."}, []string{"stream"}),
+		lag:    prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "stream_consumer_lag", Help: "Entries of a stream the consumer group has not acknowledged yet: not yet delivered (XINFO GROUPS lag, counted up to 10001 when Redis answers it as NULL after an XDEL) plus delivered and pending. Read every 5s; the last value is kept while Redis does not answer."}, []string{"stream", "group"})}
 	o.messages = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "stream_messages_total", Help: "Message deliveries handled by this process, by outcome: processed, failed, dead_lettered."}, []string{"stream", "outcome"})
-	for _, c := range []prometheus.Collector{o.messages, o.backlog} {
+	for _, c := range []prometheus.Collector{o.messages, o.backlog.length, o.backlog.lag} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -130,18 +132,6 @@ func (o *observer) start(ctx context.Context, kind trace.SpanKind, name, op stri
 	return plugintrace.StartKind(ctx, o.tracer, kind, plugin, name, op, attrs...)
 }
 
-func (o *observer) startPublish(ctx context.Context, stream string, size int) (context.Context, *plugintrace.Span) {
-	return o.start(ctx, trace.SpanKindProducer, "stream.publish", "XADD", attribute.String(AttrStream, stream), attribute.Int(AttrMessageSize, size))
-}
-
-func (o *observer) endPublish(span *plugintrace.Span, id string, err error) {
-	if err == nil {
-		span.SetAttributes(attribute.String(AttrMessageID, id))
-		span.AddEvent("message.published")
-	}
-	span.Finish(err)
-}
-
 func (o *observer) startConsume(ctx context.Context, stream, group, consumer, id string, attempt int) (context.Context, *plugintrace.Span) {
 	ctx, span := o.start(ctx, trace.SpanKindConsumer, "stream.consume", "XREADGROUP", attribute.String(AttrStream, stream),
 		attribute.String(AttrGroup, group), attribute.String(AttrConsumer, consumer), attribute.String(AttrMessageID, id))
@@ -149,95 +139,38 @@ func (o *observer) startConsume(ctx context.Context, stream, group, consumer, id
 	return ctx, span
 }
 
-func (o *observer) processed(span *plugintrace.Span, stream string) {
-	o.count(stream, OutcomeProcessed)
-	span.AddEvent("message.processed")
-}
-
-func (o *observer) failed(span *plugintrace.Span, stream string, attempt int, err error) {
-	o.count(stream, OutcomeFailed)
-	o.unsettled(span, attempt, err)
-}
-
-// unsettled records on span that an attempt failed, or ended unsettled
-// (its consumer crashed, or a stop abandoned it: not counted here).
-func (o *observer) unsettled(span *plugintrace.Span, attempt int, err error) {
+// failed records on span that an attempt failed, or ended unsettled (its
+// consumer crashed, or a stop abandoned it: counted only when outcome is
+// given).
+func (o *observer) failed(span *plugintrace.Span, stream, outcome string, attempt int, err error) {
+	if outcome != "" {
+		o.count(stream, outcome)
+	}
 	span.AddEvent("processing.failed", trace.WithAttributes(attribute.Int("attempt", attempt), attribute.String("error", err.Error())))
 }
 
-func (o *observer) endConsume(span *plugintrace.Span, err error) { span.Finish(err) }
-
-func (o *observer) startAck(ctx context.Context, stream string) (context.Context, *plugintrace.Span) {
-	return o.start(ctx, trace.SpanKindInternal, "stream.ack", "XACK", attribute.String(AttrStream, stream))
-}
-
-func (o *observer) endAck(span *plugintrace.Span, err error) {
-	if err == nil {
-		span.AddEvent("message.acknowledged")
-	}
-	span.Finish(err)
-}
-
-func (o *observer) startDLQ(ctx context.Context, stream, dlq, reason, id string) (context.Context, *plugintrace.Span) {
-	o.track(stream)
-	return o.start(ctx, trace.SpanKindInternal, "stream.move_to_dlq", "XADD", attribute.String(AttrStream, stream),
-		attribute.String(AttrMessageID, id), attribute.String(AttrDLQStream, dlq), attribute.String(AttrReason, reason))
-}
-
-func (o *observer) endDLQ(span *plugintrace.Span, stream string, err error) {
-	if err == nil {
-		o.count(stream, OutcomeDeadLettered)
-		span.AddEvent("message.moved_to_dlq")
-	}
-	span.Finish(err)
-}
-
-// backlogCollector serves stream_length (each known stream and its
-// dead-letter stream) and stream_consumer_lag (this application's group).
-// refresh reads them in the background (at Start, every backlogInterval,
-// and after the first publish to a new stream); a scrape serves the last
+// backlogReader keeps stream_length (each known stream and its
+// dead-letter stream) and stream_consumer_lag (this application's group)
+// set from Redis in the background (at Start, every backlogInterval, and
+// after the first publish to a new stream); a scrape serves the last
 // reading and never waits for Redis. A value Redis could not give keeps its
 // last reading, so an outage does not make the series vanish; one never
 // read is absent, not zero.
-type backlogCollector struct {
+type backlogReader struct {
 	s     *Streams
 	o     *observer
 	every time.Duration // backlogInterval; shorter in tests
 	kick  chan struct{} // asks refresh for a reading now (buffered 1: asks coalesce)
 	// afterRead, if set (tests), is called after each background reading.
-	afterRead func()
-
-	mu      sync.Mutex
-	lengths map[string]float64    // stream → XLEN
-	lags    map[[2]string]float64 // {stream, group} → lag + pending
+	afterRead   func()
+	length, lag *prometheus.GaugeVec
 }
 
 // backlogInterval is how often a running Streams reads its backlog.
 const backlogInterval = 5 * time.Second
 
-var (
-	lengthDesc = prometheus.NewDesc("stream_length", "Entries in a stream (dead-letter streams included, named <stream>:dlq). Read every 5s; the last value is kept while Redis does not answer.", []string{"stream"}, nil)
-	lagDesc    = prometheus.NewDesc("stream_consumer_lag", "Entries of a stream the consumer group has not acknowledged yet: not yet delivered (XINFO GROUPS lag, counted up to 10001 when Redis answers it as NULL after an XDEL) plus delivered and pending. Read every 5s; the last value is kept while Redis does not answer.", []string{"stream", "group"}, nil)
-)
-
-// Describe implements prometheus.Collector.
-func (b *backlogCollector) Describe(ch chan<- *prometheus.Desc) { ch <- lengthDesc; ch <- lagDesc }
-
-// Collect implements prometheus.Collector. It serves the last reading and
-// never calls Redis.
-func (b *backlogCollector) Collect(ch chan<- prometheus.Metric) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for st, n := range b.lengths {
-		ch <- prometheus.MustNewConstMetric(lengthDesc, prometheus.GaugeValue, n, st)
-	}
-	for k, n := range b.lags {
-		ch <- prometheus.MustNewConstMetric(lagDesc, prometheus.GaugeValue, n, k[0], k[1])
-	}
-}
-
 // nudge asks a running refresh for a reading now, without waiting for it.
-func (b *backlogCollector) nudge() {
+func (b *backlogReader) nudge() {
 	select {
 	case b.kick <- struct{}{}:
 	default: // one is already asked for
@@ -246,7 +179,7 @@ func (b *backlogCollector) nudge() {
 
 // refresh reads the backlog at once, then every backlogInterval and when
 // nudged, until ctx ends.
-func (b *backlogCollector) refresh(ctx context.Context) {
+func (b *backlogReader) refresh(ctx context.Context) {
 	tick := time.NewTicker(b.every)
 	defer tick.Stop()
 	ctx = plugintrace.WithoutCommandSpans(ctx) // background polling is not a trace
@@ -273,7 +206,7 @@ func (b *backlogCollector) refresh(ctx context.Context) {
 // read asks Redis for the backlog (one pipelined round trip, and one more
 // per stream whose lag Redis cannot give) and records every value it got;
 // the others keep their last reading.
-func (b *backlogCollector) read(ctx context.Context) {
+func (b *backlogReader) read(ctx context.Context) {
 	streams := b.o.known()
 	if len(streams) == 0 {
 		return
@@ -288,32 +221,18 @@ func (b *backlogCollector) read(ctx context.Context) {
 		}
 		return nil
 	})
-	lags := map[[2]string]float64{}
-	var gone [][2]string
-	for st, cmd := range groups {
-		key := [2]string{st, b.s.cfg.Group}
-		switch lag, state := b.lag(ctx, st, cmd); state {
-		case lagRead:
-			lags[key] = lag
-		case lagGone:
-			gone = append(gone, key)
-		}
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.lengths == nil {
-		b.lengths, b.lags = map[string]float64{}, map[[2]string]float64{}
-	}
 	for st, cmd := range lens {
 		if n, err := cmd.Result(); err == nil {
-			b.lengths[st] = float64(n)
+			b.length.WithLabelValues(st).Set(float64(n))
 		}
 	}
-	for _, k := range gone {
-		delete(b.lags, k)
-	}
-	for k, v := range lags {
-		b.lags[k] = v
+	for st, cmd := range groups {
+		switch lag, state := b.readLag(ctx, st, cmd); state {
+		case lagRead:
+			b.lag.WithLabelValues(st, b.s.cfg.Group).Set(lag)
+		case lagGone:
+			b.lag.DeleteLabelValues(st, b.s.cfg.Group)
+		}
 	}
 }
 
@@ -324,7 +243,7 @@ const (
 )
 
 // lag computes the group's lag (undelivered plus pending) from XINFO GROUPS.
-func (b *backlogCollector) lag(ctx context.Context, st string, cmd *redis.XInfoGroupsCmd) (float64, int) {
+func (b *backlogReader) readLag(ctx context.Context, st string, cmd *redis.XInfoGroupsCmd) (float64, int) {
 	infos, err := cmd.Result()
 	switch {
 	case err != nil && streamGone(err):
@@ -388,7 +307,7 @@ return {n, from}
 // countUndelivered counts the entries of stream after the group's last
 // delivered id, for when Redis answers the lag as NULL (after an XDEL of
 // an entry the group has not read), undeliveredPerCall per script call.
-func (b *backlogCollector) countUndelivered(ctx context.Context, stream, lastDelivered string) (int64, error) {
+func (b *backlogReader) countUndelivered(ctx context.Context, stream, lastDelivered string) (int64, error) {
 	var total int64
 	from := lastDelivered
 	for total < undeliveredCountLimit {

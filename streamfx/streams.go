@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/redisfx/redisfx/internal/clientcheck"
@@ -136,7 +138,7 @@ func (s *Streams) Handle(stream string, h Handler) error {
 // context of ctx (the stream.publish span) is stored with it.
 func (s *Streams) Publish(ctx context.Context, stream string, data []byte) (string, error) {
 	first := s.obs.track(stream)
-	ctx, span := s.obs.startPublish(ctx, stream, len(data))
+	ctx, span := s.obs.start(ctx, trace.SpanKindProducer, "stream.publish", "XADD", attribute.String(AttrStream, stream), attribute.Int(AttrMessageSize, len(data)))
 	values := []any{FieldData, data}
 	carrier := propagation.MapCarrier{}
 	s.propagator.Inject(ctx, carrier)
@@ -148,8 +150,11 @@ func (s *Streams) Publish(ctx context.Context, stream string, data []byte) (stri
 	id, err := s.append(sctx, stream, values)
 	if err != nil {
 		err = fmt.Errorf("streamfx: publish to %q: %w", stream, err)
+	} else {
+		span.SetAttributes(attribute.String(AttrMessageID, id))
+		span.AddEvent("message.published")
 	}
-	s.obs.endPublish(span, id, err)
+	span.Finish(err)
 	if first { // its backlog series appear with the reading this asks for
 		s.obs.readSoon()
 	}
