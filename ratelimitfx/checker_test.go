@@ -401,7 +401,7 @@ func (w *checkWorld) checkOnce(rng *rand.Rand) {
 	var do func()
 	if rng.IntN(10) < 7 {
 		r := w.rules[rng.IntN(len(w.rules))]
-		op.rule, op.limit, op.window, op.key = r.id, r.rule.Limit, windowMS(r.rule.Window), w.keys[rng.IntN(len(w.keys))]
+		op.rule, op.limit, op.window, op.key = r.id, r.rule.Limit, r.rule.Window.Milliseconds(), w.keys[rng.IntN(len(w.keys))]
 		do = func() {
 			d, err := p.limiters[alg].Check(ctx, r.rule, op.key)
 			var unavailable *StoreUnavailableError
@@ -423,7 +423,7 @@ func (w *checkWorld) checkOnce(rng *rand.Rand) {
 			rule = w.groupRule
 		}
 		ip := w.ips[rng.IntN(len(w.ips))]
-		op.rule, op.limit, op.window, op.key = "http "+route.pattern, rule.Limit, windowMS(rule.Window), "ip:"+ip
+		op.rule, op.limit, op.window, op.key = "http "+route.pattern, rule.Limit, rule.Window.Milliseconds(), "ip:"+ip
 		req := httptest.NewRequestWithContext(ctx, http.MethodGet, route.path(rng), nil)
 		req.RemoteAddr = net.JoinHostPort(ip, "4444")
 		do = func() {

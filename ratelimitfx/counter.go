@@ -16,26 +16,12 @@ import (
 // The name is quoted (a ':' in it cannot run into the key) with its braces
 // escaped (a route's "{id}" is not a Cluster hash tag).
 func (l *Limiter) counterKey(rule Rule, key string) string {
-	var b strings.Builder
-	b.Grow(len(l.cfg.KeyPrefix) + len(l.cfg.Algorithm) + len(rule.Name) + len(key) + 40)
-	b.WriteString(l.cfg.KeyPrefix)
-	b.WriteString(string(l.cfg.Algorithm))
-	b.WriteByte(':')
-	b.WriteString(strconv.FormatInt(rule.Limit, 10))
-	b.WriteString("-per-")
-	b.WriteString(strconv.FormatInt(windowMS(rule.Window), 10))
-	b.WriteString("ms:")
-	b.WriteString(braceEscaper.Replace(strconv.Quote(rule.Name)))
-	b.WriteByte(':')
-	b.WriteString(key)
-	return b.String()
+	return l.cfg.KeyPrefix + string(l.cfg.Algorithm) + ":" + strconv.FormatInt(rule.Limit, 10) + "-per-" +
+		strconv.FormatInt(rule.Window.Milliseconds(), 10) + "ms:" + braceEscaper.Replace(strconv.Quote(rule.Name)) + ":" + key
 }
 
 // braceEscaper writes braces as strconv.Quote writes other escaped bytes.
 var braceEscaper = strings.NewReplacer("{", `\x7b`, "}", `\x7d`)
-
-// windowMS is a window in Redis's unit; valid windows are whole ms.
-func windowMS(w time.Duration) int64 { return w.Milliseconds() }
 
 // windowInvalid says why w cannot be a window, or "" when it can: whole
 // milliseconds, at least one (windows differing below that would share a

@@ -94,5 +94,5 @@ func shortDuration(d time.Duration) string {
 			return strconv.FormatInt(int64(d/u.unit), 10) + u.sym
 		}
 	}
-	return strconv.FormatInt(windowMS(d), 10) + "ms"
+	return strconv.FormatInt(d.Milliseconds(), 10) + "ms"
 }

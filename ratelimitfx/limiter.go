@@ -148,9 +148,9 @@ func (l *Limiter) check(ctx context.Context, rule Rule, key string) (Decision, e
 	counter := []string{l.counterKey(rule, key)}
 	var cmd *redis.Cmd
 	if l.cfg.Algorithm == SlidingLog {
-		cmd = slidingLogScript.Run(ctx, l.rdb, counter, windowMS(rule.Window), rule.Limit, randid.Hex(8))
+		cmd = slidingLogScript.Run(ctx, l.rdb, counter, rule.Window.Milliseconds(), rule.Limit, randid.Hex(8))
 	} else {
-		cmd = fixedWindowScript.Run(ctx, l.rdb, counter, windowMS(rule.Window))
+		cmd = fixedWindowScript.Run(ctx, l.rdb, counter, rule.Window.Milliseconds())
 	}
 	res, err := cmd.Int64Slice()
 	if err != nil {

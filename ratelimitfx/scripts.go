@@ -69,7 +69,7 @@ func decide(alg Algorithm, rule Rule, res []int64) (Decision, error) {
 	}
 	// res[1] is the start of the window (fixed) or the oldest logged
 	// request (sliding); either way capacity frees one window after it.
-	d.Current, d.Reset = res[0], durations.Mul(time.Millisecond, max(res[1]+windowMS(rule.Window)-res[2], 0))
+	d.Current, d.Reset = res[0], durations.Mul(time.Millisecond, max(res[1]+rule.Window.Milliseconds()-res[2], 0))
 	d.Allowed = d.Current <= rule.Limit
 	if alg == SlidingLog {
 		d.Allowed = res[3] == 1
