@@ -52,10 +52,8 @@ type Config struct {
 	// of proxies whose X-Forwarded-For is believed when keying by client
 	// IP. Empty: the connection's address is the client.
 	TrustedProxies []string
-	// IPv6Prefix is the length of the IPv6 network ByIP keys a client by:
-	// a subscriber is usually given a whole /64, so keying by address
-	// would give one client 2^64 budgets. Default 64; 128 keys each
-	// address. IPv4 clients are keyed by address.
+	// IPv6Prefix is the length of the IPv6 network ByIP keys a client by.
+	// Default 64; 128 keys each address.
 	IPv6Prefix int
 	// StoreTimeout bounds one check's Redis call. Default 500ms.
 	StoreTimeout time.Duration
@@ -65,10 +63,8 @@ type Config struct {
 	// LegacyHeaders also sends RateLimit-Limit, -Remaining and -Reset, the
 	// fields of the drafts up to -06 that many clients still read.
 	LegacyHeaders bool
-	// KeyAttribute is how a check's key (an IP address, a user id) is
-	// written into the redisfx.rate_limit.key span attribute, error
-	// messages and logs: redacted by default (plugintrace.RedactKey), a
-	// keyed digest (plugintrace.HashKey) or as given (plugintrace.RawKey).
+	// KeyAttribute is how a check's key is written into spans, errors and
+	// logs. Default: redacted (plugintrace.RedactKey).
 	KeyAttribute plugintrace.KeyAttribute
 }
 

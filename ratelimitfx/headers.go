@@ -7,14 +7,8 @@ import (
 	"time"
 )
 
-// The RateLimit fields follow draft-ietf-httpapi-ratelimit-headers-11: two
-// structured-field Lists (RFC 9651) of a policy's name with parameters,
-//
-//	RateLimit-Policy: "login";q=5;w=60    (quota q per window w seconds)
-//	RateLimit: "login";r=3;t=42           (r left for the next t seconds)
-//
-// in requests (no qu), without the partition key (the client's IP or id,
-// which would be echoed into logs and caches).
+// The RateLimit fields follow draft-ietf-httpapi-ratelimit-headers-11
+// (see docs/rate-limit.md), without the partition key.
 
 // policy is one rule's item name and its RateLimit-Policy item.
 type policy struct {

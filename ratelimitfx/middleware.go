@@ -70,12 +70,10 @@ type routing struct {
 	mounts []string // the patterns of the mount points passed, each ending in "/*"
 }
 
-// routeOf is the request's chi route pattern, or "" before routing; never
-// the raw path, which a client could vary for a fresh counter each time.
-// In a r.Route group, where middleware runs before the group routes, the
-// group's router is asked for the route the request will take; a path
-// matching none keeps the group's pattern (routed false): every unmatched
-// path shares one counter, whatever the method.
+// routeOf is the request's chi route pattern ("" before routing), never
+// the raw path. In a r.Route group the group's router is asked for the
+// route ahead; a path matching none keeps the group's pattern (routed
+// false).
 func (l *Limiter) routeOf(r *http.Request) (route string, routed bool, at routing) {
 	rc := chi.RouteContext(r.Context())
 	if rc == nil {
@@ -102,11 +100,8 @@ func (l *Limiter) routeOf(r *http.Request) (route string, routed bool, at routin
 	return joined.RoutePattern(), true, at
 }
 
-// routingAt is the routing of r past the mount points mounts (a prefix of
-// rc.RoutePatterns): the router mounted there (found in its parent's
-// Routes(), cached), the path as chi routes it (rc.RoutePath, after any
-// rewrite such as StripSlashes) and the method (rc.RouteMethod: GetHead
-// routes HEAD as GET).
+// routingAt is the routing of r past the mount points mounts: the router
+// mounted there (cached), the path and method as chi routes them.
 func (l *Limiter) routingAt(r *http.Request, rc *chi.Context, mounts []string) (routing, bool) {
 	at := routing{router: rc.Routes, path: rc.RoutePath, method: rc.RouteMethod, mounts: mounts}
 	if at.method == "" {

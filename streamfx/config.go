@@ -22,46 +22,35 @@ type Config struct {
 	// MaxAttempts is how many times a message is delivered before it moves
 	// to the dead-letter stream "<stream>:dlq". Default 3.
 	MaxAttempts int
-	// ClaimIdle is how long a delivered, unacknowledged message may sit
-	// untouched before any consumer of the group claims it again (a failed
-	// message's retry, a crashed consumer's messages). Held messages are
-	// touched every ClaimIdle/4, so a slow handler is never doubled.
-	// Default 5s; at least 10ms.
+	// ClaimIdle is how long an unacknowledged message may sit untouched
+	// before any consumer claims it again. Default 5s; at least 10ms.
 	ClaimIdle time.Duration
-	// Block is the longest wait of one read for new messages. Default 1s;
-	// cut to ClaimIdle/2 and StopTimeout/2, so a stop never waits long for
-	// a read.
+	// Block is the longest wait of one read. Default 1s; at most
+	// ClaimIdle/2 and StopTimeout/2.
 	Block time.Duration
 	// BatchSize is how many messages one read fetches. Default 10.
 	BatchSize int
 	// Concurrency is how many messages of one stream a process handles at
-	// once. Default 1: a process's first deliveries in stream order; a
-	// retried message runs after ClaimIdle, behind later ones.
+	// once. Default 1.
 	Concurrency int
-	// MaxLen caps each stream's length, the dead-letter stream included:
-	// every publish trims to about this many entries (XADD MAXLEN ~).
-	// Default 0: no cap. Trimming ignores the group: an entry trimmed
-	// before it was read, or while pending, is silently never run. Set it
-	// far above the longest backlog (stream_consumer_lag), or bound the
-	// stream with Retention instead.
+	// MaxLen caps each stream's length (XADD MAXLEN ~). Default 0: no cap.
+	// Trimming ignores the group: a trimmed entry not yet handled is
+	// silently never run (see docs/streams.md).
 	MaxLen int64
-	// Retention, when set, makes each stream (and its dead-letter stream)
-	// expire this long after its last publish or failed attempt (give or
-	// take a second, or Retention/2 if shorter). 0 keeps streams until
-	// deleted. Handle refuses one below 2×MaxAttempts×ClaimIdle.
+	// Retention makes each stream expire this long after its last publish
+	// or failed attempt; at least 2×MaxAttempts×ClaimIdle. Default 0: no
+	// expiry.
 	Retention time.Duration
-	// StartID is where a group made at start begins reading: "0" (default)
-	// for every message already in the stream, "$" for only new ones. A
-	// group lost while running is made again from "0".
+	// StartID is where a group made at start begins: "0" (default) or "$"
+	// (only new messages).
 	StartID string
-	// StopTimeout is how long running handlers get to finish at a stop
-	// (see Stop). Default 10s.
+	// StopTimeout is how long running handlers get to finish at a stop.
+	// Default 10s.
 	StopTimeout time.Duration
 	// StoreTimeout bounds a publish and each bookkeeping call. Default 2s.
 	StoreTimeout time.Duration
-	// ForgetConsumersAfter removes from the group a consumer that holds no
-	// pending message and has not read for this long (a crashed process).
-	// Default 1h; at least 10×ClaimIdle.
+	// ForgetConsumersAfter removes a consumer that holds nothing and has
+	// not read for this long. Default 1h; at least 10×ClaimIdle.
 	ForgetConsumersAfter time.Duration
 }
 

@@ -49,10 +49,9 @@ func (c *consumer) storeCtx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(plugintrace.WithoutCommandSpans(context.Background()), c.s.cfg.StoreTimeout)
 }
 
-// run reads until loopCtx ends: abandoned and failed messages first (every
-// ClaimIdle/2), then new ones. A read is not cancelled mid-way (its
-// messages would stay pending); Block bounds how long a stop waits for it.
-// haltCtx ends when a stop gives up on handlers that ignore cancellation.
+// run reads until loopCtx ends: failed and abandoned messages first (every
+// ClaimIdle/2), then new ones. A read is never cancelled mid-way (its
+// messages would stay pending); Block bounds it.
 func (c *consumer) run(loopCtx, handlerCtx, haltCtx context.Context) {
 	cfg := c.s.cfg
 	var lastClaim, lastForget time.Time
@@ -88,25 +87,16 @@ func (c *consumer) run(loopCtx, handlerCtx, haltCtx context.Context) {
 	}
 }
 
-// recreateGroup makes a lost group (the stream expired or was deleted,
-// Redis restarted empty) again from "0" whatever StartID says: every
-// message now in the stream came after the loss, or is delivered again.
+// recreateGroup makes a lost group again from "0", whatever StartID says.
 func (c *consumer) recreateGroup() bool {
 	ctx, cancel := c.storeCtx()
 	defer cancel()
 	return c.ensureGroup(ctx, "0") == nil
 }
 
-// handleBatch handles msgs with up to Concurrency at once; attempts gives
-// each message's delivery number (nil: first deliveries), fetched when the
-// read or claim that delivered them was sent.
-//
-// Every message of the batch is held, and kept touched, from the fetch
-// until it is settled (see batch), so none looks abandoned to another
-// consumer. Once the loop stops, messages not started are given back at
-// once, and so is each one whose run the stop cancelled. A success is
-// acknowledged as soon as its handler returns, not after the batch: a
-// stop may abandon another handler of the batch.
+// handleBatch handles msgs with up to Concurrency at once, each held and
+// touched until settled; attempts gives each message's delivery number
+// (nil: first deliveries), fetched when the read or claim was sent.
 func (c *consumer) handleBatch(loopCtx, handlerCtx, haltCtx context.Context, msgs []redis.XMessage, attempts map[string]int, fetched time.Time) {
 	if len(msgs) == 0 {
 		return
@@ -187,9 +177,8 @@ func (c *consumer) turn(loopCtx context.Context, b *batch, sem chan struct{}, id
 	return turnLost
 }
 
-// acker acknowledges a batch's successes as they come: one XACK at a time
-// per batch, each carrying every success that came while the previous one
-// was in flight. A message stays held (touched) until its XACK returns.
+// acker acknowledges a batch's successes as they come, one XACK in flight
+// at a time carrying every success queued meanwhile.
 type acker struct {
 	c       *consumer
 	b       *batch
@@ -238,10 +227,9 @@ const (
 	outcomeStopped                // cancelled by a stop: no attempt spent
 )
 
-// process runs the handler on one delivery. A failure is settled here:
-// dead-lettered after the last attempt, else left pending for a retry. A
-// run whose context the stop cancelled is not counted, whatever it
-// returns: its message is given back.
+// process runs the handler on one delivery and settles a failure: a
+// dead-letter after the last attempt, else a pending retry. A run the stop
+// cancelled is not counted: its message is given back.
 func (c *consumer) process(ctx context.Context, m redis.XMessage, attempt int) (handled, outcome) {
 	ctx, data := c.received(ctx, m)
 	ctx, span := c.s.obs.startConsume(ctx, c.stream, c.s.cfg.Group, c.s.cfg.Consumer, m.ID, attempt)
@@ -339,9 +327,7 @@ func (c *consumer) ack(done []handled) {
 }
 
 // deadLetterUnsettled dead-letters, without running it, a claimed message
-// already delivered MaxAttempts times whose last delivery was never
-// settled (its consumer crashed, or a stop abandoned it). Its
-// stream.consume span joins the producer's trace, as a run's does.
+// whose MaxAttempts deliveries were never settled.
 func (c *consumer) deadLetterUnsettled(ctx context.Context, m redis.XMessage, delivered int) {
 	cfg := c.s.cfg
 	reason := "delivered " + strconv.Itoa(cfg.MaxAttempts) + " times without being acknowledged"
@@ -353,9 +339,8 @@ func (c *consumer) deadLetterUnsettled(ctx context.Context, m redis.XMessage, de
 	span.Finish(err)
 }
 
-// deadLetter copies the message to "<stream>:dlq" with the reason, then
-// acknowledges it: two commands (the streams may be on different Cluster
-// slots), so a crash between them dead-letters it again; none is lost.
+// deadLetter copies the message to "<stream>:dlq", then acknowledges it
+// (two commands: the streams may be on different Cluster slots).
 func (c *consumer) deadLetter(ctx context.Context, m redis.XMessage, attempts int, lastErr string) {
 	dlq := c.stream + DLQSuffix
 	c.s.obs.track(c.stream)
@@ -488,10 +473,8 @@ func (c *consumer) giveBack(msgs []redis.XMessage, attemptOf func(string) int) {
 	}
 }
 
-// batch is the messages of one read or claim not settled yet: held from
-// the fetch until acknowledged, dead-lettered, failed or given back, and
-// touched every ClaimIdle/4 all together, whether running, waiting for
-// their turn or for the ack.
+// batch is the messages of one read or claim not settled yet, touched
+// every ClaimIdle/4 all together.
 type batch struct {
 	c  *consumer
 	mu sync.Mutex
@@ -559,8 +542,6 @@ func (b *batch) touch(ids []string, timeout time.Duration) {
 
 // own reports whether id may start here: still ours as known from a round
 // trip sent less than ClaimIdle/3 ago (else it asks Redis once more).
-// Another consumer claims only after ClaimIdle untouched, and the next
-// touch goes out within ClaimIdle/4.
 func (b *batch) own(id string) (owned, lost bool) {
 	state := func() (owned, lost bool) {
 		b.mu.Lock()

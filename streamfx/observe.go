@@ -149,13 +149,9 @@ func (o *observer) failed(span *plugintrace.Span, stream, outcome string, attemp
 	span.AddEvent("processing.failed", trace.WithAttributes(attribute.Int("attempt", attempt), attribute.String("error", err.Error())))
 }
 
-// backlogReader keeps stream_length (each known stream and its
-// dead-letter stream) and stream_consumer_lag (this application's group)
-// set from Redis in the background (at Start, every backlogInterval, and
-// after the first publish to a new stream); a scrape serves the last
-// reading and never waits for Redis. A value Redis could not give keeps its
-// last reading, so an outage does not make the series vanish; one never
-// read is absent, not zero.
+// backlogReader sets stream_length and stream_consumer_lag from Redis in
+// the background; a scrape serves the last reading and never waits for
+// Redis. A value Redis could not give keeps its last reading.
 type backlogReader struct {
 	s     *Streams
 	o     *observer
@@ -281,11 +277,9 @@ const undeliveredCountLimit = 10001
 // (Redis serves nothing else meanwhile: 500 entries of 8 KiB take ~8 ms).
 const undeliveredPerCall = 500
 
-// countUndeliveredScript counts the entries of KEYS[1] after ARGV[1] (the
-// group's last delivered id), at most ARGV[2] of them, in pages of 100,
-// without sending them: it answers {count, id to go on from, or "" when
-// there are no more}. When no entry is at or before ARGV[1] (the group has
-// read nothing still in the stream), the count is XLEN, whatever its size.
+// countUndeliveredScript counts up to ARGV[2] entries of KEYS[1] after
+// ARGV[1], in pages of 100: {count, id to go on from or ""}; XLEN when the
+// group has read nothing still in the stream.
 var countUndeliveredScript = redis.NewScript(`
 if #redis.call('XRANGE', KEYS[1], '-', ARGV[1], 'COUNT', 1) == 0 then
   return {redis.call('XLEN', KEYS[1]), ''}

@@ -34,14 +34,9 @@ type Message struct {
 }
 
 // Handler processes one message. Returning nil acknowledges it; an error
-// (a panic, runtime.Goexit) leaves it for a retry after Config.ClaimIdle, or moves it
-// to the dead-letter stream when it was the last attempt. ctx is cancelled
-// only when a stop gives up on its handlers: its StopTimeout runs out, or
-// the context passed to Stop ends first (Fx's stop timeout, say). A run so
-// cancelled that returns nil finished its work and is acknowledged; one
-// that fails is not counted: its message runs again as the same attempt.
-// No two handlers run one message at once while their consumers reach
-// Redis (see docs/streams.md for the window that remains).
+// (a panic, runtime.Goexit) leaves it for a retry after Config.ClaimIdle,
+// or dead-letters it after the last attempt. ctx is cancelled only when a
+// stop gives up waiting; a failure after that costs no attempt.
 type Handler func(ctx context.Context, m Message) error
 
 // Message fields in Redis. The payload is "data"; the trace context rides
@@ -256,15 +251,10 @@ func (s *Streams) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop ends the read loops and lets the running handlers finish, at most
-// StopTimeout (or until ctx ends); messages not started are given back at
-// once, their delivery not counted. Then the handlers' contexts are
-// cancelled and they get StoreTimeout more: a message whose handler returns
-// then is given back too, and Stop returns an error naming the timeout. A
-// handler still running is abandoned: its message stays pending and is
-// claimed after ClaimIdle, its delivery counted. Unless the stop abandoned
-// something, a consumer holding nothing leaves the group. Stop returns
-// within StopTimeout + 2×StoreTimeout.
+// Stop ends the read loops, gives back the messages not started, and lets
+// the running handlers finish for StopTimeout (or until ctx ends); then it
+// cancels them and waits StoreTimeout more before abandoning them. It
+// returns within StopTimeout + 2×StoreTimeout (see docs/streams.md).
 func (s *Streams) Stop(ctx context.Context) error {
 	s.mu.Lock()
 	if !s.running {
