@@ -36,10 +36,8 @@ type Config struct {
 	MaxBackoff time.Duration
 	// WaitTimeout bounds the whole Acquire, retries included. Default 5s.
 	WaitTimeout time.Duration
-	// KeyAttribute is how lock names are written into the
-	// redisfx.lock.key span attribute and into error messages: redacted
-	// by default (plugintrace.RedactKey), a keyed digest
-	// (plugintrace.HashKey) or as given (plugintrace.RawKey).
+	// KeyAttribute is how lock names are written into spans and errors.
+	// Default: redacted (plugintrace.RedactKey).
 	KeyAttribute plugintrace.KeyAttribute
 	// AutoRenew renews held locks every TTL/3 until released (or
 	// Locker.Stop), retrying quickly when a renewal fails or stalls (see
@@ -173,14 +171,9 @@ var (
 // Attempts and WaitTimeout. It returns ErrNotAcquired when Redis said the
 // lock is held and it stayed held, ErrEmptyName for "", ctx's error when
 // ctx ended, or a store error: one wrapping context.DeadlineExceeded when
-// an attempt got no answer in time (WaitTimeout or the client's
-// ReadTimeout) or a grant came after its validity ended, and Redis never
-// said the lock is held.
-//
-// Each attempt is an owner of its own. One whose outcome is unknown (no
-// answer, or an error that may be a retry's while the first send ran) is
-// given back in the background, and marked so that Redis running it later
-// takes nothing (see giveBack); so is one told "held".
+// an attempt got no answer in time or a grant came after its validity
+// ended, and Redis never said the lock is held. An attempt whose outcome
+// is unknown is given back in the background.
 func (l *Locker) Acquire(ctx context.Context, name string) (lock *Lock, err error) {
 	keys, err := l.keysOf(name)
 	if err != nil {
@@ -188,19 +181,14 @@ func (l *Locker) Acquire(ctx context.Context, name string) (lock *Lock, err erro
 	}
 	ctx, span := l.obs.startAcquire(ctx, name, l.cfg.TTL)
 	began, attempt, timedOut := time.Now(), 0, false
-	defer func() {
-		if timedOut {
-			l.obs.timeout(span)
-		}
-		l.obs.endAcquire(span, lock != nil, attempt-1, time.Since(began), err)
-	}()
+	defer func() { l.obs.endAcquire(span, lock != nil, timedOut, attempt-1, time.Since(began), err) }()
 	deadline := began.Add(l.cfg.WaitTimeout)
 	callCtx, cancel := context.WithDeadline(ctx, deadline) // bounds the Redis calls too
 	defer cancel()
 	st := attempts{quoted: l.cfg.KeyAttribute.Quote(name)}
 	pause := backoff.Backoff{Min: l.cfg.Backoff, Max: l.cfg.MaxBackoff}
 	for attempt = 1; ; attempt++ {
-		l.obs.attempt()
+		l.obs.attempts.Inc()
 		if lock, err = l.try(callCtx, keys, name); err == nil {
 			if l.cfg.AutoRenew {
 				l.background(lock.renew)
@@ -314,15 +302,11 @@ func (l *Locker) abandon(keys lockKeys, owner string) {
 	l.background(func() { l.giveBack(keys, owner) })
 }
 
-// giveBack runs abandonScript until Redis answers it: the acquire it gives
-// up may still run at any time (a stalled server reads it when it
-// resumes), so the marker must get there too. Each try has its own
-// timeout and goes through an open circuit breaker; one that timed out is
-// followed at once by the next, so that one is waiting when Redis resumes.
-// Refused at once, it backs off: up to 20ms while Redis is down (the
-// acquire may land the moment it is back), up to 500ms while Redis answers
-// errors (loading, read-only, TRYAGAIN, out of memory). It stops after the
-// marker's lifetime, when the client is closed, or at Stop.
+// giveBack runs abandonScript until Redis answers it (the acquire it gives
+// up may still run when a stalled server resumes), through an open
+// breaker: a try that timed out is followed at once by the next; one
+// refused backs off, up to 20ms while Redis is down, 500ms while it answers
+// errors. It stops after the marker's lifetime, at ErrClosed or at Stop.
 func (l *Locker) giveBack(keys lockKeys, owner string) {
 	deadline := time.Now().Add(l.markerTTL())
 	perTry := min(max(l.cfg.TTL/renewTimeout, 100*time.Millisecond), time.Second)

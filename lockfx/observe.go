@@ -69,8 +69,6 @@ func newObserver(reg prometheus.Registerer, tp trace.TracerProvider, keys plugin
 	return o, nil
 }
 
-func (o *observer) attempt() { o.attempts.Inc() }
-
 func (o *observer) startAcquire(ctx context.Context, name string, ttl time.Duration) (context.Context, *plugintrace.Span) {
 	if o.tracer == nil {
 		return ctx, nil
@@ -86,16 +84,12 @@ func (o *observer) retry(span *plugintrace.Span, attempt int) {
 	}
 }
 
-func (o *observer) timeout(span *plugintrace.Span) {
-	o.timeouts.Inc()
-	if span != nil {
-		span.AddEvent("lock.timeout")
-	}
-}
-
-func (o *observer) endAcquire(span *plugintrace.Span, acquired bool, retries int, waited time.Duration, err error) {
+func (o *observer) endAcquire(span *plugintrace.Span, acquired, timedOut bool, retries int, waited time.Duration, err error) {
 	for _, h := range o.wait {
 		h.Observe(waited.Seconds())
+	}
+	if timedOut {
+		o.timeouts.Inc()
 	}
 	if acquired {
 		o.acquisitions.Inc()
@@ -103,6 +97,9 @@ func (o *observer) endAcquire(span *plugintrace.Span, acquired bool, retries int
 	}
 	if span == nil {
 		return
+	}
+	if timedOut {
+		span.AddEvent("lock.timeout")
 	}
 	span.SetAttributes(attribute.Bool(AttrAcquired, acquired), attribute.Int(AttrRetryCount, retries))
 	if acquired {
