@@ -107,7 +107,10 @@ func (o *observer) track(stream string) bool {
 // reading now rather than at its next interval, without waiting for it.
 func (o *observer) readSoon() {
 	if o.backlog != nil {
-		o.backlog.nudge()
+		select {
+		case o.backlog.kick <- struct{}{}:
+		default: // one is already asked for
+		}
 	}
 }
 
@@ -164,14 +167,6 @@ type backlogReader struct {
 
 // backlogInterval is how often a running Streams reads its backlog.
 const backlogInterval = 5 * time.Second
-
-// nudge asks a running refresh for a reading now, without waiting for it.
-func (b *backlogReader) nudge() {
-	select {
-	case b.kick <- struct{}{}:
-	default: // one is already asked for
-	}
-}
 
 // refresh reads the backlog at once, then every backlogInterval and when
 // nudged, until ctx ends.
