@@ -96,7 +96,9 @@ func TestAcquire_GaveUpAsTheBreakerOpened_GiveBackSentThroughIt(t *testing.T) {
 	srv := redistest.StartPrivate(t)
 	proxy := faultproxy.Start(t, srv.Addr())
 	c, err := storefx.New("default", storefx.Config{URL: "redis://" + proxy.Addr(),
-		Breaker: storefx.BreakerConfig{Failures: 1, ProbeInterval: time.Minute}})
+		// A caller's deadline counts as a breaker failure once it
+		// waited ProbeTimeout: the 50 ms give-up opens it.
+		Breaker: storefx.BreakerConfig{Failures: 1, ProbeInterval: time.Minute, ProbeTimeout: 10 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}

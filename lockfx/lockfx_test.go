@@ -262,7 +262,9 @@ func TestSpans_AcquireEndingInAReplyErrorOrAnOpenBreaker_ExceptionIsTheReturnedE
 	t.Run("breaker open", func(t *testing.T) {
 		spans := obstest.NewSpans(t)
 		proxy := faultproxy.Start(t, srv.Addr())
-		c, err := storefx.New("default", storefx.Config{URL: "redis://" + proxy.Addr(), Breaker: storefx.BreakerConfig{ProbeInterval: time.Hour}})
+		c, err := storefx.New("default", storefx.Config{URL: "redis://" + proxy.Addr(),
+			// The 30 ms deadlines below count once they waited ProbeTimeout.
+			Breaker: storefx.BreakerConfig{ProbeInterval: time.Hour, ProbeTimeout: 10 * time.Millisecond}})
 		if err != nil {
 			t.Fatal(err)
 		}
