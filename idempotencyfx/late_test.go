@@ -366,7 +366,9 @@ func TestLateCompletion_PastAnOpenBreaker_RunsOnce(t *testing.T) {
 	proxy := faultproxy.Start(t, srv.Addr())
 	client, err := storefx.New("default", storefx.Config{URL: "redis://" + proxy.Addr(), ConnectTimeout: time.Second,
 		ReadTimeout: time.Second, DialTimeout: 200 * time.Millisecond,
-		Breaker: storefx.BreakerConfig{ProbeInterval: 10 * time.Second}}) // no second probe while the record lives
+		// No second probe while the record lives; the 30 ms deadlines
+		// below count as failures once they waited ProbeTimeout.
+		Breaker: storefx.BreakerConfig{ProbeInterval: 10 * time.Second, ProbeTimeout: 10 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}
