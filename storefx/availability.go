@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -58,26 +58,16 @@ var (
 type probe struct {
 	client            *Client
 	interval, timeout time.Duration
-
-	mu     sync.Mutex
-	last   Health
-	lastOK time.Time
-
-	cancel context.CancelFunc
-	done   chan struct{}
+	last              atomic.Pointer[Health]
+	cancel            context.CancelFunc
+	done              chan struct{}
 }
 
 func (p *probe) check(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
 	err := healthCheck(ctx, p.client)
-	cancel()
-	now := time.Now()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.last = Health{Up: err == nil, Checked: now, Err: err}
-	if err == nil {
-		p.lastOK = now
-	}
+	p.last.Store(&Health{Up: err == nil, Checked: time.Now(), Err: err})
 }
 
 // healthCheck PINGs the client. A Cluster client PINGs every master and
@@ -89,7 +79,7 @@ func healthCheck(ctx context.Context, c *Client) error {
 	if !ok {
 		return c.Ping(ctx).Err()
 	}
-	forgetLeftNodes(ctx, cc, c.breakers)
+	c.breakers.forgetLeftNodes(ctx, cc)
 	if err := cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
 		if err := m.Ping(ctx).Err(); err != nil {
 			return fmt.Errorf("master %s: %w", m.Options().Addr, err)
@@ -108,26 +98,6 @@ func healthCheck(ctx context.Context, c *Client) error {
 	return nil
 }
 
-// forgetLeftNodes closes the breakers of the nodes that no longer appear in
-// the Cluster's slot map (see breakerSet.forgetNodesOutside). Listing the
-// nodes sends nothing unless the slot map must be loaded.
-func forgetLeftNodes(ctx context.Context, cc *redis.ClusterClient, breakers *breakerSet) {
-	if breakers == nil {
-		return
-	}
-	var mu sync.Mutex
-	serving := map[*redis.Client]bool{}
-	if err := cc.ForEachShard(ctx, func(_ context.Context, node *redis.Client) error {
-		mu.Lock()
-		serving[node] = true
-		mu.Unlock()
-		return nil
-	}); err != nil || len(serving) == 0 {
-		return // no slot map: nothing says which nodes left
-	}
-	breakers.forgetNodesOutside(serving)
-}
-
 func (p *probe) run(ctx context.Context) {
 	defer close(p.done)
 	tick := time.NewTicker(p.interval)
@@ -142,16 +112,12 @@ func (p *probe) run(ctx context.Context) {
 	}
 }
 
+// health is the last check's result; an "up" older than the interval plus
+// the timeout (a stuck check) is not up. (Compared without adding them,
+// which may overflow.)
 func (p *probe) health(now time.Time) Health {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	h := p.last
-	// A check that hangs past its timeout (it should not: the context bounds
-	// it) must not leave an old "up" standing.
-	// (Compared without adding them: Watch takes any positive durations,
-	// and interval+timeout overflowed into a negative one, which made
-	// every check stale at once.)
-	if h.Up && now.Sub(p.lastOK)-p.interval > p.timeout {
+	h := *p.last.Load()
+	if h.Up && now.Sub(h.Checked)-p.interval > p.timeout {
 		h.Up, h.Err = false, errStale
 	}
 	return h
@@ -174,9 +140,7 @@ func (r *Registry) Watch(name string, interval, timeout time.Duration) (stop fun
 	if r.probes[name] != nil {
 		return nil, fmt.Errorf("storefx: client %q is already watched", name)
 	}
-	// A probe, not work: its PINGs make no command span, so the health
-	// check starts no trace every interval.
-	// It passes the circuit breaker, and a PING that answers closes it.
+	// Its PINGs make no command span and pass the breaker (an answer closes it).
 	ctx, cancel := context.WithCancel(withProbe(plugintrace.WithoutCommandSpans(context.Background())))
 	p := &probe{client: c, interval: interval, timeout: timeout, cancel: cancel, done: make(chan struct{})}
 	p.check(ctx)

@@ -1,6 +1,7 @@
 package storefx
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"net"
@@ -16,9 +17,7 @@ import (
 
 // ErrCircuitOpen is the error of a command that a client's circuit breaker
 // refused before any try of it was sent: Redis cannot run it. (A Cluster
-// command retried by go-redis into an open breaker after a try was sent
-// fails with another error: it may run.) Plugins see it as any store
-// error, at once instead of after a timeout.
+// retry refused after a try was sent fails with another error: it may run.)
 var ErrCircuitOpen = errors.New("storefx: circuit open: Redis failed recently and is not called until a probe reaches it")
 
 // Defaults of BreakerConfig.
@@ -29,23 +28,13 @@ const (
 )
 
 // BreakerConfig configures the circuit breaker of every storefx client (one
-// per node of a Cluster client). The zero value opens after 5 consecutive
-// failures, then PINGs Redis in the background at once and every 250ms
-// (each bounded by 500ms) until one is answered.
-//
-// Only evidence about Redis counts. A failure is a refused dial, a reset,
-// a timeout of the client's own (ReadTimeout, DialTimeout), or a caller's
-// deadline that ended a command after it waited at least ProbeTimeout. An
-// answer, error replies included (LOADING and CLUSTERDOWN too: they come
-// at once), resets the count. Neither counts: a cancelled context, a
-// shorter deadline (one spent before the command was written included), a
-// full pool, a closed client, go-redis's connection handshakes (see
-// internal/handshake). A Cluster node's breaker counts each try sent to it.
-//
-// While open, every command and pipeline but those of BypassBreaker fails
-// with ErrCircuitOpen unsent, without a span. One probe at a time is in
-// flight (half-open); the first answered, or an answered health check
-// (Registry.Watch), closes it.
+// per node of a Cluster client): after Failures consecutive failures of
+// Redis, commands fail at once with ErrCircuitOpen until a background PING
+// answers. Only evidence about Redis counts: a refused dial, a reset, a
+// timeout of the client's own, or a caller's deadline reached after
+// ProbeTimeout; never an answer (error replies included), a cancelled or
+// shorter context, a full pool, a closed client or a connection's
+// handshake. docs/reliability.md describes it in full.
 type BreakerConfig struct {
 	// Disabled turns the breaker off: every command is sent to Redis and
 	// waits for its timeout however often the previous ones failed.
@@ -76,24 +65,17 @@ func (c BreakerConfig) validate() error {
 }
 
 func (c BreakerConfig) withDefaults() BreakerConfig {
-	if c.Failures == 0 {
-		c.Failures = DefaultBreakerFailures
-	}
-	if c.ProbeInterval == 0 {
-		c.ProbeInterval = DefaultBreakerProbeInterval
-	}
-	if c.ProbeTimeout == 0 {
-		c.ProbeTimeout = DefaultBreakerProbeTimeout
-	}
+	c.Failures = cmp.Or(c.Failures, DefaultBreakerFailures)
+	c.ProbeInterval = cmp.Or(c.ProbeInterval, DefaultBreakerProbeInterval)
+	c.ProbeTimeout = cmp.Or(c.ProbeTimeout, DefaultBreakerProbeTimeout)
 	return c
 }
 
 // BreakerState is the state of a client's circuit breaker.
 type BreakerState int32
 
-// States of a breaker: closed (commands are sent), open (commands are
-// refused; a probe is due), half-open (commands are refused while a probe
-// is in flight).
+// States of a breaker: closed (commands are sent), open (refused; a probe
+// is due), half-open (refused while a probe is in flight).
 const (
 	BreakerClosed BreakerState = iota
 	BreakerOpen
@@ -132,10 +114,8 @@ func withProbe(ctx context.Context) context.Context { return context.WithValue(c
 // BypassBreaker returns ctx marked so that the commands made with it are
 // sent even while the client's circuit breaker is open: one that succeeds
 // (Redis answers, an error reply included) closes the breaker, one that
-// fails is not counted. It is for commands that must reach Redis as soon
-// as it answers again, bounded by their own timeout (lock and lease
-// renewals, completions, give-backs), which a breaker opened by a short
-// stall would refuse until its next probe.
+// fails is not counted. It is for renewals and completions that must reach
+// Redis as soon as it answers again.
 func BypassBreaker(ctx context.Context) context.Context { return withProbe(ctx) }
 
 // errSentThenRefused is the error of a Cluster command whose earlier try
@@ -171,7 +151,7 @@ func (callHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proces
 // breaker is the circuit breaker of one client, a go-redis hook.
 type breaker struct {
 	cfg    BreakerConfig
-	client redis.UniversalClient       // the client (a Cluster node's) it guards
+	client *redis.Client               // the client (a Cluster node's) it guards
 	ping   func(context.Context) error // a PING through the hooks (marked as a probe)
 
 	state    atomic.Int32 // BreakerState
@@ -198,9 +178,7 @@ func newBreaker(cfg BreakerConfig) *breaker {
 	return b
 }
 
-// verdict is what the outcome of a command shows of Redis: nothing (the
-// caller's doing, or nothing sent), an answer (error replies included), or
-// a failure (not reached, or no answer in time).
+// verdict is what the outcome of a command shows of Redis.
 type verdict int8
 
 const (
@@ -284,12 +262,11 @@ func (b *breaker) open() {
 
 // close closes the breaker (Redis answered a probe or a bypassing command).
 func (b *breaker) close() {
-	if BreakerState(b.state.Load()) == BreakerClosed {
-		return
+	if BreakerState(b.state.Load()) != BreakerClosed {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		b.closeLocked()
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.closeLocked()
 }
 
 func (b *breaker) closeLocked() {
@@ -301,7 +278,6 @@ func (b *breaker) closeLocked() {
 func (b *breaker) stopTimerLocked() {
 	if b.timer != nil {
 		b.timer.Stop()
-		b.timer = nil
 	}
 }
 
@@ -350,15 +326,9 @@ func (b *breaker) shutdownProbes() {
 	b.mu.Unlock()
 }
 
-func (b *breaker) stats() BreakerStats {
-	return BreakerStats{State: BreakerState(b.state.Load()), Opened: b.opened.Load(), Refused: b.refused.Load(),
-		Probes: b.probes.Load(), ProbeFailures: b.probeFailures.Load()}
-}
-
-// DialHook implements redis.Hook. A failed dial counts as a failed
-// command: go-redis dials in a goroutine of its own, and a caller whose
-// deadline ends first sees only its deadline. Each dial ends when the
-// client is closed, which does not stop that goroutine.
+// DialHook implements redis.Hook. A failed dial counts as a failed command
+// (go-redis dials in a goroutine of its own: a caller whose deadline ends
+// first sees only its deadline); every dial ends when the client is closed.
 func (b *breaker) DialHook(next redis.DialHook) redis.DialHook {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		if b.stopping.Err() != nil {
@@ -431,7 +401,7 @@ func newBreakerSet(cfg BreakerConfig) *breakerSet {
 
 // add gives c a breaker of its own, as its first hook (so a refused
 // command makes no span).
-func (s *breakerSet) add(c redis.UniversalClient) {
+func (s *breakerSet) add(c *redis.Client) {
 	if s == nil {
 		return
 	}
@@ -446,41 +416,41 @@ func (s *breakerSet) add(c redis.UniversalClient) {
 	s.mu.Unlock()
 }
 
-// followCalls lets the node breakers of Cluster client c tell a retry of
-// a sent command from a command never sent (see ErrCircuitOpen).
-func (s *breakerSet) followCalls(c *redis.ClusterClient) {
-	if s != nil {
-		c.AddHook(callHook{})
-	}
-}
-
 // stats sums the breakers' counts; the state is the worst of them.
 func (s *breakerSet) stats() BreakerStats {
 	var out BreakerStats
 	s.each(func(b *breaker) {
-		st := b.stats()
 		if !b.retired.Load() {
-			out.State = max(out.State, st.State)
+			out.State = max(out.State, BreakerState(b.state.Load()))
 		}
-		out.Opened += st.Opened
-		out.Refused += st.Refused
-		out.Probes += st.Probes
-		out.ProbeFailures += st.ProbeFailures
+		out.Opened += b.opened.Load()
+		out.Refused += b.refused.Load()
+		out.Probes += b.probes.Load()
+		out.ProbeFailures += b.probeFailures.Load()
 	})
 	return out
 }
 
-// forgetNodesOutside closes, and stops counting for, the breakers of
+// forgetLeftNodes closes, and stops counting for, the breakers of the
 // Cluster nodes that serve no slot (a failed master after its replica took
 // over): go-redis lets them go only a minute later, and their open breaker
-// would show the client open and probe a dead address meanwhile.
-func (s *breakerSet) forgetNodesOutside(serving map[*redis.Client]bool) {
+// would show the client open and probe a dead address meanwhile. Listing
+// the nodes sends nothing unless the slot map must be loaded.
+func (s *breakerSet) forgetLeftNodes(ctx context.Context, cc *redis.ClusterClient) {
+	var mu sync.Mutex
+	serving := map[*redis.Client]bool{}
+	if s == nil || cc.ForEachShard(ctx, func(_ context.Context, node *redis.Client) error {
+		mu.Lock()
+		serving[node] = true
+		mu.Unlock()
+		return nil
+	}) != nil || len(serving) == 0 {
+		return // no slot map: nothing says which nodes left
+	}
 	s.each(func(b *breaker) {
-		if node, ok := b.client.(*redis.Client); ok {
-			b.left.Store(!serving[node])
-			if !serving[node] {
-				b.close()
-			}
+		b.left.Store(!serving[b.client])
+		if !serving[b.client] {
+			b.close()
 		}
 	})
 }
@@ -499,17 +469,13 @@ func (s *breakerSet) each(f func(*breaker)) {
 
 // Breaker returns what the client's circuit breaker did so far: for a
 // Cluster client, the sum over its nodes' breakers, with the state of the
-// most open one still serving a slot (the health check, Registry.Watch,
-// closes the breaker of a node that left the slot map). State is
-// BreakerClosed when the breaker is disabled.
+// most open one still serving a slot. State is BreakerClosed when the
+// breaker is disabled.
 func (c *Client) Breaker() BreakerStats { return c.breakers.stats() }
 
 // Close ends the breaker's probing and closes the client without waiting
-// for Redis: a probe in flight fails at once, and so does each try of a
-// dial go-redis goes on with in the background (which may outlive Close
-// by go-redis's pauses between tries, about half a second). Exceptions:
-// with TLS a try already connecting runs to DialTimeout (go-redis's TLS
-// dial takes no context), and without the breaker every try does.
+// for Redis: a probe or dial in flight fails at once (with TLS, or without
+// the breaker, a dial already connecting runs to DialTimeout).
 func (c *Client) Close() error {
 	c.breakers.each((*breaker).shutdownProbes)
 	err := c.UniversalClient.Close()

@@ -38,8 +38,8 @@ func TestBreaker_ShutdownEndsAProbeInFlight(t *testing.T) {
 	case <-time.After(2 * time.Second):
 		t.Fatal("the probe in flight was still running 2 s after shutdown (its ProbeTimeout is 5 s)")
 	}
-	if st := b.stats(); st.Probes != 1 {
-		t.Fatalf("probes %d, want the one", st.Probes)
+	if n := b.probes.Load(); n != 1 {
+		t.Fatalf("probes %d, want the one", n)
 	}
 }
 

@@ -68,15 +68,17 @@ func New(name string, cfg Config, inst ...Instrumentation) (*Client, error) {
 		return nil, err
 	}
 	c := &Client{Details: ClientInfo{Name: name, Network: "tcp"}, breakers: newBreakerSet(cfg.Breaker)}
+	var rc *redis.Client
 	switch {
 	case o.cluster != nil:
 		c.Details.Addrs, c.Details.Cluster = o.cluster.Addrs, true
 		c.setup = setupFieldsOf(cfg, o.cluster.Password, 0)
 		cc := redis.NewClusterClient(o.cluster)
-		c.breakers.followCalls(cc)
-		// Nodes open lazily, each with its own breaker (the first hook, so a
-		// refused command makes no span: a dead master must not stop the
-		// others) and its own hooks.
+		if c.breakers != nil { // tells a retry of a sent command from one never sent
+			cc.AddHook(callHook{})
+		}
+		// Nodes open lazily, each with its own breaker (a dead master must
+		// not stop the others) and its own hooks.
 		info := c.Details
 		cc.OnNewNode(func(node *redis.Client) {
 			info := info
@@ -89,16 +91,17 @@ func New(name string, cfg Config, inst ...Instrumentation) (*Client, error) {
 	case o.failover != nil:
 		c.Details.Addrs, c.Details.DB = o.failover.SentinelAddrs, o.failover.DB
 		c.setup = setupFieldsOf(cfg, o.failover.Password, o.failover.DB)
-		c.UniversalClient = redis.NewFailoverClient(o.failover)
+		rc = redis.NewFailoverClient(o.failover)
 	default:
 		s := o.simple
 		c.Details.Addrs, c.Details.Node, c.Details.DB = []string{s.Addr}, s.Addr, s.DB
 		c.Details.Network = cmp.Or(s.Network, "tcp")
 		c.setup = setupFieldsOf(cfg, s.Password, s.DB)
-		c.UniversalClient = redis.NewClient(s)
+		rc = redis.NewClient(s)
 	}
-	c.breakers.add(c.UniversalClient) // first: the outermost hook, so a refused command makes no span
-	addHooks(c.UniversalClient, c.Details, inst)
+	c.UniversalClient = rc
+	c.breakers.add(rc)
+	addHooks(rc, c.Details, inst)
 	return c, nil
 }
 
