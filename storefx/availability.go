@@ -59,8 +59,6 @@ type probe struct {
 	client            *Client
 	interval, timeout time.Duration
 	last              atomic.Pointer[Health]
-	cancel            context.CancelFunc
-	done              chan struct{}
 }
 
 func (p *probe) check(ctx context.Context) {
@@ -98,8 +96,8 @@ func healthCheck(ctx context.Context, c *Client) error {
 	return nil
 }
 
-func (p *probe) run(ctx context.Context) {
-	defer close(p.done)
+func (p *probe) run(ctx context.Context, done chan<- struct{}) {
+	defer close(done)
 	tick := time.NewTicker(p.interval)
 	defer tick.Stop()
 	for {
@@ -141,14 +139,14 @@ func (r *Registry) Watch(name string, interval, timeout time.Duration) (stop fun
 		return nil, fmt.Errorf("storefx: client %q is already watched", name)
 	}
 	// Its PINGs make no command span and pass the breaker (an answer closes it).
-	ctx, cancel := context.WithCancel(withProbe(plugintrace.WithoutCommandSpans(context.Background())))
-	p := &probe{client: c, interval: interval, timeout: timeout, cancel: cancel, done: make(chan struct{})}
+	ctx, cancel := context.WithCancel(BypassBreaker(plugintrace.WithoutCommandSpans(context.Background())))
+	p, done := &probe{client: c, interval: interval, timeout: timeout}, make(chan struct{})
 	p.check(ctx)
 	r.probes[name] = p
-	go p.run(ctx)
+	go p.run(ctx, done)
 	return func() {
-		p.cancel()
-		<-p.done
+		cancel()
+		<-done
 		r.mu.Lock()
 		if r.probes[name] == p {
 			delete(r.probes, name)
@@ -172,9 +170,8 @@ func (r *Registry) Health(name string) Health {
 }
 
 // Ready reports whether every registered client was up at its last health
-// check; the error names the first client that was not, with its address
-// and the cause. It is the readiness check of /readyz: it does not talk to
-// Redis, so it answers at once (ctx is unused).
+// check, else names the first that was not, its address and the cause. It
+// is /readyz's check: it does not talk to Redis (ctx is unused).
 func (r *Registry) Ready(context.Context) error {
 	for _, n := range r.Names() {
 		if h := r.Health(n); !h.Up {

@@ -104,19 +104,18 @@ type BreakerStats struct {
 	Probes, ProbeFailures int64
 }
 
-// probeKey marks the context of a command that is sent whatever the
-// breaker's state and that only an answer records: the breaker's probes,
-// the health check and BypassBreaker's commands.
+// probeKey marks a context made by BypassBreaker (also used by the
+// breaker's probes, the health check and the start-up PINGs).
 type probeKey struct{}
-
-func withProbe(ctx context.Context) context.Context { return context.WithValue(ctx, probeKey{}, true) }
 
 // BypassBreaker returns ctx marked so that the commands made with it are
 // sent even while the client's circuit breaker is open: one that succeeds
 // (Redis answers, an error reply included) closes the breaker, one that
 // fails is not counted. It is for renewals and completions that must reach
 // Redis as soon as it answers again.
-func BypassBreaker(ctx context.Context) context.Context { return withProbe(ctx) }
+func BypassBreaker(ctx context.Context) context.Context {
+	return context.WithValue(ctx, probeKey{}, true)
+}
 
 // errSentThenRefused is the error of a Cluster command whose earlier try
 // was sent and whose retry the breaker refused.
@@ -213,16 +212,6 @@ func (b *breaker) judge(ctx context.Context, err error, began time.Time) verdict
 		return failed // unanswered, or not connected, for as long as a probe waits
 	}
 	return unknown // the caller's deadline ended it sooner
-}
-
-// allow reports whether a command with ctx may be sent.
-func (b *breaker) allow(ctx context.Context) bool {
-	// A closed client's commands get go-redis's ErrClosed.
-	if BreakerState(b.state.Load()) == BreakerClosed || ctx.Value(probeKey{}) != nil || b.stopping.Err() != nil {
-		return true
-	}
-	b.refused.Add(1)
-	return false
 }
 
 // record notes the verdict of a command sent with ctx.
@@ -364,7 +353,9 @@ func (b *breaker) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 // outcome unless they are a connection's handshake.
 func (b *breaker) guard(ctx context.Context, cmds []redis.Cmder, handshake bool, send func() error) error {
 	c, _ := ctx.Value(callKey{}).(*call)
-	if !b.allow(ctx) {
+	// A closed client's commands get go-redis's ErrClosed.
+	if BreakerState(b.state.Load()) != BreakerClosed && ctx.Value(probeKey{}) == nil && b.stopping.Err() == nil {
+		b.refused.Add(1)
 		err := ErrCircuitOpen
 		if c != nil && c.sent.Load() {
 			err = errSentThenRefused
@@ -408,7 +399,7 @@ func (s *breakerSet) add(c *redis.Client) {
 	b := newBreaker(s.cfg)
 	b.client = c
 	b.ping = func(ctx context.Context) error { // passes the breaker, makes no span
-		return c.Ping(withProbe(plugintrace.WithoutCommandSpans(ctx))).Err()
+		return c.Ping(BypassBreaker(plugintrace.WithoutCommandSpans(ctx))).Err()
 	}
 	c.AddHook(b)
 	s.mu.Lock()

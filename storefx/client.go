@@ -37,12 +37,9 @@ type ClientInfo struct {
 	Cluster bool
 }
 
-// Instrumentation builds a go-redis hook for a client; a nil hook is
-// skipped. Modules such as tracingfx contribute one to InstrumentationGroup
-// (see AsInstrumentation), and every client storefx builds gets a hook from
-// each. On a Cluster the hooks are per node, as redisotel attaches them:
-// ClientInfo.Node names the node, whose hook sees every command it served,
-// redirected attempts and slot-map reloads included.
+// Instrumentation builds a go-redis hook for a client (nil: none). Every
+// client storefx builds gets one from each Instrumentation in
+// InstrumentationGroup; on a Cluster, one per node (ClientInfo.Node).
 type Instrumentation func(ClientInfo) redis.Hook
 
 // AsInstrumentation annotates a constructor of an Instrumentation so that its
@@ -117,9 +114,8 @@ func addHooks(c redis.UniversalClient, info ClientInfo, inst []Instrumentation) 
 	}
 }
 
-// Registry knows every client that storefx built in an application, by name,
-// and the result of each one's background health check (Watch), which the
-// HTTP layer's /readyz and the store_up gauge read.
+// Registry knows every client of an application by name, and the result
+// of each one's background health check (Watch).
 type Registry struct {
 	mu      sync.RWMutex
 	clients map[string]*Client
@@ -156,9 +152,8 @@ func (r *Registry) Names() []string {
 	return slices.Sorted(maps.Keys(r.clients))
 }
 
-// Ping checks every registered client once, now, and returns the first
-// failure, naming the client and its address. It waits for Redis (up to
-// ctx's deadline); Ready answers from the background health checks instead.
+// Ping checks every registered client now and returns the first failure,
+// naming the client and its address; unlike Ready, it waits for Redis.
 func (r *Registry) Ping(ctx context.Context) error {
 	for _, n := range r.Names() {
 		c := r.Client(n)
@@ -170,14 +165,12 @@ func (r *Registry) Ping(ctx context.Context) error {
 }
 
 // connect pings the client until it answers, with backoff, for at most
-// timeout (or until ctx ends); the error names the address. A refusal that
-// retrying cannot change (a wrong password, a database the server lacks)
-// fails at once; an answer that may pass (LOADING, BUSY …) is retried and
-// reported as "not ready", never as "unreachable".
+// timeout; the error names the address. A refusal retrying cannot change
+// fails at once; LOADING, BUSY and the like are retried ("not ready").
 func connect(ctx context.Context, c *Client, timeout time.Duration) error {
 	// The start-up PINGs make no span and pass the breaker uncounted: open,
 	// its refusal would hide the real cause.
-	ctx, cancel := context.WithTimeout(withProbe(plugintrace.WithoutCommandSpans(ctx)), timeout)
+	ctx, cancel := context.WithTimeout(BypassBreaker(plugintrace.WithoutCommandSpans(ctx)), timeout)
 	defer cancel()
 	b := backoff.Backoff{Min: 25 * time.Millisecond, Max: 500 * time.Millisecond}
 	var cause error   // the last error that was not our own deadline

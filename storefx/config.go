@@ -23,19 +23,14 @@ import (
 // Command spans carry it as redisfx.client.
 const DefaultClientName = "default"
 
-// Config describes one Redis connection. The zero value connects to
-// localhost:6379 without TLS.
-//
-// The client is a Sentinel client with MasterName (or master_name in the
-// URL), else a Cluster client with Cluster, two or more Addrs (or addr in
-// the URL), else a standalone one. Its address is the first of URL, Addrs
-// and Host/Port that is set.
+// Config describes one Redis connection; the zero value connects to
+// localhost:6379. The client is a Sentinel client with MasterName (or
+// master_name in the URL), else a Cluster client with Cluster, two or more
+// Addrs (or addr in the URL), else a standalone one.
 type Config struct {
-	// URL is parsed by go-redis's ParseURL (redis://user:pass@host:port/db,
-	// rediss://…, unix:///path?db=2), ParseClusterURL for a Cluster or
-	// ParseFailoverURL for Sentinel (whose user:pass@ are the Sentinels').
-	// Every option go-redis reads from it (?dial_timeout=3s&pool_size=50)
-	// applies and overrides the matching field; TLS, set, is used for rediss://.
+	// URL is parsed by go-redis (ParseURL, ParseClusterURL or
+	// ParseFailoverURL): every option it reads (?dial_timeout=3s) overrides
+	// the matching field; TLS, set, is used for rediss://.
 	URL string
 	// Addrs lists host:port addresses: one standalone server, the seed
 	// nodes of a Cluster, or the Sentinels with MasterName.
@@ -72,9 +67,8 @@ type Config struct {
 	// ClientName is sent with CLIENT SETNAME on every connection.
 	ClientName string
 
-	// ClusterStateReloadInterval is how stale a Cluster slot map may get: a
-	// dead master sends no MOVED, so its replica's promotion is learnt at the
-	// next reload. Default 2s (go-redis: 60s).
+	// ClusterStateReloadInterval is how stale a Cluster slot map may get (a
+	// dead master's replacement is learnt at the next reload). Default 2s.
 	ClusterStateReloadInterval time.Duration
 	// ConnectTimeout bounds the start-up check, a PING retried with backoff.
 	// Default 5s.
@@ -88,11 +82,10 @@ type Config struct {
 	// Breaker configures the client's circuit breaker, on by default.
 	Breaker BreakerConfig
 
-	// SendIdentity sends CLIENT SETINFO on each new connection (off: a
-	// failed round trip on servers without it).
+	// SendIdentity sends CLIENT SETINFO on each new connection.
 	SendIdentity bool
 	// MaintNotifications enables go-redis's maintenance notifications
-	// (Redis Enterprise; off: other servers refuse them at every dial).
+	// (Redis Enterprise).
 	MaintNotifications bool
 }
 
@@ -134,7 +127,6 @@ func (c Config) validate() error {
 	case c.MinIdleConns < 0:
 		return fieldErr("Config.MinIdleConns", "%d is negative", c.MinIdleConns)
 	case strings.ContainsFunc(c.ClientName, func(r rune) bool { return r < '!' || r > '~' }):
-		// Redis refuses CLIENT SETNAME with it, and so every connection.
 		return fieldErr("Config.ClientName", "%q: Redis accepts only '!' to '~' (no spaces, newlines or non-ASCII)", c.ClientName)
 	}
 	for i, a := range c.Addrs {
@@ -157,9 +149,8 @@ func (c Config) validate() error {
 	return c.Breaker.validate()
 }
 
-// hasPort reports whether host holds a port ("127.0.0.1:6380"): joined
-// with Port it would make an address nobody can dial. An IPv6 address,
-// bare or in brackets, has colons but no port.
+// hasPort reports whether host holds a port ("127.0.0.1:6380"); an IPv6
+// address, bare or in brackets, has colons but no port.
 func hasPort(host string) bool {
 	bare := strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
 	_, err := netip.ParseAddr(bare)
@@ -179,16 +170,14 @@ func urlHas(raw, option string) bool {
 	return err == nil && u.Query().Has(option)
 }
 
-// clientOptions is the go-redis configuration of one client: exactly one
-// field is set.
+// clientOptions is the go-redis configuration of one client (one field set).
 type clientOptions struct {
 	simple   *redis.Options
 	cluster  *redis.ClusterOptions
 	failover *redis.FailoverOptions
 }
 
-// options validates c and maps it onto the go-redis options of its kind of
-// client, overridden by what the URL sets.
+// options validates c and maps it onto go-redis's options, URL last.
 func (c Config) options() (o clientOptions, err error) {
 	if err := c.validate(); err != nil {
 		return o, err
@@ -213,9 +202,7 @@ func (c Config) universal() *redis.UniversalOptions {
 		PoolSize: c.PoolSize, MinIdleConns: c.MinIdleConns, DialTimeout: c.DialTimeout,
 		ReadTimeout: cmp.Or(c.ReadTimeout, defaultIOTimeout), WriteTimeout: cmp.Or(c.WriteTimeout, defaultIOTimeout),
 		ClientName: c.ClientName, DisableIdentity: !c.SendIdentity,
-		// A context deadline bounds a command's network wait, so a caller's
-		// timeout holds against a paused Redis.
-		ContextTimeoutEnabled: true,
+		ContextTimeoutEnabled: true, // a caller's deadline holds against a paused Redis
 	}
 	if len(u.Addrs) == 0 {
 		host := strings.TrimSuffix(strings.TrimPrefix(c.Host, "["), "]")
@@ -273,8 +260,7 @@ func (c Config) failoverOptions(u *redis.UniversalOptions) (*redis.FailoverOptio
 	return o, userWithoutPassword(o.Username, o.Password, c.Username, "Config.Username")
 }
 
-// poolTimeout is go-redis's default wait for a pooled connection,
-// ReadTimeout + 1s, without its overflow.
+// poolTimeout is go-redis's default pool wait, ReadTimeout + 1s, saturated.
 func poolTimeout(pool, read time.Duration) time.Duration {
 	if pool == 0 && read > 0 {
 		return durations.Add(read, time.Second)
@@ -282,9 +268,9 @@ func poolTimeout(pool, read time.Duration) time.Duration {
 	return pool
 }
 
-// userWithoutPassword refuses a user name without a password: go-redis
-// would not authenticate, and the connection would be the default user's.
-// field names where user comes from when it is configured; else the URL.
+// userWithoutPassword refuses a user name without a password (go-redis
+// would not authenticate), naming field or, when user is not configured,
+// the URL.
 func userWithoutPassword(user, password, configured, field string) error {
 	if user == "" || password != "" {
 		return nil

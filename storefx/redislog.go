@@ -11,10 +11,9 @@ import (
 )
 
 // RouteRedisLogs sends go-redis's own log lines (a failed dial, a pool
-// problem) to the app's *zap.Logger, named "go-redis", at warn level. It
-// is an option, not part of Module, because go-redis's logger is
-// process-wide: every go-redis client of the process is affected, and it
-// is not undone at stop.
+// problem) to the app's *zap.Logger, named "go-redis", at warn level. It is
+// not part of Module: go-redis's logger is process-wide, and it is not
+// undone at stop.
 //
 //	fx.New(storefx.Module, storefx.RouteRedisLogs, …)
 var RouteRedisLogs = fx.Invoke(routeRedisLogs)

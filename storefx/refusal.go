@@ -19,8 +19,8 @@ type setupFields struct {
 	master   string // where the Sentinel master name comes from; "" without Sentinel
 }
 
-// setupFieldsOf says where the set-up of cfg's connections comes from, for
-// the password and database its options o ended with.
+// setupFieldsOf says where the password and database of cfg's connections
+// come from.
 func setupFieldsOf(cfg Config, password string, db int) setupFields {
 	from := func(field string, configured bool) string {
 		if configured {
@@ -44,17 +44,15 @@ func setupFieldsOf(cfg Config, password string, db int) setupFields {
 	return f
 }
 
-// notReady reports whether err is the reply of a server that is reachable
-// but not ready yet: start-up goes on retrying it.
+// notReady reports whether err is a reply start-up goes on retrying.
 func notReady(err error) bool {
 	return redis.IsLoadingError(err) || redis.HasErrorPrefix(err, "BUSY ") || redis.IsMasterDownError(err) ||
 		redis.IsTryAgainError(err) || redis.IsClusterDownError(err) || redis.IsNoReplicasError(err) ||
 		redis.IsMaxClientsError(err)
 }
 
-// classify tells a failed start-up PING's error apart: answered reports
-// that Redis (or every Sentinel) answered it, and refusal, when not nil,
-// is an answer that retrying cannot change.
+// classify tells whether Redis (or every Sentinel) answered a failed
+// start-up PING, and whether the answer is a refusal retrying cannot change.
 func (f setupFields) classify(err error) (answered bool, refusal error) {
 	var joined interface{ Unwrap() []error }
 	if f.master != "" && errors.As(err, &joined) { // every Sentinel's error, joined by go-redis
@@ -94,8 +92,8 @@ func (f setupFields) sentinelRefusal(err error, each []error) (answered bool, re
 	return true, err
 }
 
-// refusal turns Redis's refusal of a connection's set-up into an error
-// naming the field to fix, wrapping the reply, or returns the reply itself.
+// refusal wraps Redis's refusal of a connection's set-up in an error naming
+// the field to fix, or returns the reply itself.
 func (f setupFields) refusal(reply redis.Error) error {
 	var field, reason string
 	switch {

@@ -12,24 +12,23 @@ import (
 	"github.com/redisfx/redisfx"
 )
 
-// ParseURL parses a redis://, rediss:// or unix:// URL with redis.ParseURL,
-// so every option go-redis reads from a URL is read. An error is a
-// *redisfx.ConfigError naming Config.URL that never repeats the URL's
-// password.
+// ParseURL parses a redis://, rediss:// or unix:// URL with redis.ParseURL.
+// An error is a *redisfx.ConfigError naming Config.URL that never repeats
+// the URL's password.
 func ParseURL(raw string) (*redis.Options, error) {
 	return parseURL(raw, redis.ParseURL)
 }
 
 // parseURL parses raw with one of go-redis's URL parsers, with errors that
-// name Config.URL and do not repeat the credentials.
+// do not repeat the credentials.
 func parseURL[T any](raw string, parse func(string) (*T, error)) (*T, error) {
 	scheme, rest, ok := strings.Cut(raw, "://")
 	if !ok || strings.ContainsAny(scheme, ":/@") {
 		return nil, fieldErr("Config.URL", "not a URL: write redis://[user:password@]host:port/db, rediss://… or unix:///path")
 	}
 	if i := strings.IndexAny(rest, "/?#"); i >= 0 && strings.Contains(rest[i:], "@") {
-		// The host ends at the first '/', '?' or '#': a password holding one
-		// would be read as host, path and options, and errors would repeat it.
+		// A password holding '/', '?' or '#' would be read as host, path and
+		// options, and errors would repeat it.
 		return nil, fieldErr("Config.URL", "'@' after the host: a user name or password holding '/', '?' or '#' "+
 			"must be percent-encoded (%%2F, %%3F, %%23); the URL is not shown, it may hold credentials")
 	}
@@ -52,8 +51,7 @@ func parseURL[T any](raw string, parse func(string) (*T, error)) (*T, error) {
 	return o, nil
 }
 
-// fromURL sets every field of *o that the URL raw sets (to a value other
-// than the zero one), as parse reads it; an empty raw sets none.
+// fromURL sets every field of *o that the URL raw sets to a non-zero value.
 func fromURL[T any](raw string, o *T, parse func(string) (*T, error)) error {
 	if raw == "" {
 		return nil
@@ -79,11 +77,10 @@ func FromEnv() (Config, error) {
 }
 
 func fromEnv(getenv func(string) string) (Config, error) {
-	raw := getenv("REDIS_URL")
-	if raw == "" {
+	cfg := Config{URL: getenv("REDIS_URL")}
+	if cfg.URL == "" {
 		return DefaultConfig(), nil
 	}
-	cfg := Config{URL: raw}
 	var ce *redisfx.ConfigError
 	if err := cfg.Validate(); errors.As(err, &ce) {
 		return Config{}, redisfx.NewConfigError("storefx", "REDIS_URL", ce.Reason)
