@@ -227,18 +227,9 @@ func readBody(r *http.Request, limit int64) ([]byte, error) {
 	if int64(len(body)) > limit {
 		return nil, bodyTooLarge(limit)
 	}
-	rb := &restoredBody{}
-	rb.Reset(body)
-	r.Body = rb
+	r.Body = io.NopCloser(bytes.NewReader(body))
 	return body, nil
 }
-
-// restoredBody is the request body given back to the handler after it was
-// read for the fingerprint.
-type restoredBody struct{ bytes.Reader }
-
-// Close implements io.Closer.
-func (*restoredBody) Close() error { return nil }
 
 func bodyTooLarge(limit int64) error {
 	return &IdempotencyBodyTooLargeError{Limit: limit, BaseError: redisfx.BaseError{Code: CodeBodyTooLarge,

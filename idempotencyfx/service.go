@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/redisfx/redisfx/httpfx"
+	"github.com/redisfx/redisfx/internal/clientcheck"
 	"github.com/redisfx/redisfx/internal/detach"
 	"github.com/redisfx/redisfx/internal/durations"
 	"github.com/redisfx/redisfx/internal/idemscript"
@@ -55,7 +56,7 @@ func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Service, error
 	if err != nil {
 		return nil, err
 	}
-	if err := checkClient(rdb); err != nil {
+	if err := clientcheck.HonoursDeadlines("idempotencyfx", "Config.StoreTimeout", rdb); err != nil {
 		return nil, err
 	}
 	var o options
