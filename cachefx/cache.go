@@ -3,7 +3,8 @@ package cachefx
 import (
 	"context"
 	"fmt"
-	"hash/fnv"
+	"hash/maphash"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -49,10 +50,10 @@ func (s *shared) wrote(full ...string) {
 }
 
 func (s *shared) writeCount(full string) *atomic.Uint64 {
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(full))
-	return &s.written[h.Sum32()%uint32(len(s.written))]
+	return &s.written[maphash.String(writeSeed, full)%uint64(len(s.written))]
 }
+
+var writeSeed = maphash.MakeSeed()
 
 // singleNode reports whether rdb talks to one server (a plain or
 // Sentinel-managed client) rather than a Cluster or a Ring.
@@ -112,7 +113,7 @@ func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Cache, error) 
 // first layer answers nothing.
 func (c *Cache) Start(ctx context.Context) error {
 	// Start-up work of no request: no command spans (each would be a trace of its own).
-	_ = scripts.Preload(plugintrace.WithoutCommandSpans(ctx), c.rdb, tagScript, readTagScript, retireScript, leaseScript, renewLeaseScript, storeLeasedScript, releaseLeaseScript) // not fatal: loads on first use
+	_ = scripts.Preload(plugintrace.WithoutCommandSpans(ctx), c.rdb, tagScript, readTagScript, retireScript, leaseScript, leasedScript) // not fatal: loads on first use
 	if c.bcast == nil {
 		return nil
 	}
@@ -140,17 +141,7 @@ func (c *Cache) Namespace(ns string) *Cache {
 func (c *Cache) Name() string { return c.ns }
 
 func validNamespace(ns string) bool {
-	if ns == "" || len(ns) > 64 {
-		return false
-	}
-	for _, r := range ns {
-		switch {
-		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '_', r == '.', r == '-':
-		default:
-			return false
-		}
-	}
-	return true
+	return len(ns) >= 1 && len(ns) <= 64 && strings.Trim(ns, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-") == ""
 }
 
 // Keys in Redis. A namespace never contains ':' or '#', so a value key
@@ -207,12 +198,12 @@ func (c *Cache) get(ctx context.Context, key string, span *plugintrace.Span) ([]
 // a leased key (a hash) reads as nil, where GET fails with WRONGTYPE.
 func (c *Cache) read(ctx context.Context, full string) ([]byte, time.Duration, bool, error) {
 	var vals *redis.SliceCmd
-	var pttl *redis.DurationCmd
+	var pttl *redis.Cmd
 	if c.local == nil {
 		vals = c.rdb.MGet(ctx, full)
 	} else {
 		_, _ = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			vals, pttl = p.MGet(ctx, full), p.PTTL(ctx, full)
+			vals, pttl = p.MGet(ctx, full), p.Do(ctx, "pttl", full)
 			return nil
 		})
 	}
@@ -224,13 +215,9 @@ func (c *Cache) read(ctx context.Context, full string) ([]byte, time.Duration, b
 		return nil, 0, false, nil
 	}
 	var ttl time.Duration
-	if pttl != nil && pttl.Err() == nil {
-		switch d := pttl.Val(); {
-		case d == -1: // no expiry: the layer's own TTL bounds it
-			ttl = c.cfg.Local.TTL
-		case d > 0:
-			ttl = d
-		}
+	if pttl != nil {
+		ms, _ := pttl.Int64() // 0 on an error: not kept
+		ttl = c.lifeLeft(ms)
 	}
 	return []byte(s), ttl, true, nil
 }

@@ -42,53 +42,30 @@ if t == 'hash' and redis.call('HGET', KEYS[1], 'lease') == ARGV[1] then return 1
 return 0
 `)
 
-// renewLeaseScript extends the lease if it is still ours.
-var renewLeaseScript = redis.NewScript(`
-if redis.call('TYPE', KEYS[1]).ok == 'hash' and redis.call('HGET', KEYS[1], 'lease') == ARGV[1] then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
-end
-return 0
-`)
-
-// storeLeasedScript replaces our lease by the loaded value ARGV[2] for
-// ARGV[3] milliseconds; it returns 0 and stores nothing if the lease is no
-// longer ours.
-var storeLeasedScript = redis.NewScript(`
-if redis.call('TYPE', KEYS[1]).ok == 'hash' and redis.call('HGET', KEYS[1], 'lease') == ARGV[1] then
-  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-  return 1
-end
-return 0
-`)
-
-// releaseLeaseScript deletes the lease if it is still ours.
-var releaseLeaseScript = redis.NewScript(`
-if redis.call('TYPE', KEYS[1]).ok == 'hash' and redis.call('HGET', KEYS[1], 'lease') == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
-end
-return 0
+// leasedScript acts on KEYS[1] only while it holds our lease ARGV[1]:
+// ARGV[2] "renew" extends it by ARGV[3] ms, "store" replaces it by the
+// loaded value ARGV[3] for ARGV[4] ms, "release" deletes it. It returns 1,
+// or 0 (doing nothing) if the lease is no longer ours.
+var leasedScript = redis.NewScript(`
+if redis.call('TYPE', KEYS[1]).ok ~= 'hash' or redis.call('HGET', KEYS[1], 'lease') ~= ARGV[1] then return 0 end
+if ARGV[2] == 'renew' then redis.call('PEXPIRE', KEYS[1], ARGV[3])
+elseif ARGV[2] == 'store' then redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[4])
+else redis.call('DEL', KEYS[1]) end
+return 1
 `)
 
 // GetOrLoad returns the cached value of key or, on a miss, runs load, stores
 // its value for ttl (0: Config.DefaultTTL) with tags, and returns it.
 //
-// The loader runs once per key under a stampede: callers in this process
-// share one load, and across processes a lease (Config.LoadGuardTTL) lets
-// one process load while the others wait for its value, at most
-// Config.LoadWait, before loading themselves without storing. Each caller
-// that gets the value without running the loader counts in
-// cache_stampede_prevented_total.
-//
-// A loaded value never overwrites a newer write: if Set, Delete or
-// InvalidateByTags (of one of tags) touches key during the load, the value
-// is returned but not stored.
-//
-// A caller's ctx bounds only its wait: the shared load goes on for the
-// others. A caller whose ctx is done when its Get returns gets ctx's error
-// and starts no load. A loader error is returned and nothing is cached; a
-// panic or runtime.Goexit becomes an error. When Redis fails, GetOrLoad
-// serves from the loader and returns no store error. A value above
-// MaxValueBytes is returned with its *ValueTooLargeError, never stored.
+// The loader runs once per key under a stampede, in this process and
+// across processes (a lease; others wait up to Config.LoadWait, then load
+// without storing). A loaded value never overwrites a write of key (or of
+// one of tags) made during the load: it is returned but not stored.
+// A caller's ctx bounds only its wait. A loader error, panic or
+// runtime.Goexit is returned and nothing is cached; when Redis fails,
+// GetOrLoad serves from the loader and returns no store error. A value
+// above MaxValueBytes is returned with its *ValueTooLargeError, not stored.
+// docs/cache.md tells the rules in full.
 func (c *Cache) GetOrLoad(ctx context.Context, key string, ttl time.Duration, load Loader, tags ...string) ([]byte, error) {
 	ttl, err := c.ttlOrDefault(key, ttl)
 	if err != nil {
@@ -127,33 +104,27 @@ func (c *Cache) GetOrLoad(ctx context.Context, key string, ttl time.Duration, lo
 	}
 }
 
-// guard runs load in a goroutine of its own, so that every way it can end
-// comes back as a return: a panic and runtime.Goexit become errors, and
-// the flight's callers get them (a Goexit in the flight's goroutine would
-// leave them waiting).
+// guard runs load in a goroutine of its own, so that a panic or
+// runtime.Goexit comes back as an error for the flight's callers (a Goexit
+// in the flight's goroutine would leave them waiting).
 func (c *Cache) guard(key string, load Loader) Loader {
-	return func(ctx context.Context) ([]byte, error) {
-		type result struct {
-			v   []byte
-			err error
-		}
-		done := make(chan result, 1)
+	return func(ctx context.Context) (v []byte, err error) {
+		done := make(chan struct{})
 		go func() {
-			var r result
+			defer close(done)
 			returned := false
 			defer func() {
 				if p := recover(); p != nil {
-					r.err = fmt.Errorf("cachefx: loader for %s panicked: %v", c.cfg.KeyAttribute.Quote(key), p)
+					err = fmt.Errorf("cachefx: loader for %s panicked: %v", c.cfg.KeyAttribute.Quote(key), p)
 				} else if !returned {
-					r.err = fmt.Errorf("cachefx: loader for %s called runtime.Goexit", c.cfg.KeyAttribute.Quote(key))
+					err = fmt.Errorf("cachefx: loader for %s called runtime.Goexit", c.cfg.KeyAttribute.Quote(key))
 				}
-				done <- r
 			}()
-			r.v, r.err = load(ctx)
+			v, err = load(ctx)
 			returned = true
 		}()
-		r := <-done
-		return r.v, r.err
+		<-done
+		return v, err
 	}
 }
 
@@ -216,20 +187,34 @@ func (c *Cache) takeLease(ctx context.Context, full, token string) ([]byte, bool
 	if err != nil {
 		return nil, false, err
 	}
-	switch r := res.(type) {
-	case int64:
-		return nil, r == 1, nil
-	case []any:
-		v, ttl, err := valueAndTTL(r, c.cfg.Local.TTL)
-		if err != nil {
-			return nil, false, err
-		}
+	if r, ok := res.([]any); ok && len(r) == 2 {
+		s, _ := r[0].(string)
+		pttl, _ := r[1].(int64)
 		if c.local != nil {
-			c.local.fill(full, v, ttl, sent, seen)
+			c.local.fill(full, []byte(s), c.lifeLeft(pttl), sent, seen)
 		}
-		return v, false, nil
+		return []byte(s), false, nil
 	}
-	return nil, false, fmt.Errorf("cachefx: unexpected lease reply %v", res)
+	n, ok := res.(int64)
+	if !ok {
+		return nil, false, fmt.Errorf("cachefx: unexpected lease reply %v", res)
+	}
+	return nil, n == 1, nil
+}
+
+// lifeLeft is how long the first layer may keep a value whose PTTL (in
+// ms) is pttl: the layer's own TTL without an expiry, 0 (not kept) when
+// the key is gone.
+func (c *Cache) lifeLeft(pttl int64) time.Duration {
+	if pttl == -1 {
+		return c.cfg.Local.TTL
+	}
+	return time.Duration(pttl) * time.Millisecond
+}
+
+// leased runs leasedScript's op on full while the lease is ours.
+func (c *Cache) leased(full, token, op string, args ...any) *scriptCall {
+	return &scriptCall{script: leasedScript, keys: []string{full}, args: append([]any{token, op}, args...)}
 }
 
 // loadLeased runs the loader while holding the lease, then stores its
@@ -241,7 +226,7 @@ func (c *Cache) loadLeased(ctx context.Context, span *plugintrace.Span, key stri
 	defer func() {
 		if !stored { // the loader failed or panicked, or its value was refused: let the next caller load
 			sctx, cancel := c.storeCtx(ctx)
-			_ = releaseLeaseScript.Run(sctx, c.rdb, []string{full}, token).Err()
+			_ = runCalls(sctx, c.rdb, c.leased(full, token, "release"))
 			cancel()
 		}
 	}()
@@ -249,7 +234,7 @@ func (c *Cache) loadLeased(ctx context.Context, span *plugintrace.Span, key stri
 		// Tagged before loading (as long as the lease lives), so that an
 		// invalidation during the load deletes the lease.
 		sctx, cancel := c.storeCtx(ctx)
-		err := c.tag(sctx, key, c.cfg.LoadGuardTTL, tags)
+		err := runCalls(sctx, c.rdb, c.tagCalls(key, c.cfg.LoadGuardTTL, tags)...)
 		cancel()
 		if err != nil {
 			event(span, "store.unavailable")
@@ -257,10 +242,8 @@ func (c *Cache) loadLeased(ctx context.Context, span *plugintrace.Span, key stri
 		}
 	}
 	stop := c.renewLease(ctx, key, token, tags)
-	v, err = func() ([]byte, error) {
-		defer stop()
-		return load(ctx)
-	}()
+	v, err = load(ctx)
+	stop()
 	if err != nil {
 		return nil, err
 	}
@@ -291,8 +274,11 @@ func (c *Cache) renewLease(ctx context.Context, key, token string, tags []string
 				return
 			case <-tick.C:
 				sctx, cancel := c.storeCtx(ctx)
-				if renewed, _ := renewLeaseScript.Run(sctx, c.rdb, []string{full}, token, c.cfg.LoadGuardTTL.Milliseconds()).Int(); renewed == 1 && len(tags) > 0 {
-					_ = c.tag(sctx, key, c.cfg.LoadGuardTTL, tags)
+				renew := c.leased(full, token, "renew", c.cfg.LoadGuardTTL.Milliseconds())
+				if runCalls(sctx, c.rdb, renew) == nil && len(tags) > 0 {
+					if n, _ := renew.cmd.Int(); n == 1 {
+						_ = runCalls(sctx, c.rdb, c.tagCalls(key, c.cfg.LoadGuardTTL, tags)...)
+					}
 				}
 				cancel()
 			}
@@ -308,26 +294,20 @@ func (c *Cache) storeLeased(ctx context.Context, key string, v []byte, ttl time.
 	sctx, cancel := c.storeCtx(ctx)
 	defer cancel()
 	seen, sent := c.begin()
-	store := &scriptCall{script: storeLeasedScript, keys: []string{full}, args: []any{token, v, ttl.Milliseconds()}}
+	store := c.leased(full, token, "store", v, ttl.Milliseconds())
 	tagged := c.tagCalls(key, ttl, tags)
+	var tagErr error
 	if c.inOrder {
-		_, _ = c.rdb.Pipelined(sctx, func(p redis.Pipeliner) error {
-			queueAll(sctx, p, append([]*scriptCall{store}, tagged...))
-			return nil
-		})
-		retryNoScript(sctx, c.rdb, append([]*scriptCall{store}, tagged...))
-	} else {
-		_, _ = c.rdb.Pipelined(sctx, func(p redis.Pipeliner) error { queueAll(sctx, p, []*scriptCall{store}); return nil })
-		retryNoScript(sctx, c.rdb, []*scriptCall{store})
-		if n, _ := store.cmd.Int(); n == 1 && len(tagged) > 0 {
-			_, _ = c.rdb.Pipelined(sctx, func(p redis.Pipeliner) error { queueAll(sctx, p, tagged); return nil })
-			retryNoScript(sctx, c.rdb, tagged)
+		tagErr = runCalls(sctx, c.rdb, append([]*scriptCall{store}, tagged...)...)
+	} else if runCalls(sctx, c.rdb, store) == nil && len(tagged) > 0 {
+		if n, _ := store.cmd.Int(); n == 1 {
+			tagErr = runCalls(sctx, c.rdb, tagged...)
 		}
 	}
 	if n, err := store.cmd.Int(); err != nil || n != 1 {
 		return false
 	}
-	if firstError(tagged) != nil { // its tag sets list key only for the lease's life
+	if tagErr != nil { // its tag sets list key only for the lease's life
 		c.dropUntagged(ctx, full)
 		return false
 	}
@@ -335,20 +315,6 @@ func (c *Cache) storeLeased(ctx context.Context, key string, v []byte, ttl time.
 		c.local.wrote(full, bytes.Clone(v), ttl, sent, seen)
 	}
 	return true
-}
-
-// valueAndTTL decodes the {value, pttl} pair that leaseScript returns.
-func valueAndTTL(res []any, noExpiry time.Duration) ([]byte, time.Duration, error) {
-	if len(res) != 2 {
-		return nil, 0, fmt.Errorf("cachefx: unexpected lease reply %v", res)
-	}
-	s, _ := res[0].(string)
-	ms, _ := res[1].(int64)
-	ttl := time.Duration(ms) * time.Millisecond
-	if ms < 0 {
-		ttl = noExpiry
-	}
-	return []byte(s), ttl, nil
 }
 
 // flightPart appends one name and its write count to a single-flight key:

@@ -21,6 +21,24 @@ func queueAll(ctx context.Context, p redis.Pipeliner, calls []*scriptCall) {
 	}
 }
 
+// runCalls runs calls in one pipeline, then retryNoScript; it returns the
+// first failure.
+func runCalls(ctx context.Context, rdb redis.Cmdable, calls ...*scriptCall) error {
+	_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error { queueAll(ctx, p, calls); return nil })
+	retryNoScript(ctx, rdb, calls)
+	return firstError(calls)
+}
+
+// firstError is the first failure among calls.
+func firstError(calls []*scriptCall) error {
+	for _, sc := range calls {
+		if err := sc.cmd.Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // retryNoScript runs again, with the script's body, the calls that a
 // server answered NOSCRIPT (it lost its script cache: a restart, a
 // failover, SCRIPT FLUSH). Only those: on a Cluster the other masters have
@@ -28,7 +46,7 @@ func queueAll(ctx context.Context, p redis.Pipeliner, calls []*scriptCall) {
 func retryNoScript(ctx context.Context, rdb redis.Cmdable, calls []*scriptCall) {
 	var again []*scriptCall
 	for _, sc := range calls {
-		if sc.cmd != nil && redis.HasErrorPrefix(sc.cmd.Err(), "NOSCRIPT") {
+		if redis.HasErrorPrefix(sc.cmd.Err(), "NOSCRIPT") {
 			again = append(again, sc)
 		}
 	}
@@ -41,17 +59,4 @@ func retryNoScript(ctx context.Context, rdb redis.Cmdable, calls []*scriptCall) 
 		}
 		return nil
 	})
-}
-
-// firstError is the first failure among calls (a call never queued, nil).
-func firstError(calls []*scriptCall) error {
-	for _, sc := range calls {
-		if sc.cmd == nil {
-			continue
-		}
-		if err := sc.cmd.Err(); err != nil {
-			return err
-		}
-	}
-	return nil
 }

@@ -2,10 +2,7 @@ package cachefx
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -91,14 +88,6 @@ func (c *Cache) tagCalls(key string, ttl time.Duration, tags []string) []*script
 	return calls
 }
 
-// tag adds key to each tag's set (one pipeline).
-func (c *Cache) tag(ctx context.Context, key string, ttl time.Duration, tags []string) error {
-	calls := c.tagCalls(key, ttl, tags)
-	_, _ = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error { queueAll(ctx, p, calls); return nil })
-	retryNoScript(ctx, c.rdb, calls)
-	return firstError(calls)
-}
-
 // InvalidateByTags deletes every value stored with any of tags (in this
 // namespace); it reports how many values existed. It returns nil only if
 // every value tagged before it began is gone; after an error some may
@@ -116,23 +105,24 @@ func (c *Cache) invalidateByTags(ctx context.Context, tags []string, span *plugi
 	if len(tags) == 0 {
 		return 0, nil
 	}
-	tagKeys := make([]string, len(tags))
+	tagKeys, reads := make([]string, len(tags)), make([]*scriptCall, len(tags))
 	for i, tag := range tags {
 		tagKeys[i] = c.tagKey(tag)
+		reads[i] = &scriptCall{script: readTagScript, keys: tagKeys[i : i+1]}
 	}
 	defer c.wrote(tagKeys...)
-	reads := c.readTags(ctx, tagKeys) // 1. each set's live members, left in place
+	sctx, cancel := c.storeCtx(ctx)
+	// 1. Each set's live members, left in place (a set not read stays
+	// whole: a retry finds its keys).
+	readErr := runCalls(sctx, c.rdb, reads...)
+	cancel()
 	event(span, "tag.lookup", attribute.Int("count", len(tags)))
-	var readErr error
 	seen := map[string]bool{}
 	var keys []string
 	for _, r := range reads {
-		if r.err != nil {
-			readErr = r.err // this set stays whole: a retry finds its keys
-			continue
-		}
-		for _, z := range r.members {
-			if k, _ := z.Member.(string); !seen[k] {
+		members, _ := r.cmd.StringSlice() // member, score, …
+		for i := 0; i+1 < len(members); i += 2 {
+			if k := members[i]; !seen[k] {
 				seen[k] = true
 				keys = append(keys, k)
 			}
@@ -146,99 +136,34 @@ func (c *Cache) invalidateByTags(ctx context.Context, tags []string, span *plugi
 		n, err = c.deleteFull(ctx, c.fullKeys(keys))
 		if err != nil {
 			event(span, "keys.deleted", attribute.Int64("count", n))
-			return n, fmt.Errorf("cachefx: invalidate tags %s: %w", c.quoteTags(tags), err)
+			return n, fmt.Errorf("cachefx: invalidate tags %q: %w", c.cfg.KeyAttribute.Values(tags), err)
 		}
 	}
 	event(span, "keys.deleted", attribute.Int64("count", n))
 	// 3. Retire what was read and deleted (a failure costs only room).
-	c.retire(ctx, tags, reads)
+	c.retire(ctx, reads)
 	if readErr != nil {
-		return n, fmt.Errorf("cachefx: invalidate tags %s: %w", c.quoteTags(tags), readErr)
+		return n, fmt.Errorf("cachefx: invalidate tags %q: %w", c.cfg.KeyAttribute.Values(tags), readErr)
 	}
 	return n, nil
 }
 
-// readTags reads the live members of each tag set (one pipeline).
-func (c *Cache) readTags(ctx context.Context, tagKeys []string) []tagRead {
-	calls := make([]*scriptCall, len(tagKeys))
-	for i, k := range tagKeys {
-		calls[i] = &scriptCall{script: readTagScript, keys: []string{k}}
-	}
-	sctx, cancel := c.storeCtx(ctx)
-	defer cancel()
-	_, _ = c.rdb.Pipelined(sctx, func(p redis.Pipeliner) error { queueAll(sctx, p, calls); return nil })
-	retryNoScript(sctx, c.rdb, calls)
-	reads := make([]tagRead, len(calls))
-	for i, sc := range calls {
-		reads[i] = readTagReply(sc.cmd)
-	}
-	return reads
-}
-
-// tagRead is one tag set's live members, or why they could not be read.
-type tagRead struct {
-	members []redis.Z
-	err     error
-}
-
-// readTagReply decodes readTagScript's reply (member, score, …).
-func readTagReply(cmd *redis.Cmd) tagRead {
-	if cmd == nil {
-		return tagRead{err: errors.New("cachefx: tag set not read")}
-	}
-	res, err := cmd.Slice()
-	if err != nil {
-		return tagRead{err: err}
-	}
-	if len(res)%2 != 0 {
-		return tagRead{err: fmt.Errorf("cachefx: unexpected tag set reply %v", res)}
-	}
-	members := make([]redis.Z, 0, len(res)/2)
-	for i := 0; i < len(res); i += 2 {
-		m, ok1 := res[i].(string)
-		s, ok2 := res[i+1].(string)
-		score, err := strconv.ParseFloat(s, 64)
-		if !ok1 || !ok2 || err != nil {
-			return tagRead{err: fmt.Errorf("cachefx: unexpected tag set reply %v", res)}
-		}
-		members = append(members, redis.Z{Member: m, Score: score})
-	}
-	return tagRead{members: members}
-}
-
-// retire runs retireScript for every set that was read.
-func (c *Cache) retire(ctx context.Context, tags []string, reads []tagRead) {
+// retire runs retireScript, in batches, for every set that was read.
+func (c *Cache) retire(ctx context.Context, reads []*scriptCall) {
 	var calls []*scriptCall
-	for i, r := range reads {
-		if r.err != nil {
-			continue
-		}
-		members := r.members
+	for _, r := range reads {
+		members, _ := r.cmd.StringSlice()
 		for len(members) > 0 {
-			batch := members[:min(len(members), retireBatch)]
+			batch := members[:min(len(members), 2*retireBatch)]
 			members = members[len(batch):]
-			args := make([]any, 0, 1+2*len(batch))
-			args = append(args, retiredGrace.Milliseconds())
-			for _, z := range batch {
-				args = append(args, z.Member, z.Score)
+			args := append(make([]any, 0, 1+len(batch)), retiredGrace.Milliseconds())
+			for _, m := range batch {
+				args = append(args, m)
 			}
-			calls = append(calls, &scriptCall{script: retireScript, keys: []string{c.tagKey(tags[i])}, args: args})
+			calls = append(calls, &scriptCall{script: retireScript, keys: r.keys, args: args})
 		}
-	}
-	if len(calls) == 0 {
-		return
 	}
 	sctx, cancel := c.storeCtx(ctx)
 	defer cancel()
-	_, _ = c.rdb.Pipelined(sctx, func(p redis.Pipeliner) error { queueAll(sctx, p, calls); return nil })
-	retryNoScript(sctx, c.rdb, calls)
-}
-
-// quoteTags is tags as Config.KeyAttribute writes them, for an error message.
-func (c *Cache) quoteTags(tags []string) string {
-	q := make([]string, len(tags))
-	for i, t := range tags {
-		q[i] = c.cfg.KeyAttribute.Quote(t)
-	}
-	return "[" + strings.Join(q, " ") + "]"
+	_ = runCalls(sctx, c.rdb, calls...)
 }

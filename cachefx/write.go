@@ -86,13 +86,14 @@ func (c *Cache) set(ctx context.Context, key string, value []byte, ttl time.Dura
 	}
 	if c.inOrder {
 		_, _ = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error { storeValue(p); tagAndTell(p); return nil })
+		retryNoScript(ctx, c.rdb, tagged)
 	} else {
 		_, _ = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error { storeValue(p); return nil })
 		if stored.Err() == nil {
 			_, _ = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error { tagAndTell(p); return nil })
+			retryNoScript(ctx, c.rdb, tagged)
 		}
 	}
-	retryNoScript(ctx, c.rdb, tagged)
 	defer c.wrote(full)
 	if err := stored.Err(); err != nil {
 		c.forget(ctx, full)
