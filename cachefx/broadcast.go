@@ -6,6 +6,7 @@ import (
 	"errors"
 	"math"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -59,7 +60,7 @@ type broadcaster struct {
 func newBroadcaster(rdb redis.UniversalClient, channel string, local *localLayer, ttl time.Duration, changed func(keys ...string)) *broadcaster {
 	interval := min(max(ttl/4, 50*time.Millisecond), time.Second)
 	b := &broadcaster{
-		rdb: rdb, channel: channel, sharded: isCluster(rdb), local: local, changed: changed, self: randid.Hex(16),
+		rdb: rdb, channel: channel, sharded: nodeclient.Cluster(rdb) != nil, local: local, changed: changed, self: randid.Hex(16),
 		interval: interval, window: 2 * interval, base: time.Now(), stop: make(chan struct{}),
 	}
 	b.proof.Store(math.MinInt64 / 2) // nothing proven before the first subscription
@@ -262,38 +263,30 @@ func (b *broadcaster) receive(payload string) {
 // key is not valid UTF-8 (JSON would mangle it), 'b' and a JSON array of
 // the keys' bytes in base64.
 func encodeKeys(keys []string) string {
-	for _, k := range keys {
-		if !utf8.ValidString(k) {
-			raw := make([][]byte, len(keys))
-			for i, k := range keys {
-				raw[i] = []byte(k)
-			}
-			payload, _ := json.Marshal(raw)
-			return "b" + string(payload)
-		}
+	if !slices.ContainsFunc(keys, func(k string) bool { return !utf8.ValidString(k) }) {
+		payload, _ := json.Marshal(keys)
+		return string(payload)
 	}
-	payload, _ := json.Marshal(keys)
-	return string(payload)
+	raw := make([][]byte, len(keys))
+	for i, k := range keys {
+		raw[i] = []byte(k)
+	}
+	payload, _ := json.Marshal(raw)
+	return "b" + string(payload)
 }
 
 // decodeKeys reads what encodeKeys wrote.
-func decodeKeys(s string) ([]string, bool) {
-	if rest, ok := strings.CutPrefix(s, "b"); ok {
-		var raw [][]byte
-		if json.Unmarshal([]byte(rest), &raw) != nil {
-			return nil, false
-		}
-		keys := make([]string, len(raw))
-		for i, k := range raw {
-			keys[i] = string(k)
-		}
-		return keys, true
+func decodeKeys(s string) (keys []string, ok bool) {
+	rest, binary := strings.CutPrefix(s, "b")
+	if !binary {
+		return keys, json.Unmarshal([]byte(s), &keys) == nil
 	}
-	var keys []string
-	if json.Unmarshal([]byte(s), &keys) != nil {
-		return nil, false
+	var raw [][]byte
+	ok = json.Unmarshal([]byte(rest), &raw) == nil
+	for _, k := range raw {
+		keys = append(keys, string(k))
 	}
-	return keys, true
+	return keys, ok
 }
 
 func (b *broadcaster) close() error {
@@ -311,15 +304,14 @@ func (b *broadcaster) close() error {
 	return err
 }
 
-// message is what a change of keys publishes.
-func (b *broadcaster) message(keys []string) string {
-	return b.self + "\n" + encodeKeys(keys)
-}
-
-// publish tells the other processes that keys changed.
-func (b *broadcaster) publish(ctx context.Context, c redis.Cmdable, keys []string) *redis.IntCmd {
-	if b.sharded {
-		return c.SPublish(ctx, b.channel, b.message(keys))
+// publish tells the other processes that keys changed (nil when the
+// first layer is off: nobody listens).
+func (b *broadcaster) publish(ctx context.Context, c redis.Cmdable, keys ...string) *redis.IntCmd {
+	switch {
+	case b == nil:
+		return nil
+	case b.sharded:
+		return c.SPublish(ctx, b.channel, b.self+"\n"+encodeKeys(keys))
 	}
-	return c.Publish(ctx, b.channel, b.message(keys))
+	return c.Publish(ctx, b.channel, b.self+"\n"+encodeKeys(keys))
 }

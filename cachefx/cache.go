@@ -13,7 +13,6 @@ import (
 
 	"github.com/redisfx/redisfx"
 	"github.com/redisfx/redisfx/internal/clientcheck"
-	"github.com/redisfx/redisfx/internal/nodeclient"
 	"github.com/redisfx/redisfx/internal/scripts"
 	"github.com/redisfx/redisfx/plugintrace"
 	"github.com/redisfx/redisfx/storefx"
@@ -64,9 +63,6 @@ func singleNode(rdb redis.UniversalClient) bool {
 	_, ok := rdb.(*redis.Client)
 	return ok
 }
-
-// isCluster reports whether rdb is a Cluster client.
-func isCluster(rdb redis.UniversalClient) bool { return nodeclient.Cluster(rdb) != nil }
 
 // ValueTooLargeError refuses a value above Config.MaxValueBytes.
 type ValueTooLargeError struct {

@@ -21,10 +21,9 @@ type Config struct {
 	// MaxValueBytes refuses larger values with *ValueTooLargeError.
 	// Default 1 MiB.
 	MaxValueBytes int
-	// LoadGuardTTL is the lifetime of the distributed guard that keeps
-	// other processes from running GetOrLoad's loader for the same key at
-	// the same time. It bounds how long a crashed loader blocks others.
-	// Default 5s.
+	// LoadGuardTTL is the lifetime of GetOrLoad's lease, which keeps other
+	// processes from loading the same key: how long a crashed loader blocks
+	// them. Default 5s.
 	LoadGuardTTL time.Duration
 	// LoadWait is how long GetOrLoad waits for another process's load
 	// before running the loader itself. Default LoadGuardTTL.
@@ -33,13 +32,9 @@ type Config struct {
 	StoreTimeout time.Duration
 	// Local is the optional in-process first layer.
 	Local LocalConfig
-	// KeyAttribute is how keys and tags are written into the
-	// redisfx.cache.key and tags span attributes and into error messages:
-	// a key is often a business identifier (a user id, an e-mail
-	// address). The zero value, plugintrace.RedactKey(), writes
-	// "[redacted]"; plugintrace.HashKey(secret) writes a keyed digest, the
-	// same for the same key, so the spans of one hot key can be found
-	// together; plugintrace.RawKey() writes keys as given.
+	// KeyAttribute is how keys and tags (often business identifiers) are
+	// written into spans and error messages: "[redacted]" by default,
+	// a digest with plugintrace.HashKey, as given with plugintrace.RawKey.
 	KeyAttribute plugintrace.KeyAttribute
 }
 
@@ -50,8 +45,7 @@ type LocalConfig struct {
 	// first. 0 turns the layer off.
 	MaxEntries int
 	// TTL bounds how long a value is served from this process without
-	// asking Redis; it is also the longest staleness if an invalidation
-	// message is lost. Default 5s (never longer than the value's own TTL).
+	// asking Redis (never longer than the value's own TTL). Default 5s.
 	TTL time.Duration
 }
 
@@ -79,8 +73,7 @@ func (c Config) normalize() (Config, error) {
 	if c.LoadWait == 0 {
 		c.LoadWait = c.LoadGuardTTL
 	}
-	// Redis takes whole milliseconds: an expiry of 0 deletes the key, and
-	// the lease's renewal ticker (LoadGuardTTL/3) of 0 panics.
+	// Redis keeps whole milliseconds (an expiry of 0 deletes the key).
 	if c.DefaultTTL < time.Millisecond {
 		return c, configError("DefaultTTL", fmt.Sprintf("%v is below Redis's 1ms resolution", c.DefaultTTL))
 	}

@@ -1,14 +1,8 @@
 // Package cachefx is a Redis cache as an Fx module: byte values with a TTL,
-// namespaces, tags with invalidate-by-tags, GetOrLoad whose loader runs once
-// per key even under a stampede across processes and whose result never
-// overwrites a newer write, JSON helpers, and an optional size- and
-// age-bounded in-process first layer kept coherent across processes by
-// invalidation messages. Operations are traced (cache.get, cache.set,
-// cache.delete, cache.invalidate_by_tags, cache.load) and measured
-// (cache_hits_total{layer}, cache_misses_total,
-// cache_stampede_prevented_total, cache_size{layer}).
-//
-// # Getting started
+// namespaces, tags with invalidate-by-tags, a GetOrLoad whose loader runs
+// once per key across processes and never overwrites a newer write, JSON
+// helpers, and an optional in-process first layer kept coherent across
+// processes. docs/cache.md states its guarantees.
 //
 //	fx.New(
 //		storefx.Module, tracingfx.Module, metricsfx.Module, // tracing and metrics optional
@@ -18,13 +12,7 @@
 //	)
 //
 // Without Fx, New(rdb, cfg, opts...), then Start and Close. The client
-// must have ContextTimeoutEnabled (storefx's have). Zero Config fields take
-// their defaults; an invalid one fails start-up with a redisfx.ConfigError
-// naming it.
-//
-// # Traces and keys
-//
-// Cache keys and tags are often business identifiers (a user id, an e-mail
-// address). Spans and error messages carry them as Config.KeyAttribute
-// says: redacted by default, or a keyed digest with plugintrace.HashKey.
+// must have ContextTimeoutEnabled (storefx's have). Keys and tags are
+// written into spans and errors as Config.KeyAttribute says (redacted by
+// default).
 package cachefx

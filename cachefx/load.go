@@ -90,12 +90,12 @@ func (c *Cache) GetOrLoad(ctx context.Context, key string, ttl time.Duration, lo
 	var ran bool // written only by the closure this caller passed, if it ran
 	ch := c.loads.DoChan(string(flight), func() (any, error) {
 		ran = true
-		return c.load(context.WithoutCancel(ctx), key, ttl, c.guard(key, load), tags, storeDown)
+		return c.load(context.WithoutCancel(ctx), key, ttl, load, tags, storeDown)
 	})
 	select {
 	case r := <-ch:
 		if !ran && r.Err == nil {
-			c.obs.stampedePrevented() // got the value another caller loaded (a failed load prevented nothing)
+			c.obs.stampedes.Inc() // got the value another caller loaded (a failed load prevented nothing)
 		}
 		b, _ := r.Val.([]byte)
 		return b, r.Err
@@ -104,28 +104,32 @@ func (c *Cache) GetOrLoad(ctx context.Context, key string, ttl time.Duration, lo
 	}
 }
 
-// guard runs load in a goroutine of its own, so that a panic or
+// loaded is what a loader returned.
+type loaded struct {
+	v   []byte
+	err error
+}
+
+// run runs load in a goroutine of its own, so that a panic or
 // runtime.Goexit comes back as an error for the flight's callers (a Goexit
 // in the flight's goroutine would leave them waiting).
-func (c *Cache) guard(key string, load Loader) Loader {
-	return func(ctx context.Context) (v []byte, err error) {
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			returned := false
-			defer func() {
-				if p := recover(); p != nil {
-					err = fmt.Errorf("cachefx: loader for %s panicked: %v", c.cfg.KeyAttribute.Quote(key), p)
-				} else if !returned {
-					err = fmt.Errorf("cachefx: loader for %s called runtime.Goexit", c.cfg.KeyAttribute.Quote(key))
-				}
-			}()
-			v, err = load(ctx)
-			returned = true
+func (c *Cache) run(ctx context.Context, key string, load Loader) <-chan loaded {
+	done := make(chan loaded, 1)
+	go func() {
+		var r loaded
+		returned := false
+		defer func() {
+			if p := recover(); p != nil {
+				r.err = fmt.Errorf("cachefx: loader for %s panicked: %v", c.cfg.KeyAttribute.Quote(key), p)
+			} else if !returned {
+				r.err = fmt.Errorf("cachefx: loader for %s called runtime.Goexit", c.cfg.KeyAttribute.Quote(key))
+			}
+			done <- r
 		}()
-		<-done
-		return v, err
-	}
+		r.v, r.err = load(ctx)
+		returned = true
+	}()
+	return done
 }
 
 // load runs in one goroutine per key and process, under a cache.load span
@@ -149,7 +153,7 @@ func (c *Cache) load(ctx context.Context, key string, ttl time.Duration, load Lo
 		case v != nil:
 			event(span, "value.found") // another process stored it meanwhile
 			if !first {
-				c.obs.stampedePrevented() // waited for it instead of loading
+				c.obs.stampedes.Inc() // waited for it instead of loading
 			}
 			return v, nil
 		case leased:
@@ -170,11 +174,11 @@ func (c *Cache) load(ctx context.Context, key string, ttl time.Duration, load Lo
 // loadUnstored runs the loader for a value that will not be stored (no
 // lease, or Redis unreachable).
 func (c *Cache) loadUnstored(ctx context.Context, key string, load Loader) ([]byte, error) {
-	v, err := load(ctx)
-	if err != nil {
-		return nil, err
+	r := <-c.run(ctx, key, load)
+	if r.err != nil {
+		return nil, r.err
 	}
-	return v, c.tooLarge(key, len(v))
+	return r.v, c.tooLarge(key, len(r.v))
 }
 
 // takeLease runs leaseScript: the value if the key holds one (kept in the
@@ -241,12 +245,21 @@ func (c *Cache) loadLeased(ctx context.Context, span *plugintrace.Span, key stri
 			return c.loadUnstored(ctx, key, load) // a value in no tag set must not be stored
 		}
 	}
-	stop := c.renewLease(ctx, key, token, tags)
-	v, err = load(ctx)
-	stop()
-	if err != nil {
-		return nil, err
+	done := c.run(ctx, key, load)
+	tick := time.NewTicker(c.cfg.LoadGuardTTL / 3)
+	defer tick.Stop()
+	r, finished := loaded{}, false
+	for !finished {
+		select {
+		case r, finished = <-done:
+		case <-tick.C:
+			c.renewLease(ctx, key, token, tags)
+		}
 	}
+	if r.err != nil {
+		return nil, r.err
+	}
+	v = r.v
 	if err := c.tooLarge(key, len(v)); err != nil {
 		return v, err
 	}
@@ -260,31 +273,15 @@ func (c *Cache) loadLeased(ctx context.Context, span *plugintrace.Span, key stri
 }
 
 // renewLease keeps the lease, and key's place in its tag sets, alive while
-// the loader runs; stop ends it.
-func (c *Cache) renewLease(ctx context.Context, key, token string, tags []string) (stop func()) {
-	full := c.valueKey(key)
-	quit, finished := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(finished)
-		tick := time.NewTicker(c.cfg.LoadGuardTTL / 3)
-		defer tick.Stop()
-		for {
-			select {
-			case <-quit:
-				return
-			case <-tick.C:
-				sctx, cancel := c.storeCtx(ctx)
-				renew := c.leased(full, token, "renew", c.cfg.LoadGuardTTL.Milliseconds())
-				if runCalls(sctx, c.rdb, renew) == nil && len(tags) > 0 {
-					if n, _ := renew.cmd.Int(); n == 1 {
-						_ = runCalls(sctx, c.rdb, c.tagCalls(key, c.cfg.LoadGuardTTL, tags)...)
-					}
-				}
-				cancel()
-			}
-		}
-	}()
-	return func() { close(quit); <-finished }
+// the loader runs.
+func (c *Cache) renewLease(ctx context.Context, key, token string, tags []string) {
+	sctx, cancel := c.storeCtx(ctx)
+	defer cancel()
+	renew := c.leased(c.valueKey(key), token, "renew", c.cfg.LoadGuardTTL.Milliseconds())
+	_ = runCalls(sctx, c.rdb, renew)
+	if n, _ := renew.cmd.Int(); n == 1 {
+		_ = runCalls(sctx, c.rdb, c.tagCalls(key, c.cfg.LoadGuardTTL, tags)...)
+	}
 }
 
 // storeLeased replaces the lease by v and puts key in its tag sets again
@@ -299,7 +296,8 @@ func (c *Cache) storeLeased(ctx context.Context, key string, v []byte, ttl time.
 	var tagErr error
 	if c.inOrder {
 		tagErr = runCalls(sctx, c.rdb, append([]*scriptCall{store}, tagged...)...)
-	} else if runCalls(sctx, c.rdb, store) == nil && len(tagged) > 0 {
+	} else {
+		_ = runCalls(sctx, c.rdb, store)
 		if n, _ := store.cmd.Int(); n == 1 {
 			tagErr = runCalls(sctx, c.rdb, tagged...)
 		}

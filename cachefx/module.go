@@ -1,7 +1,6 @@
 package cachefx
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -36,9 +35,6 @@ type Params struct {
 
 // NewFromParams builds the Cache from the Fx graph.
 func NewFromParams(p Params) (*Cache, error) {
-	if p.Redis == nil {
-		return nil, errors.New("cachefx.Module needs a Redis client: add storefx.Module to the app")
-	}
 	cfg, err := fxconfig.Pick(p.Config, p.ConfigValue)
 	if err != nil {
 		return nil, fmt.Errorf("cachefx: %w", err)

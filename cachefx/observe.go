@@ -41,37 +41,35 @@ const (
 	LayerRedis = "redis"
 )
 
-// observer measures and traces cache operations; unset parts are no-ops.
+// observer measures and traces cache operations; without a tracer it
+// makes no spans, without a registerer its metrics are not exported.
 type observer struct {
-	tracer    trace.TracerProvider
-	keys      plugintrace.KeyAttribute
-	hits      *prometheus.CounterVec
-	misses    prometheus.Counter
-	stampedes prometheus.Counter
+	tracer            trace.TracerProvider
+	keys              plugintrace.KeyAttribute
+	hits              map[string]prometheus.Counter // by layer
+	misses, stampedes prometheus.Counter
 }
 
 func newObserver(reg prometheus.Registerer, tp trace.TracerProvider, keys plugintrace.KeyAttribute, local *localLayer) (*observer, error) {
-	o := &observer{tracer: tp, keys: keys}
-	if reg == nil {
-		return o, nil
+	hits := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cache_hits_total", Help: "Cache reads answered, by the layer that answered."}, []string{"layer"})
+	o := &observer{tracer: tp, keys: keys,
+		hits:      map[string]prometheus.Counter{LayerRedis: hits.WithLabelValues(LayerRedis)}, // series exist from the start: rates are defined at once
+		misses:    prometheus.NewCounter(prometheus.CounterOpts{Name: "cache_misses_total", Help: "Cache reads that found nothing in any layer."}),
+		stampedes: prometheus.NewCounter(prometheus.CounterOpts{Name: "cache_stampede_prevented_total", Help: "GetOrLoad calls that waited for a load already running (here or in another process) instead of loading again."}),
 	}
-	o.hits = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cache_hits_total", Help: "Cache reads answered, by the layer that answered."}, []string{"layer"})
-	o.misses = prometheus.NewCounter(prometheus.CounterOpts{Name: "cache_misses_total", Help: "Cache reads that found nothing in any layer."})
-	o.stampedes = prometheus.NewCounter(prometheus.CounterOpts{Name: "cache_stampede_prevented_total", Help: "GetOrLoad calls that waited for a load already running (here or in another process) instead of loading again."})
-	cs := []prometheus.Collector{o.hits, o.misses, o.stampedes}
+	cs := []prometheus.Collector{hits, o.misses, o.stampedes}
 	if local != nil {
+		o.hits[LayerLocal] = hits.WithLabelValues(LayerLocal)
 		cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "cache_size", Help: "Entries held by a cache layer.", ConstLabels: prometheus.Labels{"layer": LayerLocal}},
 			func() float64 { return float64(local.len()) }))
+	}
+	if reg == nil {
+		return o, nil
 	}
 	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
-	}
-	// Both layers' series exist from the start, so rates are defined at once.
-	o.hits.WithLabelValues(LayerRedis)
-	if local != nil {
-		o.hits.WithLabelValues(LayerLocal)
 	}
 	return o, nil
 }
@@ -97,9 +95,7 @@ func (o *observer) tags(span *plugintrace.Span, tags []string) {
 }
 
 func (o *observer) hit(span *plugintrace.Span, layer string) {
-	if o.hits != nil {
-		o.hits.WithLabelValues(layer).Inc()
-	}
+	o.hits[layer].Inc()
 	if span != nil {
 		span.SetAttributes(attribute.Bool(AttrHit, true), attribute.String(AttrLayer, layer))
 		span.AddEvent("cache.hit")
@@ -107,18 +103,10 @@ func (o *observer) hit(span *plugintrace.Span, layer string) {
 }
 
 func (o *observer) miss(span *plugintrace.Span) {
-	if o.misses != nil {
-		o.misses.Inc()
-	}
+	o.misses.Inc()
 	if span != nil {
 		span.SetAttributes(attribute.Bool(AttrHit, false))
 		span.AddEvent("cache.miss")
-	}
-}
-
-func (o *observer) stampedePrevented() {
-	if o.stampedes != nil {
-		o.stampedes.Inc()
 	}
 }
 

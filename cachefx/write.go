@@ -82,7 +82,7 @@ func (c *Cache) set(ctx context.Context, key string, value []byte, ttl time.Dura
 	storeValue := func(p redis.Pipeliner) { stored = p.Set(ctx, full, value, ttl) }
 	tagAndTell := func(p redis.Pipeliner) {
 		queueAll(ctx, p, tagged)
-		pub = c.queuePublish(ctx, p, full)
+		pub = c.bcast.publish(ctx, p, full)
 	}
 	if c.inOrder {
 		_, _ = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error { storeValue(p); tagAndTell(p); return nil })
@@ -122,15 +122,6 @@ func (c *Cache) begin() (seen uint64, sent time.Time) {
 	return seen, c.timeNow()
 }
 
-// queuePublish adds the invalidation message for keys to p (nil when the
-// first layer is off: nobody listens).
-func (c *Cache) queuePublish(ctx context.Context, p redis.Pipeliner, keys ...string) *redis.IntCmd {
-	if c.bcast == nil {
-		return nil
-	}
-	return c.bcast.publish(ctx, p, keys)
-}
-
 // forget handles a write that failed: it may or may not have reached
 // Redis, so this process drops its copies and, if Redis still answers,
 // tells the others to drop theirs.
@@ -141,7 +132,7 @@ func (c *Cache) forget(ctx context.Context, keys ...string) {
 	c.local.delete(keys...)
 	ctx, cancel := c.cleanupCtx(ctx)
 	defer cancel()
-	_ = c.bcast.publish(ctx, c.rdb, keys).Err()
+	_ = c.bcast.publish(ctx, c.rdb, keys...).Err()
 }
 
 // dropUntagged deletes a value stored but missing from a tag set, where an
@@ -194,7 +185,7 @@ func (c *Cache) deleteFull(ctx context.Context, full []string) (int64, error) {
 		}
 	}
 	if c.inOrder {
-		_, _ = c.rdb.Pipelined(sctx, func(p redis.Pipeliner) error { del(p); pub = c.queuePublish(sctx, p, full...); return nil })
+		_, _ = c.rdb.Pipelined(sctx, func(p redis.Pipeliner) error { del(p); pub = c.bcast.publish(sctx, p, full...); return nil })
 	} else {
 		_, _ = c.rdb.Pipelined(sctx, func(p redis.Pipeliner) error { del(p); return nil })
 	}
@@ -214,7 +205,7 @@ func (c *Cache) deleteFull(ctx context.Context, full []string) (int64, error) {
 	if c.local != nil {
 		c.local.delete(full...)
 		if pub == nil {
-			pub = c.bcast.publish(sctx, c.rdb, full)
+			pub = c.bcast.publish(sctx, c.rdb, full...)
 		}
 		if pub.Err() != nil {
 			return n, fmt.Errorf("%w: delete: %w", ErrNotPublished, pub.Err())
