@@ -152,14 +152,9 @@ func (c *Cache) storeCtx(ctx context.Context) (context.Context, context.CancelFu
 // Get returns the value of key and whether it was found. A store failure is
 // returned as an error (GetOrLoad, instead, falls back to its loader). The
 // returned bytes may be shared with the first layer: do not modify them.
-func (c *Cache) Get(ctx context.Context, key string) ([]byte, bool, error) {
+func (c *Cache) Get(ctx context.Context, key string) (v []byte, found bool, err error) {
 	ctx, span := c.obs.start(ctx, "cache.get", "GET", c.ns, key)
-	v, found, err := c.get(ctx, key, span)
-	finish(span, err)
-	return v, found, err
-}
-
-func (c *Cache) get(ctx context.Context, key string, span *plugintrace.Span) ([]byte, bool, error) {
+	defer func() { finish(span, err) }()
 	full := c.valueKey(key)
 	if c.local != nil && c.bcast.trusted() {
 		if v, ok := c.local.get(full, c.timeNow()); ok {
@@ -169,12 +164,9 @@ func (c *Cache) get(ctx context.Context, key string, span *plugintrace.Span) ([]
 	}
 	sctx, cancel := c.storeCtx(ctx)
 	defer cancel()
-	var seen uint64
-	if c.local != nil {
-		seen = c.local.currentEpoch()
-	}
-	sent := c.timeNow()
-	v, pttl, found, err := c.read(sctx, full)
+	seen, sent := c.begin()
+	var pttl time.Duration
+	v, pttl, found, err = c.read(sctx, full)
 	switch {
 	case err != nil:
 		return nil, false, fmt.Errorf("cachefx: get %s: %w", c.cfg.KeyAttribute.Quote(key), err)

@@ -7,8 +7,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/attribute"
-
-	"github.com/redisfx/redisfx/plugintrace"
 )
 
 // A tag set is a sorted set of keys, scored by when each key's value
@@ -93,15 +91,10 @@ func (c *Cache) tagCalls(key string, ttl time.Duration, tags []string) []*script
 // every value tagged before it began is gone; after an error some may
 // remain, and calling it again deletes them (the tag sets are emptied
 // only after their values are deleted).
-func (c *Cache) InvalidateByTags(ctx context.Context, tags ...string) (int64, error) {
+func (c *Cache) InvalidateByTags(ctx context.Context, tags ...string) (n int64, err error) {
 	ctx, span := c.obs.start(ctx, "cache.invalidate_by_tags", "", c.ns)
 	c.obs.tags(span, tags)
-	n, err := c.invalidateByTags(ctx, tags, span)
-	finish(span, err)
-	return n, err
-}
-
-func (c *Cache) invalidateByTags(ctx context.Context, tags []string, span *plugintrace.Span) (int64, error) {
+	defer func() { finish(span, err) }()
 	if len(tags) == 0 {
 		return 0, nil
 	}
@@ -124,16 +117,14 @@ func (c *Cache) invalidateByTags(ctx context.Context, tags []string, span *plugi
 		for i := 0; i+1 < len(members); i += 2 {
 			if k := members[i]; !seen[k] {
 				seen[k] = true
-				keys = append(keys, k)
+				keys = append(keys, c.valueKey(k))
 			}
 		}
 	}
 	event(span, "keys.found", attribute.Int("count", len(keys)))
 	// 2. Delete the values (and tell the other processes).
-	var n int64
 	if len(keys) > 0 {
-		var err error
-		n, err = c.deleteFull(ctx, c.fullKeys(keys))
+		n, err = c.deleteFull(ctx, keys)
 		if err != nil {
 			event(span, "keys.deleted", attribute.Int64("count", n))
 			return n, fmt.Errorf("cachefx: invalidate tags %q: %w", c.cfg.KeyAttribute.Values(tags), err)

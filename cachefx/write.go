@@ -2,6 +2,7 @@ package cachefx
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -12,31 +13,16 @@ import (
 	"github.com/redisfx/redisfx"
 )
 
-// Writes (Set, Delete, InvalidateByTags) change Redis first and the first
-// layer after (moving its epoch, so no overlapping read keeps its value),
-// then tell the other processes (same pipeline on one server, after it on a
-// Cluster), and return nil only when all of that happened. After an error
-// the change may have reached Redis: the keys are dropped here and the
-// others told if Redis still answers.
+// Writes change Redis first and the first layer after (moving its epoch,
+// so no overlapping read keeps its value), then tell the other processes
+// (same pipeline on one server, after it on a Cluster). After an error the
+// change may have reached Redis: the keys are dropped here and the others
+// told if Redis still answers.
 
 // ErrNotPublished wraps the error of a write that reached Redis but whose
 // invalidation message did not: other processes' first layers may keep
 // the older value until their proof of subscription lapses or Local.TTL.
 var ErrNotPublished = errors.New("cachefx: written, but other processes were not told")
-
-// Set stores value under key for ttl (0: Config.DefaultTTL) and adds key to
-// each tag's set, for InvalidateByTags. It returns nil once Redis holds the
-// value and its tag sets hold the key, and, with the first layer on, the
-// other processes have been told.
-func (c *Cache) Set(ctx context.Context, key string, value []byte, ttl time.Duration, tags ...string) error {
-	ctx, span := c.obs.start(ctx, "cache.set", "SET", c.ns, key)
-	err := c.set(ctx, key, value, ttl, tags)
-	if err == nil {
-		event(span, "cache.stored")
-	}
-	finish(span, err)
-	return err
-}
 
 func (c *Cache) tooLarge(key string, size int) error {
 	if size <= c.cfg.MaxValueBytes {
@@ -49,25 +35,31 @@ func (c *Cache) tooLarge(key string, size int) error {
 }
 
 func (c *Cache) ttlOrDefault(key string, ttl time.Duration) (time.Duration, error) {
-	if ttl < 0 {
-		return 0, fmt.Errorf("cachefx: %s: negative ttl %v", c.cfg.KeyAttribute.Quote(key), ttl)
-	}
-	if ttl == 0 {
+	switch {
+	case ttl == 0:
 		return c.cfg.DefaultTTL, nil
-	}
-	if ttl < time.Millisecond {
-		// Redis keeps expiries in whole milliseconds (PX 0 is refused).
+	case ttl < time.Millisecond: // Redis keeps expiries in whole milliseconds (PX 0 is refused)
 		return 0, fmt.Errorf("cachefx: %s: ttl %v below Redis's 1ms resolution", c.cfg.KeyAttribute.Quote(key), ttl)
 	}
 	return ttl, nil
 }
 
-func (c *Cache) set(ctx context.Context, key string, value []byte, ttl time.Duration, tags []string) error {
-	if err := c.tooLarge(key, len(value)); err != nil {
+// Set stores value under key for ttl (0: Config.DefaultTTL) and adds key to
+// each tag's set, for InvalidateByTags. It returns nil once Redis holds the
+// value and its tag sets hold the key, and, with the first layer on, the
+// other processes have been told.
+func (c *Cache) Set(ctx context.Context, key string, value []byte, ttl time.Duration, tags ...string) (err error) {
+	ctx, span := c.obs.start(ctx, "cache.set", "SET", c.ns, key)
+	defer func() {
+		if err == nil {
+			event(span, "cache.stored")
+		}
+		finish(span, err)
+	}()
+	if err = c.tooLarge(key, len(value)); err != nil {
 		return err
 	}
-	ttl, err := c.ttlOrDefault(key, ttl)
-	if err != nil {
+	if ttl, err = c.ttlOrDefault(key, ttl); err != nil {
 		return err
 	}
 	full := c.valueKey(key)
@@ -79,32 +71,31 @@ func (c *Cache) set(ctx context.Context, key string, value []byte, ttl time.Dura
 	tagged := c.tagCalls(key, ttl, tags)
 	// The key joins its tag sets only after the value is stored: the other
 	// order could leave a live value in no tag set.
-	storeValue := func(p redis.Pipeliner) { stored = p.Set(ctx, full, value, ttl) }
-	tagAndTell := func(p redis.Pipeliner) {
+	tagAndTell := func(p redis.Pipeliner) error {
 		queueAll(ctx, p, tagged)
 		pub = c.bcast.publish(ctx, p, full)
+		return nil
 	}
-	if c.inOrder {
-		_, _ = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error { storeValue(p); tagAndTell(p); return nil })
-		retryNoScript(ctx, c.rdb, tagged)
-	} else {
-		_, _ = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error { storeValue(p); return nil })
-		if stored.Err() == nil {
-			_, _ = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error { tagAndTell(p); return nil })
-			retryNoScript(ctx, c.rdb, tagged)
+	_, _ = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		if stored = p.Set(ctx, full, value, ttl); c.inOrder {
+			return tagAndTell(p)
 		}
-	}
+		return nil
+	})
 	defer c.wrote(full)
-	if err := stored.Err(); err != nil {
+	if err = stored.Err(); err != nil {
 		c.forget(ctx, full)
 		return fmt.Errorf("cachefx: set %s: %w", c.cfg.KeyAttribute.Quote(key), err)
 	}
-	if err := firstError(tagged); err != nil {
+	if !c.inOrder {
+		_, _ = c.rdb.Pipelined(ctx, tagAndTell)
+	}
+	retryNoScript(ctx, c.rdb, tagged)
+	if err = firstError(tagged); err != nil {
 		c.dropUntagged(ctx, full)
 		return fmt.Errorf("cachefx: set %s: adding it to its tag sets: %w (the value was deleted again)", c.cfg.KeyAttribute.Quote(key), err)
 	}
-	if c.local != nil {
-		// A copy: the caller may reuse its buffer once Set returns.
+	if c.local != nil { // a copy: the caller may reuse its buffer once Set returns
 		c.local.wrote(full, bytes.Clone(value), ttl, sent, seen)
 	}
 	if pub != nil && pub.Err() != nil {
@@ -144,9 +135,8 @@ func (c *Cache) dropUntagged(ctx context.Context, full string) {
 	c.forget(ctx, full)
 }
 
-// cleanupCtx bounds what a failed write still sends (its message, the
-// deletion of a value left outside its tag sets) by a StoreTimeout of its
-// own: the write's context has usually run out by then.
+// cleanupCtx bounds what a failed write still sends by a StoreTimeout of
+// its own: the write's context has usually run out by then.
 func (c *Cache) cleanupCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return c.storeCtx(context.WithoutCancel(ctx))
 }
@@ -154,49 +144,39 @@ func (c *Cache) cleanupCtx(ctx context.Context) (context.Context, context.Cancel
 // Delete removes keys; it reports how many existed. It returns nil once
 // Redis no longer holds them and, with the first layer on, the other
 // processes have been told.
-func (c *Cache) Delete(ctx context.Context, keys ...string) (int64, error) {
+func (c *Cache) Delete(ctx context.Context, keys ...string) (n int64, err error) {
 	if len(keys) == 0 {
 		return 0, nil
 	}
 	ctx, span := c.obs.start(ctx, "cache.delete", "DEL", c.ns, keys...)
-	n, err := c.deleteFull(ctx, c.fullKeys(keys))
-	finish(span, err)
-	return n, err
-}
-
-func (c *Cache) fullKeys(keys []string) []string {
+	defer func() { finish(span, err) }()
 	full := make([]string, len(keys))
 	for i, k := range keys {
 		full[i] = c.valueKey(k)
 	}
-	return full
+	return c.deleteFull(ctx, full)
 }
 
 // deleteFull deletes with one DEL per key in one pipeline, so that keys of
 // different Cluster slots may be mixed.
-func (c *Cache) deleteFull(ctx context.Context, full []string) (int64, error) {
+func (c *Cache) deleteFull(ctx context.Context, full []string) (n int64, err error) {
 	sctx, cancel := c.storeCtx(ctx)
 	defer cancel()
 	dels := make([]*redis.IntCmd, len(full))
 	var pub *redis.IntCmd
-	del := func(p redis.Pipeliner) {
+	_, _ = c.rdb.Pipelined(sctx, func(p redis.Pipeliner) error {
 		for i, k := range full {
 			dels[i] = p.Del(sctx, k)
 		}
-	}
-	if c.inOrder {
-		_, _ = c.rdb.Pipelined(sctx, func(p redis.Pipeliner) error { del(p); pub = c.bcast.publish(sctx, p, full...); return nil })
-	} else {
-		_, _ = c.rdb.Pipelined(sctx, func(p redis.Pipeliner) error { del(p); return nil })
-	}
+		if c.inOrder {
+			pub = c.bcast.publish(sctx, p, full...)
+		}
+		return nil
+	})
 	defer c.wrote(full...)
-	var n int64
-	var err error
 	for _, d := range dels {
 		n += d.Val()
-		if err == nil {
-			err = d.Err()
-		}
+		err = cmp.Or(err, d.Err())
 	}
 	if err != nil {
 		c.forget(sctx, full...)
