@@ -22,15 +22,9 @@ import (
 )
 
 // broadcaster keeps the first layers of every process coherent: a write
-// publishes the Redis keys it changed, and every other process drops them.
-//
-// A layer is trusted only while its subscription proves itself: a pong to
-// a ping sent over it proves every message Redis handled before the ping
-// was applied (Redis answers a subscriber in order). A layer whose latest
-// proof is older than window serves nothing; a subscription without proof
-// that long is replaced, and the layer is cleared on every (re)confirmed
-// subscription. On a Cluster the channel is sharded (SSUBSCRIBE): one
-// master carries every message and ping, in order.
+// publishes the Redis keys it changed, every other process drops them. A
+// pong proves every message published before its ping applied; the layer
+// answers only within window of the latest proof (docs/cache.md).
 type broadcaster struct {
 	rdb      redis.UniversalClient
 	channel  string
@@ -41,14 +35,10 @@ type broadcaster struct {
 	interval time.Duration
 	window   time.Duration
 
-	base  time.Time    // monotonic origin of proof
-	proof atomic.Int64 // every message Redis handled before base+proof has been applied
-	// live: the subscription is confirmed and Redis has not ended it; only
-	// then does a pong prove anything. Used by start, then by run only.
-	live bool
-	// refusals counts subscriptions ended or refused since the last
-	// confirmation: each resubscription waits longer.
-	refusals int
+	base     time.Time    // monotonic origin of proof
+	proof    atomic.Int64 // every message Redis handled before base+proof has been applied
+	live     bool         // confirmed and not ended: only then does a pong prove anything (run's goroutine only)
+	refusals int          // subscriptions ended or refused since the last confirmation
 
 	mu     sync.Mutex
 	ps     *redis.PubSub
@@ -200,7 +190,12 @@ func (b *broadcaster) handle(ps *redis.PubSub, msg any) (resubscribed bool) {
 			b.proved(sent)
 		}
 	case *redis.Message:
-		b.receive(m.Payload)
+		if sender, keys, ok := strings.Cut(m.Payload, "\n"); ok && sender != b.self {
+			if changed, ok := decodeKeys(keys); ok {
+				b.local.delete(changed...)
+				b.changed(changed...)
+			}
+		}
 	}
 	return false
 }
@@ -214,7 +209,7 @@ func (b *broadcaster) ended() {
 
 // resubscribe replaces a subscription that Redis ended or refused, after
 // reloading a Cluster's slots (the channel's may have moved) and a wait
-// that doubles with each refusal, up to maxResubscribeWait.
+// that doubles with each refusal, up to 5 s.
 func (b *broadcaster) resubscribe(ps *redis.PubSub) {
 	if cc := nodeclient.Cluster(b.rdb); cc != nil {
 		cc.ReloadState(background)
@@ -224,13 +219,10 @@ func (b *broadcaster) resubscribe(ps *redis.PubSub) {
 	select {
 	case <-b.stop:
 		return
-	case <-time.After(min(wait, maxResubscribeWait)):
+	case <-time.After(min(wait, 5*time.Second)):
 	}
 	b.replace(ps)
 }
-
-// maxResubscribeWait bounds the wait between refused subscriptions.
-const maxResubscribeWait = 5 * time.Second
 
 // replace closes ps and subscribes on a new connection; its confirmation
 // clears the layer.
@@ -246,17 +238,6 @@ func (b *broadcaster) replace(ps *redis.PubSub) {
 	b.ps = fresh
 	b.mu.Unlock()
 	_ = ps.Close()
-}
-
-func (b *broadcaster) receive(payload string) {
-	sender, keys, ok := strings.Cut(payload, "\n")
-	if !ok || sender == b.self {
-		return
-	}
-	if changed, ok := decodeKeys(keys); ok {
-		b.local.delete(changed...)
-		b.changed(changed...)
-	}
 }
 
 // encodeKeys writes the changed keys: a JSON array of strings or, when a

@@ -20,14 +20,8 @@ import (
 // returned.
 type Loader func(ctx context.Context) ([]byte, error)
 
-// A load runs under a lease kept in the value's own key (one key: checked
-// and replaced in one step on a Cluster): a hash {lease: token} living
-// LoadGuardTTL, renewed while the loader runs. The value is stored only if
-// the key still holds the lease: a write during the load replaced or
-// deleted it. Reads see a leased key as missing.
-
-// leaseScript takes the lease on KEYS[1] for ARGV[1] (token) and ARGV[2]
-// milliseconds. It returns {value, pttl} if the key holds a value, 1 if the
+// leaseScript takes the lease, a hash {lease: ARGV[1]} in the value's own
+// key KEYS[1] (one key: one slot), for ARGV[2] milliseconds. It returns {value, pttl} if the key holds a value, 1 if the
 // lease is ours (taken now, or already: a retried call), 0 if another
 // loader holds it.
 var leaseScript = redis.NewScript(`

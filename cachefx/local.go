@@ -47,20 +47,14 @@ func (l *localLayer) get(key string, now time.Time) ([]byte, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	el, ok := l.items[key]
-	if !ok {
-		return nil, false
-	}
-	e := entry(el)
-	if !now.Before(e.expires) {
-		l.order.Remove(el)
-		delete(l.items, key)
+	if !ok || !now.Before(entry(el).expires) {
+		l.remove(key)
 		return nil, false
 	}
 	l.order.MoveToFront(el)
-	return e.value, true
+	return entry(el).value, true
 }
 
-// currentEpoch is read before a Redis request whose result may be kept.
 func (l *localLayer) currentEpoch() uint64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -9,11 +9,9 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 )
 
-// A tag set is a sorted set of keys, scored by when each key's value
-// expires (Redis time, in milliseconds). That keeps it bounded: adding a
-// key prunes the members whose values have expired, and the set itself
-// expires with its last member. Each script touches one key, so on a
-// Cluster every command stays in one slot.
+// A tag set is a sorted set of keys scored by when each key's value
+// expires (Redis time, in ms), pruned at each addition. Each script
+// touches one key, so on a Cluster it stays in one slot.
 
 // tagScript adds ARGV[1] (a key) to the tag set KEYS[1] for a value that
 // lives ARGV[2] milliseconds. The score always rises, even for the same
