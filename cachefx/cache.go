@@ -38,7 +38,6 @@ type shared struct {
 	written [64]atomic.Uint64
 	// inOrder: a pipeline runs in order (one server; not a Cluster).
 	inOrder bool
-	timeNow func() time.Time
 }
 
 // wrote records that writes of the Redis keys have finished (or failed).
@@ -93,7 +92,7 @@ func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Cache, error) 
 	for _, f := range opts {
 		f(&o)
 	}
-	s := &shared{cfg: cfg, rdb: rdb, inOrder: singleNode(rdb), timeNow: time.Now}
+	s := &shared{cfg: cfg, rdb: rdb, inOrder: singleNode(rdb)}
 	if cfg.Local.MaxEntries > 0 {
 		s.local = newLocalLayer(cfg.Local.MaxEntries, cfg.Local.TTL)
 		s.bcast = newBroadcaster(rdb, cfg.KeyPrefix+"invalidate", s.local, cfg.Local.TTL, s.wrote)
@@ -157,7 +156,7 @@ func (c *Cache) Get(ctx context.Context, key string) (v []byte, found bool, err 
 	defer func() { finish(span, err) }()
 	full := c.valueKey(key)
 	if c.local != nil && c.bcast.trusted() {
-		if v, ok := c.local.get(full, c.timeNow()); ok {
+		if v, ok := c.local.get(full, time.Now()); ok {
 			c.obs.hit(span, LayerLocal)
 			return v, true, nil
 		}

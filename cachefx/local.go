@@ -95,17 +95,10 @@ func (l *localLayer) store(key string, value []byte, ttl time.Duration, sent tim
 	if ttl <= 0 {
 		return
 	}
-	if el, ok := l.items[key]; ok {
-		e := entry(el)
-		e.value, e.expires = value, sent.Add(ttl)
-		l.order.MoveToFront(el)
-		return
-	}
+	l.remove(key)
 	l.items[key] = l.order.PushFront(&localEntry{key: key, value: value, expires: sent.Add(ttl)})
 	for l.order.Len() > l.max {
-		oldest := l.order.Back()
-		l.order.Remove(oldest)
-		delete(l.items, entry(oldest).key)
+		l.remove(entry(l.order.Back()).key)
 	}
 }
 

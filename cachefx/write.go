@@ -110,7 +110,7 @@ func (c *Cache) begin() (seen uint64, sent time.Time) {
 	if c.local != nil {
 		seen = c.local.currentEpoch()
 	}
-	return seen, c.timeNow()
+	return seen, time.Now()
 }
 
 // forget handles a write that failed: it may or may not have reached
