@@ -261,13 +261,18 @@ func TestClusterHealth_DeadMasterIsDown(t *testing.T) {
 	if err := reg.Add(c); err != nil {
 		t.Fatal(err)
 	}
-	stop, err := reg.Watch("default", 50*time.Millisecond, 300*time.Millisecond)
+	// A timeout a loaded machine meets (the first check dials every
+	// node): a down seen before the kill would let the test pass for
+	// the wrong reason. A refused dial to the killed node fails at once.
+	stop, err := reg.Watch("default", 50*time.Millisecond, 2*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer stop()
-	if !reg.Health("default").Up {
-		t.Fatalf("not up before the fault: %v", reg.Health("default").Err)
+	for deadline := time.Now().Add(10 * time.Second); !reg.Health("default").Up; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("not up before the fault: %v", reg.Health("default").Err)
+		}
 	}
 	cl.Nodes[0].Kill()
 	deadline := time.Now().Add(10 * time.Second)
