@@ -251,23 +251,39 @@ func TestGiveBack_RedisOutOfMemory_LateDeliveryFreedSoon(t *testing.T) {
 	for _, c := range conns { // the idle connections: the acquire stalls on one
 		c.SetMode(faultproxy.Freeze)
 	}
-	actx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	// Long enough for the send to reach the frozen connection however
+	// slow the machine; a deadline met before the send stalls nothing.
+	actx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 	if _, err := l.Acquire(actx, "late"); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Acquire on a frozen connection: %v", err)
 	}
 	cancel()
 	keys := mustKeys(t, l, "late")
+	refusedBefore := evalshaCalls(t, srv)
 	for end := time.Now().Add(300 * time.Millisecond); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
 		if n := admin.Exists(ctx, keys.lock).Val(); n != 0 { // nothing was delivered yet
 			t.Fatal("the lock is held before the stalled acquire was delivered")
 		}
 	}
-	memoryFreed(t, srv)
-	thawAndAwaitDelivery(t, srv, conns) // the stalled acquire is delivered now
-	giveBacksDone(t, l, 5*time.Second)
-	if admin.Exists(ctx, keys.fence).Val() == 0 { // the acquire script sets it only when it grants
-		t.Fatal("the late acquire did not take the lock: the test proves nothing")
+	if evalshaCalls(t, srv) == refusedBefore {
+		t.Fatal("the give-back never reached the out-of-memory Redis: the test proves nothing")
 	}
+	// The give-back's tries are held back (every connection frozen, new
+	// ones too) from before memory is freed until the stalled acquire
+	// took the lock: else a try landing first leaves its marker, the
+	// acquire takes nothing, and the test proves nothing.
+	proxy.SetMode(faultproxy.Freeze)
+	memoryFreed(t, srv)
+	for _, c := range conns { // the stalled acquire is delivered now
+		c.SetMode(faultproxy.Forward)
+	}
+	for deadline := time.Now().Add(5 * time.Second); admin.Exists(ctx, keys.fence).Val() == 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) { // the acquire script sets it only when it grants
+			t.Fatal("the late acquire did not take the lock within 5s of the thaw: the test proves nothing")
+		}
+	}
+	proxy.SetMode(faultproxy.Forward) // the give-back's next try lands
+	giveBacksDone(t, l, 5*time.Second)
 	if owner, err := admin.Get(ctx, keys.lock).Result(); !errors.Is(err, redis.Nil) {
 		t.Fatalf("the lock is held (owner %q, pttl %v) by an acquire whose caller gave up, after its give-back ended",
 			owner, admin.PTTL(ctx, keys.lock).Val())
