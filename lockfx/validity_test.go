@@ -21,12 +21,13 @@ import (
 // partition does) that ends at least one renewal hedge (TTL/10) and a
 // round trip before the validity does keeps the lock, wherever it falls
 // in the renewal cycle: with TTL 3s, any stall shorter than
-// 3000·(1 − 1/3 − 1/10) − 32 = 1668ms. 1.2s leaves 470ms for round trips
-// and a scheduler slowed by the race detector on a loaded machine (TTL 1s
-// and a 400ms stall left 150ms, which such a machine overran).
+// 3000·(1 − 1/3 − 1/10) − 32 = 1668ms. 1s (longer than a renewal's
+// timeout, TTL/5) leaves 670ms for round trips and a scheduler slowed by
+// the race detector on a loaded machine (TTL 1s and a 400ms stall left
+// 150ms, and 1.2s 470ms: such a machine overran both).
 func TestRenewal_StallOfEveryConnection_WithinMargins_LockKept(t *testing.T) {
 	t.Parallel()
-	const ttl, stall = 3 * time.Second, 1200 * time.Millisecond
+	const ttl, stall = 3 * time.Second, time.Second
 	srv := redistest.StartPrivate(t)
 	for run := range 6 {
 		t.Run(fmt.Sprint(run), func(t *testing.T) {
