@@ -3,11 +3,14 @@ package tracingfx
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"net"
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -120,11 +123,60 @@ func (g *netGate) close() {
 // httpClient is an OTLP/HTTP client whose connections the gate dials. The
 // exporter bounds a request with its client's Timeout: that of
 // OTEL_EXPORTER_OTLP_<SIGNAL>_TIMEOUT, else OTEL_EXPORTER_OTLP_TIMEOUT,
-// else 10 s (checked by readNumbers).
-func (g *netGate) httpClient(signal string) *http.Client {
+// else 10 s (checked by readNumbers). Its TLS follows the certificate
+// variables, as the exporter's own client would.
+func (g *netGate) httpClient(signal string) (*http.Client, error) {
 	ms, _ := strconv.Atoi(cmp.Or(os.Getenv("OTEL_EXPORTER_OTLP_"+signal+"_TIMEOUT"), os.Getenv("OTEL_EXPORTER_OTLP_TIMEOUT"), "10000"))
+	tlsConf, err := tlsFromEnv(signal)
 	return &http.Client{Timeout: time.Duration(ms) * time.Millisecond, Transport: &http.Transport{Proxy: http.ProxyFromEnvironment,
-		DialContext: g.dial, ForceAttemptHTTP2: true, TLSHandshakeTimeout: 10 * time.Second, IdleConnTimeout: 90 * time.Second}}
+		DialContext: g.dial, TLSClientConfig: tlsConf, ForceAttemptHTTP2: true, TLSHandshakeTimeout: 10 * time.Second, IdleConnTimeout: 90 * time.Second}}, err
+}
+
+// tlsFromEnv reads OTEL_EXPORTER_OTLP_[<SIGNAL>_]CERTIFICATE (the roots),
+// CLIENT_CERTIFICATE and CLIENT_KEY (PEM files); the signal's own variable
+// wins over the generic one. Nil when none is set: the system's roots.
+func tlsFromEnv(signal string) (*tls.Config, error) {
+	read := func(name string) (string, []byte, error) {
+		name = "OTEL_EXPORTER_OTLP_" + signal + "_" + name
+		if os.Getenv(name) == "" {
+			name = strings.Replace(name, signal+"_", "", 1)
+		}
+		if os.Getenv(name) == "" {
+			return name, nil, nil
+		}
+		b, err := os.ReadFile(os.Getenv(name))
+		if err != nil {
+			return name, nil, envError(name, "%v", err)
+		}
+		return name, b, nil
+	}
+	caName, ca, err := read("CERTIFICATE")
+	if err != nil {
+		return nil, err
+	}
+	certName, cert, err := read("CLIENT_CERTIFICATE")
+	if err != nil {
+		return nil, err
+	}
+	keyName, key, err := read("CLIENT_KEY")
+	if err != nil || ca == nil && cert == nil && key == nil {
+		return nil, err
+	}
+	c := &tls.Config{MinVersion: tls.VersionTLS12}
+	if ca != nil {
+		c.RootCAs = x509.NewCertPool()
+		if !c.RootCAs.AppendCertsFromPEM(ca) {
+			return nil, envError(caName, "holds no PEM certificate")
+		}
+	}
+	if cert != nil || key != nil {
+		pair, err := tls.X509KeyPair(cert, key)
+		if err != nil {
+			return nil, envError(certName, "with %s: %v", keyName, err)
+		}
+		c.Certificates = []tls.Certificate{pair}
+	}
+	return c, nil
 }
 
 func (g *netGate) grpcDialer() grpc.DialOption {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 
 	"go.opentelemetry.io/otel/exporters/otlp/otlplog/otlploggrpc"
@@ -105,9 +106,16 @@ func (p *Provider) otlp(ctx context.Context, res *resource.Resource) (sdktrace.S
 	var exp sdktrace.SpanExporter
 	var err error
 	if s.Exporter.Protocol == ProtocolGRPC {
+		if _, err = tlsFromEnv("TRACES"); err != nil { // the exporter would only log a bad file
+			return nil, err
+		}
 		exp, err = otlptracegrpc.New(ctx, otlptracegrpc.WithEndpointURL(s.traces.url), otlptracegrpc.WithHeaders(s.headers), otlptracegrpc.WithDialOption(p.net.grpcDialer()))
 	} else {
-		exp, err = otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(s.traces.url), otlptracehttp.WithHeaders(s.headers), otlptracehttp.WithHTTPClient(p.net.httpClient("TRACES")))
+		var c *http.Client
+		if c, err = p.net.httpClient("TRACES"); err != nil {
+			return nil, err
+		}
+		exp, err = otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(s.traces.url), otlptracehttp.WithHeaders(s.headers), otlptracehttp.WithHTTPClient(c))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("tracingfx: OTLP exporter: %w", err)
@@ -115,9 +123,14 @@ func (p *Provider) otlp(ctx context.Context, res *resource.Resource) (sdktrace.S
 	if s.exportLogs && s.logs.url != "" {
 		var logExp sdklog.Exporter
 		if s.Exporter.Protocol == ProtocolGRPC {
-			logExp, err = otlploggrpc.New(ctx, otlploggrpc.WithEndpointURL(s.logs.url), otlploggrpc.WithHeaders(s.logHeaders), otlploggrpc.WithDialOption(p.net.grpcDialer()))
+			if _, err = tlsFromEnv("LOGS"); err == nil {
+				logExp, err = otlploggrpc.New(ctx, otlploggrpc.WithEndpointURL(s.logs.url), otlploggrpc.WithHeaders(s.logHeaders), otlploggrpc.WithDialOption(p.net.grpcDialer()))
+			}
 		} else {
-			logExp, err = otlploghttp.New(ctx, otlploghttp.WithEndpointURL(s.logs.url), otlploghttp.WithHeaders(s.logHeaders), otlploghttp.WithHTTPClient(p.net.httpClient("LOGS")))
+			var c *http.Client
+			if c, err = p.net.httpClient("LOGS"); err == nil {
+				logExp, err = otlploghttp.New(ctx, otlploghttp.WithEndpointURL(s.logs.url), otlploghttp.WithHeaders(s.logHeaders), otlploghttp.WithHTTPClient(c))
+			}
 		}
 		if err != nil {
 			_ = exp.Shutdown(ctx)
