@@ -107,6 +107,23 @@ func TestOTLP_EndpointWithPath_UsedAsGiven(t *testing.T) {
 	}
 }
 
+// spansDoNotWait records far more spans than p's queue (256) holds. Were
+// recording to wait for an export, a span would wait for the backend: the
+// exporter's retry pause (5 s) on a dead one, its request timeout (10 s) on
+// a hanging one. Spans that never wait take a few ms each even under -race
+// on a loaded machine, so the bound is that wait, not a share of the CPU.
+func spansDoNotWait(t *testing.T, p *Provider) {
+	t.Helper()
+	svc := NewTracingService(p.Tracer)
+	for i := 0; i < 2000; i++ {
+		began := time.Now()
+		_ = svc.WithSpan(context.Background(), "work", func(context.Context) error { return nil })
+		if took := time.Since(began); took > 2*time.Second {
+			t.Fatalf("span %d took %v to record: recording waited for the backend", i, took)
+		}
+	}
+}
+
 func TestOTLP_DeadBackend_NeitherSlowsWorkNorHangsShutdown(t *testing.T) {
 	t.Parallel()
 	rc := newReceiver(t)
@@ -114,19 +131,12 @@ func TestOTLP_DeadBackend_NeitherSlowsWorkNorHangsShutdown(t *testing.T) {
 	rc.Close() // nothing listens there any more
 	p, err := NewProvider(context.Background(), Config{
 		Exporter: ExporterConfig{Type: ExporterOTLP, Endpoint: dead}, ShutdownTimeout: 500 * time.Millisecond,
-		Batch: BatchConfig{ScheduleDelay: 10 * time.Millisecond}})
+		Batch: BatchConfig{ScheduleDelay: 10 * time.Millisecond, MaxQueueSize: 256, MaxExportBatchSize: 64}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := NewTracingService(p.Tracer)
+	spansDoNotWait(t, p)
 	began := time.Now()
-	for i := 0; i < 5000; i++ {
-		_ = svc.WithSpan(context.Background(), "work", func(context.Context) error { return nil })
-	}
-	if per := time.Since(began) / 5000; per > 200*time.Microsecond {
-		t.Errorf("a span costs %v with the backend down", per)
-	}
-	began = time.Now()
 	_ = p.Shutdown(context.Background())
 	if took := time.Since(began); took > 3*time.Second {
 		t.Fatalf("shutdown took %v with a dead backend; bound is ShutdownTimeout", took)
@@ -150,21 +160,12 @@ func TestOTLP_SlowBackend_NeitherSlowsWorkNorHangsShutdown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := NewTracingService(p.Tracer)
+	spansDoNotWait(t, p)
 	began := time.Now()
-	for i := 0; i < 5000; i++ { // far more than the queue holds: the excess is dropped, not waited for
-		_ = svc.WithSpan(context.Background(), "work", func(context.Context) error { return nil })
-	}
-	per := time.Since(began) / 5000
-	if per > 200*time.Microsecond {
-		t.Errorf("a span costs %v with the backend hanging", per)
-	}
-	began = time.Now()
 	_ = p.Shutdown(context.Background())
 	if took := time.Since(began); took > 3*time.Second {
 		t.Fatalf("shutdown took %v with a hanging backend; bound is ShutdownTimeout", took)
 	}
-	t.Logf("span cost with a hanging backend: %v; shutdown %v", per, time.Since(began))
 }
 
 func TestOTLP_RejectedCredentials_AreLogged(t *testing.T) {
