@@ -78,13 +78,14 @@ func main() {
 	defer tick.Stop()
 	began := time.Now()
 	sample := func() {
-		m := scrape(base + "/metrics")
+		m, err := scrape(base + "/metrics")
+		must(err)
 		if first == nil {
 			first = m
 		}
 		last = m
 		fmt.Printf("| %v | %d | %.0f | %.1f | %.1f |\n", time.Since(began).Round(time.Second), requests.Load(),
-			m[metricPrefix+"go_goroutines"], m[metricPrefix+"go_memstats_heap_inuse_bytes"]/(1<<20), m[metricPrefix+"process_resident_memory_bytes"]/(1<<20))
+			m["go_goroutines"], m["go_memstats_heap_inuse_bytes"]/(1<<20), m["process_resident_memory_bytes"]/(1<<20))
 	}
 	time.Sleep(5 * time.Second) // warm up before the first sample
 	sample()
@@ -99,8 +100,8 @@ func main() {
 	sample()
 	fmt.Printf("\n%d requests in %v (%.0f/s), %d transport failures; goroutines %.0f → %.0f, heap %.1f → %.1f MiB\n",
 		requests.Load(), dur, float64(requests.Load())/dur.Seconds(), failures.Load(),
-		first[metricPrefix+"go_goroutines"], last[metricPrefix+"go_goroutines"],
-		first[metricPrefix+"go_memstats_heap_inuse_bytes"]/(1<<20), last[metricPrefix+"go_memstats_heap_inuse_bytes"]/(1<<20))
+		first["go_goroutines"], last["go_goroutines"],
+		first["go_memstats_heap_inuse_bytes"]/(1<<20), last["go_memstats_heap_inuse_bytes"]/(1<<20))
 }
 
 // mixed sends one request of a random kind.
@@ -146,17 +147,19 @@ func post(c *http.Client, base, key, body string) int {
 	return resp.StatusCode
 }
 
-// metricPrefix is the benchmark server's metricsfx prefix, which the Go
-// runtime and process metrics carry too.
-const metricPrefix = "bench_"
+// sampled are the series the soak compares, under the standard names
+// metricsfx serves the Go and process collectors with.
+var sampled = []string{"go_goroutines", "go_memstats_heap_inuse_bytes", "process_resident_memory_bytes"}
 
-func scrape(url string) map[string]float64 {
-	out := map[string]float64{}
+// scrape reads the samples of /metrics; a missing sampled series is an error,
+// so that a renamed one cannot read as 0 and hide a leak.
+func scrape(url string) (map[string]float64, error) {
 	resp, err := http.Get(url)
 	if err != nil {
-		return out
+		return nil, err
 	}
 	defer resp.Body.Close()
+	out := map[string]float64{}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
@@ -166,7 +169,12 @@ func scrape(url string) map[string]float64 {
 			out[f[0]] = v
 		}
 	}
-	return out
+	for _, n := range sampled {
+		if _, ok := out[n]; !ok {
+			return nil, fmt.Errorf("%s lacks %s", url, n)
+		}
+	}
+	return out, sc.Err()
 }
 
 func must(err error) {
