@@ -218,3 +218,22 @@ func TestMetrics_GoAndProcessUnprefixed(t *testing.T) {
 		t.Error("/metrics serves the Go or process metrics under the app's prefix")
 	}
 }
+
+// A check that passes only after its 1 s: a request that joins its run late
+// (the probe right after one that timed out) must not take that late pass.
+func TestReadyz_LatePassOfASharedRun_Fails(t *testing.T) {
+	t.Parallel()
+	a, srv, _ := app(t, fx.Provide(httpfx.AsReadinessCheck(func() httpfx.ReadinessCheck {
+		return httpfx.ReadinessCheck{Name: "late", Check: func(ctx context.Context) error {
+			<-ctx.Done()
+			time.Sleep(300 * time.Millisecond) // past the deadline, while the next probe waits
+			return nil
+		}}
+	})))
+	defer a.RequireStop()
+	for i := range 2 {
+		if code, _, body := get(t, srv.URL()+httpfx.ReadyPath); code != http.StatusServiceUnavailable || !strings.Contains(body, `"late"`) {
+			t.Errorf("readyz %d: %d %s", i, code, body)
+		}
+	}
+}

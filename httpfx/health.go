@@ -71,7 +71,9 @@ func writeStatus(w http.ResponseWriter, status string) {
 // hold addresses). A check not done by the deadline has failed, even if it
 // ignores its context. Each check has at most one run in flight, shared by
 // the requests that arrive meanwhile: one that never returns holds one
-// goroutine, not one per request. Its Redis commands make no span.
+// goroutine, not one per request. A run that returns after its own deadline
+// has failed, also for the requests that joined it late. Its Redis commands
+// make no span.
 func readyz(checks []ReadinessCheck, log *zap.Logger) http.HandlerFunc {
 	checkers := make([]*checker, len(checks))
 	for i, c := range checks {
@@ -144,7 +146,10 @@ func (c *checker) start() *checkRun {
 		}()
 		ctx, cancel := context.WithTimeout(plugintrace.WithoutCommandSpans(context.Background()), readinessTimeout)
 		defer cancel()
-		run.passed = runCheck(ctx, c.check, c.log)
+		deadline, _ := ctx.Deadline()
+		// A pass after the run's own deadline is late, also for a request
+		// that joined the run just before it ended.
+		run.passed = runCheck(ctx, c.check, c.log) && time.Now().Before(deadline)
 	}()
 	return run
 }
