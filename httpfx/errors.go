@@ -76,9 +76,7 @@ func (e *Errors) Problem(err error, r *http.Request) Problem {
 }
 
 // StatusClientClosedRequest (499, nginx's convention) is what Render writes,
-// without a body, for a handler error that is the client going away, and
-// what the access log and the metrics show for a request whose client left
-// before anything was written.
+// without a body, for a handler error that is the client going away.
 const StatusClientClosedRequest = 499
 
 // Render writes the problem for err (only StatusClientClosedRequest when

@@ -1,10 +1,12 @@
 package httpfx_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"runtime"
 	"strings"
@@ -117,10 +119,11 @@ func TestHandlerExits_EachAnsweredAndRecorded(t *testing.T) {
 				_, _ = io.WriteString(w, `{"payment":"p-1",`)
 				runtime.Goexit()
 			})
-			r.Post("/never", func(_ http.ResponseWriter, r *http.Request) {
+			r.Method("POST", "/never", httpfx.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) error {
 				close(entered)
 				<-r.Context().Done()
-			})
+				return r.Context().Err()
+			}))
 		}
 	})))
 	defer a.RequireStop()
@@ -235,5 +238,47 @@ func TestReadyz_LatePassOfASharedRun_Fails(t *testing.T) {
 		if code, _, body := get(t, srv.URL()+httpfx.ReadyPath); code != http.StatusServiceUnavailable || !strings.Contains(body, `"late"`) {
 			t.Errorf("readyz %d: %d %s", i, code, body)
 		}
+	}
+}
+
+// A client that half-closes its connection (shutdown(SHUT_WR) after its
+// request) still reads the answer, though net/http cancels the request's
+// context on that EOF: a handler that then returns without writing is logged
+// and counted as the 200 the client reads, not 499.
+func TestHalfClosedClient_LoggedAsTheAnswerItRead(t *testing.T) {
+	t.Parallel()
+	a, srv, logs := app(t, fx.Provide(httpfx.AsRoutes(func() httpfx.Routes {
+		return func(r chi.Router) {
+			r.Post("/ack", func(_ http.ResponseWriter, r *http.Request) {
+				select {
+				case <-r.Context().Done(): // the half-close
+				case <-time.After(10 * time.Second):
+				}
+			})
+		}
+	})))
+	defer a.RequireStop()
+	conn, err := net.Dial("tcp", strings.TrimPrefix(srv.URL(), "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_, _ = io.WriteString(conn, "POST /ack HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+	if err := conn.(*net.TCPConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("the client read %d", resp.StatusCode)
+	}
+	if m := accessLogged(t, logs, zap.String("path", "/ack"), 1)[0].ContextMap(); m["status"] != int64(http.StatusOK) {
+		t.Errorf("the client read 200, the access log says %v", m["status"])
+	}
+	if _, _, metrics := get(t, srv.URL()+httpfx.MetricsPath); !strings.Contains(metrics, `code="200",method="POST",route="/ack"} 1`) {
+		t.Errorf("the metrics do not count the 200 the client read:\n%s", metrics)
 	}
 }

@@ -194,8 +194,6 @@ func (f *front) observe(ctx context.Context, r *http.Request, state *requestStat
 	switch {
 	case state.aborted:
 		code = http.StatusInternalServerError
-	case code == 0 && r.Context().Err() != nil: // nothing written, and nobody waits
-		code = StatusClientClosedRequest
 	case code == 0: // nothing written: net/http sends 200
 		code = http.StatusOK
 	}
