@@ -2,12 +2,14 @@ package httpfx_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"runtime"
 	"strings"
 	"sync"
@@ -280,5 +282,102 @@ func TestHalfClosedClient_LoggedAsTheAnswerItRead(t *testing.T) {
 	}
 	if _, _, metrics := get(t, srv.URL()+httpfx.MetricsPath); !strings.Contains(metrics, `code="200",method="POST",route="/ack"} 1`) {
 		t.Errorf("the metrics do not count the 200 the client read:\n%s", metrics)
+	}
+}
+
+// A panic or Goexit after the handler set content headers: the 500 problem
+// goes out without them (a Content-Encoding: gzip left on it made the
+// client fail to decode the problem).
+func TestHandlerExits_ProblemDropsTheHandlersContentHeaders(t *testing.T) {
+	t.Parallel()
+	setHeaders := func(w http.ResponseWriter) {
+		h := w.Header()
+		h.Set("Content-Encoding", "gzip")
+		h.Set("Content-Disposition", `attachment; filename="report.csv"`)
+		h.Set("Content-Length", "12345")
+		h.Set("ETag", `"v1"`)
+		h.Set("Vary", "Origin") // not a content header: it stays
+	}
+	a, srv, _ := app(t, fx.Provide(httpfx.AsRoutes(func() httpfx.Routes {
+		return func(r chi.Router) {
+			r.Get("/headers-panic", func(w http.ResponseWriter, _ *http.Request) { setHeaders(w); panic("boom") })
+			r.Get("/headers-goexit", func(w http.ResponseWriter, _ *http.Request) { setHeaders(w); runtime.Goexit() })
+		}
+	})))
+	defer a.RequireStop()
+	c := &http.Client{Transport: &http.Transport{DisableCompression: true}} // headers as sent
+	defer c.CloseIdleConnections()
+	for _, path := range []string{"/headers-panic", "/headers-goexit"} {
+		resp, err := c.Get(srv.URL() + path)
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var p httpfx.Problem
+		if err != nil || resp.StatusCode != 500 || json.Unmarshal(body, &p) != nil || p.Code != "internal_error" {
+			t.Errorf("%s: %d %q %v, want a 500 problem", path, resp.StatusCode, body, err)
+		}
+		for _, h := range []string{"Content-Encoding", "Content-Disposition", "ETag"} {
+			if v := resp.Header.Get(h); v != "" {
+				t.Errorf("%s: the problem keeps the handler's %s: %s", path, h, v)
+			}
+		}
+		if resp.Header.Get("Vary") != "Origin" {
+			t.Errorf("%s: the handler's Vary is gone: %v", path, resp.Header)
+		}
+	}
+}
+
+// A handler that leaves by Goexit without reading a large request body: the
+// client still reads the complete 500 (closing the connection with the body
+// unread in the socket made the kernel reset it, and the answer was lost).
+func TestHandlerExits_GoexitWithUnreadBody_CompleteAnswer(t *testing.T) {
+	t.Parallel()
+	a, srv, _ := app(t, fx.Provide(httpfx.AsRoutes(func() httpfx.Routes {
+		return func(r chi.Router) {
+			r.Post("/goexit", func(http.ResponseWriter, *http.Request) { runtime.Goexit() })
+		}
+	})))
+	defer a.RequireStop()
+	for i := range 9 {
+		size := 1 << (20 + i%3) // 1, 2 and 4 MiB
+		resp, err := http.Post(srv.URL()+"/goexit", "application/octet-stream", bytes.NewReader(make([]byte, size)))
+		if err != nil {
+			t.Errorf("%d bytes: no answer: %v", size, err)
+			continue
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var p httpfx.Problem
+		if err != nil || resp.StatusCode != 500 || json.Unmarshal(body, &p) != nil || p.Code != "internal_error" {
+			t.Errorf("%d bytes: %d %q %v, want a complete 500 problem", size, resp.StatusCode, body, err)
+		}
+	}
+}
+
+// Over HTTP/2 (the router served by a TLS server of the app's own) Goexit's
+// 500 problem arrives too; net/http then resets the stream, as after any
+// handler that does not return (docs/http.md).
+func TestHandlerExits_GoexitOverHTTP2_500Arrives(t *testing.T) {
+	t.Parallel()
+	var mux *chi.Mux
+	a, _, _ := app(t, fx.Provide(httpfx.AsRoutes(func() httpfx.Routes {
+		return func(r chi.Router) {
+			r.Get("/goexit", func(http.ResponseWriter, *http.Request) { runtime.Goexit() })
+		}
+	})), fx.Populate(&mux))
+	defer a.RequireStop()
+	ts := httptest.NewUnstartedServer(mux)
+	ts.EnableHTTP2 = true
+	ts.StartTLS()
+	defer ts.Close()
+	resp, err := ts.Client().Get(ts.URL + "/goexit")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.ProtoMajor != 2 || resp.StatusCode != 500 || resp.Header.Get("Content-Type") != httpfx.ProblemContentType {
+		t.Errorf("%s %d %v, want an HTTP/2 500 problem", resp.Proto, resp.StatusCode, resp.Header)
 	}
 }

@@ -6,9 +6,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"runtime/debug"
+	"time"
 	"unsafe"
 
 	"github.com/go-chi/chi/v5"
@@ -168,13 +170,42 @@ func recovered(w http.ResponseWriter, r *http.Request, log *zap.Logger, p any) {
 	// Also when net/http refused the handler's status (invalid WriteHeader
 	// code) before sending anything: the front middleware's wrap takes a
 	// status as written only once the server's writer has taken it.
+	h := w.Header()
+	for _, k := range contentHeaders {
+		delete(h, k)
+	}
 	if p == nil { // net/http closes the connection after Goexit: say so
-		w.Header().Set("Connection", "close")
+		h.Set("Connection", "close")
 	}
 	NewProblem(http.StatusInternalServerError, "internal_error", "The server could not complete the request.").Write(w)
 	if p == nil {
-		_ = http.NewResponseController(w).Flush()
+		closeAfterGoexit(w)
 	}
+}
+
+// contentHeaders describe the answer a handler was making, not the problem
+// that replaces it (Content-Type and Content-Length are the problem's own).
+var contentHeaders = []string{"Content-Encoding", "Content-Disposition", "Content-Language",
+	"Content-Location", "Content-Range", "Etag", "Last-Modified", "Trailer", "Transfer-Encoding"}
+
+// closeAfterGoexit sends the answer, then ends an HTTP/1 connection as
+// net/http ends one it does not reuse: FIN, then what the client still sends
+// (a body the handler did not read) discarded for up to 500 ms before the
+// close, which would otherwise reset the connection and lose the answer.
+// HTTP/2 cannot be hijacked: there the stream is reset after the answer.
+func closeAfterGoexit(w http.ResponseWriter) {
+	rc := http.NewResponseController(w)
+	_ = rc.Flush()
+	conn, _, err := rc.Hijack()
+	if err != nil {
+		return
+	}
+	defer conn.Close()
+	if cw, ok := conn.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+	_, _ = io.Copy(io.Discard, conn)
 }
 
 // sentStatus is the status the front middleware's wrap saw written, or 0.
