@@ -84,7 +84,9 @@ type Bounds struct {
 	// store_unavailable answer) may keep its record in progress once
 	// Redis answers again: the claim is withdrawn then. 0: for a lease, as
 	// before. With it, a pause or stall of Redis excuses an in_progress
-	// answer only within Withdraw of it.
+	// answer only within Withdraw of it (a pause only of the record's
+	// shard), and a crash only where it stopped a withdrawal (a crash
+	// within Withdraw after a store error of its instance).
 	Withdraw time.Duration
 }
 
@@ -112,6 +114,7 @@ type Request struct {
 	Scope    string
 	Key      string
 	FP       string
+	Shard    string // the Cluster shard of its record ("" outside Cluster mode)
 	Start    time.Time
 	End      time.Time
 
@@ -133,6 +136,7 @@ type Fault struct {
 	Instance int
 	Scope    string // FaultDelete
 	Key      string // FaultDelete
+	Shard    string // the Cluster shard a pause hit ("" for every record)
 	Start    time.Time
 	End      time.Time
 }
@@ -367,7 +371,7 @@ func (h *History) Check(b Bounds) []string {
 		}
 	}
 	idx := index{byReq: map[int64]*Exec{}, fps: map[[2]string]map[string]time.Time{}, failedAt: map[[2]string]time.Time{},
-		execs: perRecord, abnormal: map[[2]string][]time.Time{}, lost: map[[2]string][]time.Time{}}
+		execs: perRecord, abnormal: map[[2]string][]time.Time{}, lost: map[[2]string][]*Request{}}
 	for _, e := range h.order {
 		idx.byReq[e.Req] = e
 		k := [2]string{e.Scope, e.Key}
@@ -391,7 +395,7 @@ func (h *History) Check(b Bounds) []string {
 		}
 		switch {
 		case r.Code == "idempotency_store_unavailable" && b.Withdraw > 0 && !r.Cancelled && !r.Crashed:
-			idx.lost[k] = append(idx.lost[k], r.End)
+			idx.lost[k] = append(idx.lost[k], r)
 		case r.Cancelled || r.Crashed || r.Code == "idempotency_store_unavailable" || strings.HasPrefix(r.Code, "error"):
 			idx.abnormal[k] = append(idx.abnormal[k], r.End) // may have left a claim behind
 		}
@@ -409,7 +413,7 @@ type index struct {
 	failedAt map[[2]string]time.Time            // first failed execution of a record
 	execs    map[[2]string][]*Exec              // of a record
 	abnormal map[[2]string][]time.Time          // ends of requests of a record that may have left a claim
-	lost     map[[2]string][]time.Time          // ends of its store_unavailable answers (their claims are withdrawn)
+	lost     map[[2]string][]*Request           // its store_unavailable answers (their claims are withdrawn)
 	// slowErrors are the ends of store errors that ran out of
 	// StoreTimeout, per instance.
 	slowErrors map[int][]time.Time
@@ -448,8 +452,12 @@ func (h *History) holder(r *Request, b Bounds, idx index) bool {
 			return true
 		}
 	}
-	for _, t := range idx.lost[k] {
-		if !t.After(r.End) && !t.Add(b.Withdraw).Before(r.Start) {
+	for _, l := range idx.lost[k] {
+		hold := b.Withdraw
+		if h.crashedWithin(l.Instance, l.End, l.End.Add(b.Withdraw)) {
+			hold = b.LockTimeout + slack // its withdrawal may have been stopped
+		}
+		if !l.End.After(r.End) && !l.End.Add(hold).Before(r.Start) {
 			return true
 		}
 	}
@@ -460,16 +468,30 @@ func (h *History) holder(r *Request, b Bounds, idx index) bool {
 		}
 		brief := b.Withdraw > 0 && f.End.Add(b.Withdraw).Before(r.Start) // Redis answered long enough ago
 		switch f.Kind {
-		case FaultRestart, FaultEviction, FaultFreeze, FaultCrash:
+		case FaultRestart, FaultEviction, FaultFreeze:
 			return true
+		case FaultCrash:
+			if b.Withdraw == 0 {
+				return true
+			}
 		case FaultPause:
-			if !brief {
+			if !brief && (f.Shard == "" || r.Shard == "" || f.Shard == r.Shard) {
 				return true
 			}
 		case FaultStall:
 			if f.End.Sub(f.Start) >= b.LockTimeout/3 && !brief {
 				return true
 			}
+		}
+	}
+	return false
+}
+
+// crashedWithin reports a crash of instance inst in [from, to].
+func (h *History) crashedWithin(inst int, from, to time.Time) bool {
+	for _, f := range h.faults {
+		if f.Kind == FaultCrash && f.Instance == inst && !f.Start.Before(from) && !f.Start.After(to) {
+			return true
 		}
 	}
 	return false
