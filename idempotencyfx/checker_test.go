@@ -117,10 +117,11 @@ func TestIdempotencyChecker(t *testing.T) {
 
 // idemClusterCheckerSeeds are the Cluster mode's seeds that once failed.
 // With issue 35 item 1's fix reverted (a retry refused by an open breaker
-// after a sent try failing with ErrCircuitOpen), 4 fresh runs of 5 found
-// its claims left in progress (in_progress violations of burst keys),
-// among them 1795899338168808061 and 1795899299363656966, which found it
-// again when replayed; every run's first fault being a burst, a fresh
+// after a sent try failing with ErrCircuitOpen), 6 fresh runs of 9 found
+// its claims left in progress (in_progress violations of burst keys):
+// 1795899338168808061 and 1795899299363656966 (both found it again when
+// replayed), 1795900448881210852, 1795900478719766742 and two more; every
+// run's first fault being a burst, a fresh
 // seed finds it, so none is kept here (each costs a Cluster and ~17 s).
 var idemClusterCheckerSeeds = []uint64{}
 
