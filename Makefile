@@ -9,7 +9,7 @@ APIDIFF_VERSION ?= v0.0.0-20261113113407-e3970619a1a4
 APIDIFF ?= $(GO) run golang.org/x/exp/cmd/apidiff@$(APIDIFF_VERSION)
 MODULE  := github.com/redisfx/redisfx
 
-.PHONY: test test-deps test-cluster test-short demo bench bench-smoke fuzz soak chaos lint tidy-lint tree-lint fmt e2e-observability release-check api-check
+.PHONY: test test-deps test-cluster test-short test-flaky demo bench bench-smoke fuzz soak chaos lint tidy-lint tree-lint fmt e2e-observability release-check api-check
 
 ## test: the full suite with the race detector. Installs redis-server (and the Prometheus tools) with apt-get when missing and allowed, else says what to install.
 test: test-deps
@@ -18,6 +18,16 @@ test: test-deps
 ## test-deps: the programs the tests need (.ci/test-deps).
 test-deps:
 	@.ci/test-deps
+
+## test-flaky: the tests that once failed by chance on a loaded machine, three times each (CI's guard).
+test-flaky:
+	$(GO) test -race -count=3 -run '^(TestGiveBack_RedisOutOfMemory_LateDeliveryFreedSoon|TestRenewal_StallOfEveryConnection_WithinMargins_LockKept|TestRenewal_StalledConnection_LockKept|TestAutoRenewKeepsLockPastTTL_CrashedHolderExpires)$$' ./lockfx
+	$(GO) test -race -count=3 -run '^(TestClusterHealth_DeadMasterIsDown|TestBreaker_CountsTheCallersCommandsNotHandshakes|TestBreaker_ReopenedWhileAProbeHangs_ProbesStayOneAtATime)$$' ./storefx
+	$(GO) test -race -count=3 -run '^(TestExactlyLimitAcrossTwoInstances|TestCluster_ExactPerClientAcrossMasters)$$' ./ratelimitfx
+	$(GO) test -race -count=3 -run '^(TestModule_StopGivesLateOutcomesABoundedGrace|TestLateCompletion_RedisRestarted_PoolRedials_RunsOnce)$$' ./idempotencyfx
+	$(GO) test -race -count=3 -run '^(TestInvalidateByTags_ValueInItsLastMillisecondIsStillFound)$$' ./cachefx
+	$(GO) test -race -count=3 -run '^(TestOTLP_DeadBackend_NeitherSlowsWorkNorHangsShutdown|TestOTLP_SlowBackend_NeitherSlowsWorkNorHangsShutdown)$$' ./tracingfx
+	$(GO) test -race -count=3 -run '^(TestPayments_RedisFrozen_MetricsAndReadyzAnswerAtOnce)$$' ./examples/payments
 
 ## test-short: skips the slow cluster and end-to-end tests.
 test-short:
