@@ -10,6 +10,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync"
 	"unicode"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -69,7 +70,13 @@ func canonical(w io.Writer, data []byte, ignore *ignoreSet) error {
 	if len(data) > math.MaxInt32 {
 		return errNotJSON
 	}
-	c := &canonicalizer{data: data, ignore: ignore, nodes: make([]node, 0, 16+len(data)/8)}
+	c, ok := canonicalizers.Get().(*canonicalizer)
+	if !ok {
+		c = new(canonicalizer)
+	}
+	defer c.release()
+	c.data, c.ignore = data, ignore
+	c.nodes = slices.Grow(c.nodes[:0], 16+len(data)/8)
 	end, err := c.value(c.ws(0), 0)
 	if err != nil {
 		return err
@@ -77,10 +84,24 @@ func canonical(w io.Writer, data []byte, ignore *ignoreSet) error {
 	if c.ws(end) != len(data) {
 		return errNotJSON
 	}
-	c.out = make([]byte, 0, len(data)+16)
+	c.out = slices.Grow(c.out[:0], len(data)+16)
 	c.emit(0, "", ignore != nil)
 	_, _ = w.Write(c.out)
 	return nil
+}
+
+// canonicalizers keeps the parse's buffers between requests: a keyed
+// request's fingerprint allocates none of them.
+var canonicalizers = sync.Pool{New: func() any { return new(canonicalizer) }}
+
+// release empties c for the next body; buffers grown past 64 KiB are dropped.
+func (c *canonicalizer) release() {
+	if cap(c.out) > 64<<10 || cap(c.nodes) > 8<<10 {
+		return
+	}
+	*c = canonicalizer{nodes: c.nodes[:0], buf: c.buf[:0], members: c.members[:0], folds: c.folds[:0],
+		foldBuf: c.foldBuf[:0], scratch: c.scratch[:0], out: c.out[:0]}
+	canonicalizers.Put(c)
 }
 
 // value parses the value at i, inside depth containers, and returns where

@@ -6,10 +6,12 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
+	"hash"
 	"net/http"
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
 )
 
 // DefaultFingerprint is a hex SHA-256 over the method, the path and query
@@ -42,32 +44,48 @@ func IgnoreJSONFields(paths ...string) FingerprintGenerator {
 }
 
 func fingerprint(r *http.Request, body []byte, ignore *ignoreSet) (string, error) {
-	h := sha256.New()
+	f, ok := fingerprinters.Get().(*fingerprinter)
+	if !ok {
+		f = &fingerprinter{h: sha256.New()}
+	}
+	defer fingerprinters.Put(f)
+	f.h.Reset()
 	path, query := requestTarget(r)
-	_, _ = h.Write(fields(r.Method, path, canonicalQuery(query)))
+	f.fields(r.Method, path, canonicalQuery(query))
 	kind := "bytes"
 	if isJSON(r.Header.Get("Content-Type")) {
-		switch err := canonical(h, body, ignore); { // writes nothing unless it succeeds
+		switch err := canonical(f.h, body, ignore); { // writes nothing unless it succeeds
 		case err == nil:
 			kind = "json"
 		case errors.Is(err, errTooDeep):
 			return "", bodyTooDeep()
 		}
 	}
-	_, _ = h.Write(fields(kind))
+	f.fields(kind)
 	if kind == "bytes" {
-		_, _ = h.Write(body)
+		_, _ = f.h.Write(body)
 	}
-	return hex.EncodeToString(h.Sum(nil)), nil
+	var digest [2 * sha256.Size]byte
+	hex.Encode(digest[:], f.h.Sum(f.sum[:0]))
+	return string(digest[:]), nil
 }
 
-// fields encodes each field as its length (uvarint), then its text.
-func fields(fs ...string) []byte {
-	var b []byte
-	for _, f := range fs {
-		b = append(binary.AppendUvarint(b, uint64(len(f))), f...)
+// fingerprinter is a reused hasher: a keyed request allocates no hash state.
+type fingerprinter struct {
+	h   hash.Hash
+	buf []byte
+	sum [sha256.Size]byte
+}
+
+var fingerprinters = sync.Pool{New: func() any { return &fingerprinter{h: sha256.New()} }}
+
+// fields hashes each field as its length (uvarint), then its text.
+func (f *fingerprinter) fields(fs ...string) {
+	f.buf = f.buf[:0]
+	for _, s := range fs {
+		f.buf = append(binary.AppendUvarint(f.buf, uint64(len(s))), s...)
 	}
-	return b
+	_, _ = f.h.Write(f.buf)
 }
 
 // requestTarget is the escaped path and raw query the client sent: a server

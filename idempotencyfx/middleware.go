@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 
 	"go.uber.org/zap"
 
@@ -220,16 +221,35 @@ func readBody(r *http.Request, limit int64) ([]byte, error) {
 	if r.ContentLength > limit {
 		return nil, bodyTooLarge(limit)
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
-	if err != nil {
-		return nil, &httpfx.ProblemError{Problem: httpfx.NewProblem(http.StatusBadRequest, "body_unreadable", "the request body could not be read")}
+	// Content-Length sizes the first buffer only up to 4 KiB: past that the
+	// buffer grows with the bytes that arrive, so a lying length costs little.
+	body := make([]byte, 0, min(max(r.ContentLength, 0)+1, 4<<10))
+	for {
+		if len(body) == cap(body) {
+			body = slices.Grow(body, len(body))
+		}
+		n, err := r.Body.Read(body[len(body):cap(body)])
+		body = body[:len(body)+n]
+		if int64(len(body)) > limit {
+			return nil, bodyTooLarge(limit)
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, &httpfx.ProblemError{Problem: httpfx.NewProblem(http.StatusBadRequest, "body_unreadable", "the request body could not be read")}
+		}
 	}
-	if int64(len(body)) > limit {
-		return nil, bodyTooLarge(limit)
-	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
+	rb := new(restoredBody)
+	rb.Reset(body)
+	r.Body = rb
 	return body, nil
 }
+
+// restoredBody gives the handler the body the fingerprint read.
+type restoredBody struct{ bytes.Reader }
+
+func (*restoredBody) Close() error { return nil }
 
 func bodyTooLarge(limit int64) error {
 	return &IdempotencyBodyTooLargeError{Limit: limit, BaseError: redisfx.BaseError{Code: CodeBodyTooLarge,

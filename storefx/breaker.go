@@ -187,8 +187,11 @@ const (
 )
 
 func isAnswer(err error) bool {
+	if err == nil {
+		return true // before the declaration below, which allocates
+	}
 	var reply redis.Error
-	return err == nil || errors.As(err, &reply)
+	return errors.As(err, &reply)
 }
 
 // judge says what err, ending a command sent with ctx at began, shows of
