@@ -249,6 +249,7 @@ func readBody(r *http.Request, limit int64) ([]byte, error) {
 // restoredBody gives the handler the body the fingerprint read.
 type restoredBody struct{ bytes.Reader }
 
+// Close implements io.Closer; there is nothing to close.
 func (*restoredBody) Close() error { return nil }
 
 func bodyTooLarge(limit int64) error {

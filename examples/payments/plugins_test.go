@@ -184,7 +184,7 @@ func TestPayments_InvalidPluginEnv(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct{ env, variable string }{
 		{"RATE_LIMIT=lots", "RATE_LIMIT"}, {"RATE_LIMIT=0/1m", "RATE_LIMIT"}, {"RATE_LIMIT=5/soon", "RATE_LIMIT"},
-		{"RATE_LIMIT=5/1500us", "RATE_LIMIT"},  // ratelimitfx counts whole milliseconds
+		{"RATE_LIMIT=5/1500us", "RATE_LIMIT"}, // ratelimitfx counts whole milliseconds
 		{"RATE_LIMIT_TRUSTED_PROXIES=10.0.0.0/99", "RATE_LIMIT_TRUSTED_PROXIES"}, {"PAYMENTS_LOCK_WAIT=-1s", "PAYMENTS_LOCK_WAIT"},
 		{"PAYMENTS_CARD_LOCK=maybe", "PAYMENTS_CARD_LOCK"},
 	} {
