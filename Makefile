@@ -9,7 +9,7 @@ APIDIFF_VERSION ?= v0.0.0-20261113113407-e3970619a1a4
 APIDIFF ?= $(GO) run golang.org/x/exp/cmd/apidiff@$(APIDIFF_VERSION)
 MODULE  := github.com/redisfx/redisfx
 
-.PHONY: test test-deps test-cluster test-short test-flaky demo bench bench-smoke fuzz soak chaos lint tidy-lint tree-lint fmt e2e-observability release-check api-check
+.PHONY: test test-deps test-cluster test-sentinel test-short test-flaky demo bench bench-smoke fuzz soak chaos lint tidy-lint tree-lint fmt e2e-observability release-check api-check
 
 ## test: the full suite with the race detector. Installs redis-server (and the Prometheus tools) with apt-get when missing and allowed, else says what to install.
 test: test-deps
@@ -36,6 +36,10 @@ test-short:
 ## test-cluster: the idempotency suite against a local Redis Cluster (3 masters, 3 replicas per test).
 test-cluster:
 	REDISFX_TEST_CLUSTER=1 $(GO) test -race -count=1 -timeout 15m ./idempotencyfx
+
+## test-sentinel: the idempotency checker against one master, two replicas and three Sentinels (the master killed, slept, paused).
+test-sentinel:
+	REDISFX_TEST_SENTINEL=1 $(GO) test -race -count=1 -timeout 5m -run '^TestIdempotencyChecker_Sentinel$$' -v ./idempotencyfx
 
 ## demo: run the payments example on :8080.
 demo:

@@ -917,3 +917,35 @@ func (h *History) LongestStall() time.Duration {
 	}
 	return d
 }
+
+// RunTwice returns the keys run twice, whatever the faults: each pair of
+// executions of one record where the later started while the earlier held
+// it (overlapping it, or before a failed one's lease or a completed one's
+// DefaultTTL ran out). A mode whose faults lose writes (a failover) judges
+// each pair against its own window.
+func (h *History) RunTwice(b Bounds) [][2]Exec {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	perRecord := map[[2]string][]*Exec{}
+	for _, e := range h.order {
+		if !e.End.IsZero() {
+			k := [2]string{e.Scope, e.Key}
+			perRecord[k] = append(perRecord[k], e)
+		}
+	}
+	var out [][2]Exec
+	for _, execs := range perRecord {
+		slices.SortFunc(execs, func(x, y *Exec) int { return x.Start.Compare(y.Start) })
+		for j := 1; j < len(execs); j++ {
+			a, bx := execs[j-1], execs[j]
+			held := b.LockTimeout
+			if a.Kind == ExecOK || a.Kind == Exec4xx {
+				held = b.DefaultTTL
+			}
+			if a.Kind != ExecCrash && bx.Start.Before(a.End.Add(held)) {
+				out = append(out, [2]Exec{*a, *bx})
+			}
+		}
+	}
+	return out
+}
