@@ -487,12 +487,19 @@ func (w *chkWorld) newInstance(slot int) *chkInstance {
 		w.t.Fatal(err)
 	}
 	in.svc = svc
+	w.serve(in)
+	return in
+}
+
+// serve starts in's Service and routes the checker's POST /pay through it,
+// recovering panics as httpfx does.
+func (w *chkWorld) serve(in *chkInstance) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	_ = svc.Start(ctx)
+	_ = in.svc.Start(ctx)
 	cancel()
 	r := chi.NewRouter()
-	r.Use(svc.Install)
-	r.Use(func(next http.Handler) http.Handler { // recover as httpfx does
+	r.Use(in.svc.Install)
+	r.Use(func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 			defer func() {
 				if p := recover(); p != nil {
@@ -506,7 +513,6 @@ func (w *chkWorld) newInstance(slot int) *chkInstance {
 		return w.handle(in, rw, r)
 	}).ServeHTTP)
 	in.router = r
-	return in
 }
 
 // close ends an instance once its requests are over.

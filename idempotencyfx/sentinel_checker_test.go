@@ -4,7 +4,6 @@ import (
 	"context"
 	"math/rand/v2"
 	"net"
-	"net/http"
 	"os"
 	"slices"
 	"strconv"
@@ -13,10 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-chi/chi/v5"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/redisfx/redisfx/httpfx"
 	"github.com/redisfx/redisfx/internal/idemcheck"
 	"github.com/redisfx/redisfx/internal/redistest"
 	"github.com/redisfx/redisfx/storefx"
@@ -203,25 +200,7 @@ func (s *chkSentinelWorld) newInstance() *chkInstance {
 	if in.svc, err = New(in.rdb, w.cfg); err != nil {
 		w.t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	_ = in.svc.Start(ctx)
-	cancel()
-	r := chi.NewRouter()
-	r.Use(in.svc.Install)
-	r.Use(func(next http.Handler) http.Handler { // recover as httpfx does
-		return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
-			defer func() {
-				if p := recover(); p != nil {
-					httpfx.NewProblem(500, "internal_error", "panic").Write(rw)
-				}
-			}()
-			next.ServeHTTP(rw, r)
-		})
-	})
-	r.With(Idempotent()).Post("/pay", httpfx.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) error {
-		return w.handle(in, rw, r)
-	}).ServeHTTP)
-	in.router = r
+	w.serve(in)
 	return in
 }
 
