@@ -6,10 +6,11 @@ import (
 	"errors"
 	"io"
 	"math"
+	"strconv"
+	"strings"
 	"sync"
 
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -77,11 +78,11 @@ func toConsole(s sdktrace.ReadOnlySpan) ConsoleSpan {
 		TraceID:    s.SpanContext().TraceID().String(),
 		SpanID:     s.SpanContext().SpanID().String(),
 		Name:       s.Name(),
-		Kind:       kindName(s.SpanKind()),
+		Kind:       strings.ToUpper(trace.ValidateSpanKind(s.SpanKind()).String()),
 		Timestamp:  s.StartTime().UnixMicro(),
 		Duration:   s.EndTime().Sub(s.StartTime()).Microseconds(),
 		Attributes: attrMap(s.Attributes()),
-		Status:     ConsoleStatus{Code: statusName(s.Status().Code), Message: s.Status().Description},
+		Status:     ConsoleStatus{Code: strings.ToUpper(s.Status().Code.String()), Message: s.Status().Description},
 	}
 	if p := s.Parent(); p.IsValid() {
 		c.ParentSpanID = p.SpanID().String()
@@ -106,8 +107,8 @@ func attrMap(kvs []attribute.KeyValue) map[string]any {
 func consoleValue(v attribute.Value) any {
 	switch v.Type() {
 	case attribute.FLOAT64:
-		if f := v.AsFloat64(); !isFinite(f) {
-			return floatName(f)
+		if f := v.AsFloat64(); math.IsNaN(f) || math.IsInf(f, 0) {
+			return strconv.FormatFloat(f, 'g', -1, 64) // NaN, +Inf, -Inf
 		}
 	case attribute.SLICE: // nested values: each written as a value of its own
 		vs := v.AsSlice()
@@ -117,12 +118,7 @@ func consoleValue(v attribute.Value) any {
 		}
 		return out
 	case attribute.MAP:
-		kvs := v.AsMap()
-		out := make(map[string]any, len(kvs))
-		for _, kv := range kvs {
-			out[string(kv.Key)] = consoleValue(kv.Value)
-		}
-		return out
+		return attrMap(v.AsMap())
 	case attribute.EMPTY:
 		return nil
 	case attribute.FLOAT64SLICE:
@@ -134,42 +130,4 @@ func consoleValue(v attribute.Value) any {
 		return out
 	}
 	return v.AsInterface()
-}
-
-func isFinite(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
-
-// floatName is how the console writes a non-finite float.
-func floatName(f float64) string {
-	switch {
-	case math.IsNaN(f):
-		return "NaN"
-	case f > 0:
-		return "+Inf"
-	}
-	return "-Inf"
-}
-
-// kindName is the upper-case name of a span kind, as the console prints it.
-func kindName(k trace.SpanKind) string {
-	switch k {
-	case trace.SpanKindClient:
-		return "CLIENT"
-	case trace.SpanKindServer:
-		return "SERVER"
-	case trace.SpanKindProducer:
-		return "PRODUCER"
-	case trace.SpanKindConsumer:
-		return "CONSUMER"
-	}
-	return "INTERNAL"
-}
-
-func statusName(c codes.Code) string {
-	switch c {
-	case codes.Ok:
-		return "OK"
-	case codes.Error:
-		return "ERROR"
-	}
-	return "UNSET"
 }
