@@ -24,13 +24,9 @@ type idsOnly struct {
 
 func newIDsOnly(sampler sdktrace.Sampler) *idsOnly {
 	p := &idsOnly{}
-	p.tracer = &idsTracer{sampler: sampler, provider: p, followsParent: sampler.Description() == parentBasedAlwaysOn}
+	p.tracer = &idsTracer{sampler: sampler, provider: p}
 	return p
 }
-
-// parentBasedAlwaysOn describes the default sampler (OTEL_TRACES_SAMPLER
-// unset or parentbased_always_on), as the SDK writes it.
-var parentBasedAlwaysOn = sdktrace.ParentBased(sdktrace.AlwaysSample()).Description()
 
 // Tracer implements trace.TracerProvider.
 func (p *idsOnly) Tracer(string, ...trace.TracerOption) trace.Tracer { return p.tracer }
@@ -39,10 +35,6 @@ type idsTracer struct {
 	embedded.Tracer
 	sampler  sdktrace.Sampler
 	provider trace.TracerProvider
-
-	// followsParent: the sampler is the default parent-based always-on,
-	// whose decision needs no call (see followParent).
-	followsParent bool
 }
 
 // Start implements trace.Tracer: a span that records nothing.
@@ -51,13 +43,7 @@ func (t *idsTracer) Start(ctx context.Context, name string, opts ...trace.SpanSt
 	if ctx == nil {
 		ctx = context.Background() // as the SDK: a nil context is no parent, not a panic
 	}
-	var sc trace.SpanContext
-	if t.followsParent {
-		sc = followParent(ctx, &cfg)
-	} else {
-		sc = decide(ctx, name, &cfg, t.sampler)
-	}
-	s := &idSpan{sc: sc, provider: t.provider}
+	s := &idSpan{sc: decide(ctx, name, &cfg, t.sampler), provider: t.provider}
 	return trace.ContextWithSpan(ctx, s), s
 }
 
@@ -80,22 +66,6 @@ func decide(ctx context.Context, name string, cfg *trace.SpanConfig, sampler sdk
 		Kind: cfg.SpanKind(), Attributes: cfg.Attributes(), Links: cfg.Links()})
 	flags := parent.TraceFlags().WithSampled(res.Decision == sdktrace.RecordAndSample)
 	return trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: newSpanID(), TraceFlags: flags, TraceState: res.Tracestate})
-}
-
-// followParent is decide for the default sampler, parent-based always-on,
-// without asking it (about 500 of the ~1,900 instructions of a SERVER
-// span): a valid parent's sampled flag and trace state, else sampled.
-func followParent(ctx context.Context, cfg *trace.SpanConfig) trace.SpanContext {
-	var parent trace.SpanContext
-	if !cfg.NewRoot() {
-		parent = trace.SpanContextFromContext(ctx)
-	}
-	tid := parent.TraceID()
-	if !tid.IsValid() {
-		tid = newTraceID()
-	}
-	flags := parent.TraceFlags().WithSampled(!parent.IsValid() || parent.IsSampled())
-	return trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: newSpanID(), TraceFlags: flags, TraceState: parent.TraceState()})
 }
 
 func newTraceID() trace.TraceID {

@@ -1,5 +1,7 @@
 package tracingfx
 
+import "strings"
+
 // commandLabels bounds the command label of the metrics: the upper-case
 // name of every known command; any other name (a typo, a module command
 // built from input) is counted as "OTHER".
@@ -37,15 +39,7 @@ func commandLabel(name string) string {
 func buildLabels(names []string) map[string]string {
 	m := make(map[string]string, len(names))
 	for _, c := range names {
-		up := make([]byte, len(c))
-		for i := 0; i < len(c); i++ {
-			ch := c[i]
-			if ch >= 'a' && ch <= 'z' {
-				ch -= 'a' - 'A'
-			}
-			up[i] = ch
-		}
-		m[c] = string(up)
+		m[c] = strings.ToUpper(c)
 	}
 	return m
 }

@@ -249,16 +249,6 @@ func attrs(m map[string]any) []attribute.KeyValue {
 // else by its kind, or with fmt.Sprint.
 func attr(k string, v any) attribute.KeyValue {
 	switch x := v.(type) {
-	case string:
-		return attribute.String(k, x)
-	case bool:
-		return attribute.Bool(k, x)
-	case int:
-		return attribute.Int(k, x)
-	case int64:
-		return attribute.Int64(k, x)
-	case float64:
-		return attribute.Float64(k, x)
 	case []string:
 		return attribute.StringSlice(k, x)
 	case []int:
@@ -279,8 +269,8 @@ func attr(k string, v any) attribute.KeyValue {
 	return byKind(k, v)
 }
 
-// byKind converts the other integers and floats, and named types by their
-// kind (type Cents int64 is an integer); anything else is written with
+// byKind converts strings, booleans, integers and floats, named types too
+// (type Cents int64 is an integer); anything else is written with
 // fmt.Sprint.
 func byKind(k string, v any) attribute.KeyValue {
 	rv := reflect.ValueOf(v)
