@@ -157,18 +157,14 @@ func newDropReport() *dropReport { return &dropReport{interval: dropInterval} }
 // use routes the reports to log and count (either may be nil).
 func (r *dropReport) use(log *zap.Logger, count func()) {
 	r.log.Store(log)
-	if count != nil {
-		r.count.Store(&count)
-	} else {
-		r.count.Store(nil)
-	}
+	r.count.Store(&count)
 }
 
 // drop counts one dropped span; reason is r.full or r.late.
 func (r *dropReport) drop(reason *atomic.Int64) {
 	r.total.Add(1)
 	reason.Add(1)
-	if f := r.count.Load(); f != nil {
+	if f := r.count.Load(); f != nil && *f != nil {
 		(*f)()
 	}
 	// armed is read after the counts were added, and fire clears it before

@@ -29,7 +29,7 @@ var (
 
 // Handle implements otel.ErrorHandler.
 func (e *errorLog) Handle(err error) {
-	if f := e.onError.Load(); f != nil {
+	if f := e.onError.Load(); f != nil && *f != nil {
 		(*f)()
 	}
 	log := e.log.Load()
@@ -49,9 +49,5 @@ func (e *errorLog) Handle(err error) {
 func useErrorLogger(log *zap.Logger, onError func()) {
 	installHandler.Do(func() { otel.SetErrorHandler(otelErrors) })
 	otelErrors.log.Store(log)
-	if onError != nil {
-		otelErrors.onError.Store(&onError)
-	} else {
-		otelErrors.onError.Store(nil)
-	}
+	otelErrors.onError.Store(&onError)
 }

@@ -35,9 +35,7 @@ type spanExporter struct {
 
 // ExportSpans implements sdktrace.SpanExporter.
 func (e *spanExporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
-	if e.gate != nil {
-		e.gate.exported(len(spans))
-	}
+	e.gate.exported(len(spans))
 	ctx, release := e.net.bound(ctx)
 	defer release()
 	return e.SpanExporter.ExportSpans(ctx, validSpans(spans))

@@ -185,22 +185,16 @@ func logOTelErrors(p errorLogParams) error {
 	return nil
 }
 
-type configurationLogParams struct {
-	fx.In
-	Log      *zap.Logger
-	Provider *Provider
-}
-
 // logConfiguration says at start where spans go, after Config and the
 // environment were applied. Headers are never logged.
-func logConfiguration(p configurationLogParams) {
-	s := p.Provider.cfg
+func logConfiguration(log *zap.Logger, p *Provider) {
+	s := p.cfg
 	fields := []zap.Field{zap.String("exporter", s.Exporter.Type)}
 	if s.disabled {
-		p.Log.Info("tracing disabled by OTEL_SDK_DISABLED=true: no spans are made")
+		log.Info("tracing disabled by OTEL_SDK_DISABLED=true: no spans are made")
 		return
 	}
-	if e := p.Provider.Endpoint(); e != "" {
+	if e := p.Endpoint(); e != "" {
 		fields = append(fields, zap.String("protocol", s.Exporter.Protocol), zap.String("endpoint", e), zap.String("endpoint_from", s.traces.source))
 	}
 	sampler := cmp.Or(s.Sampling.Strategy, os.Getenv(envSampler), "parentbased_always_on")
@@ -209,9 +203,9 @@ func logConfiguration(p configurationLogParams) {
 	}
 	fields = append(fields, zap.String("sampler", sampler), zap.Strings("propagators", s.propagator.Fields()),
 		zap.Bool("redis_commands", !s.DisableRedisCommands), zap.Bool("plugin_tracing", s.PluginTracing))
-	p.Log.Info("tracing configured", fields...)
+	log.Info("tracing configured", fields...)
 	for _, w := range s.warnings {
-		p.Log.Warn("tracing: " + w)
+		log.Warn("tracing: " + w)
 	}
 }
 

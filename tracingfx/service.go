@@ -1,6 +1,7 @@
 package tracingfx
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -218,19 +219,11 @@ func (sp span) End() { sp.s.End() }
 // SpanContext implements ISpan.
 func (sp span) SpanContext() trace.SpanContext { return sp.s.SpanContext() }
 
-func otelKind(k SpanKind) trace.SpanKind {
-	switch k {
-	case KindInternal:
-		return trace.SpanKindInternal
-	case KindServer:
-		return trace.SpanKindServer
-	case KindProducer:
-		return trace.SpanKindProducer
-	case KindConsumer:
-		return trace.SpanKindConsumer
-	}
-	return trace.SpanKindClient
-}
+// otelKinds are the span kinds but CLIENT, the default.
+var otelKinds = map[SpanKind]trace.SpanKind{KindInternal: trace.SpanKindInternal, KindServer: trace.SpanKindServer,
+	KindProducer: trace.SpanKindProducer, KindConsumer: trace.SpanKindConsumer}
+
+func otelKind(k SpanKind) trace.SpanKind { return cmp.Or(otelKinds[k], trace.SpanKindClient) }
 
 func attrs(m map[string]any) []attribute.KeyValue {
 	if len(m) == 0 {
