@@ -2,10 +2,11 @@ package tracingfx
 
 import "strings"
 
-// commandLabels bounds the command label of the metrics: the upper-case
-// name of every known command; any other name (a typo, a module command
-// built from input) is counted as "OTHER".
-var commandLabels = buildLabels([]string{
+// knownCommands names every known command on its span and in the metrics
+// (its upper-case name). It bounds the command label: any other name (a
+// typo, a module command built from input) is counted as "OTHER". Looked
+// up, the names of a command's span cost no allocation.
+var knownCommands = buildNames([]string{
 	"append", "bitcount", "bitfield", "bitop", "bitpos", "blmove", "blpop", "brpop", "bzpopmax", "bzpopmin",
 	"copy", "dbsize", "decr", "decrby", "del", "discard", "dump", "echo", "eval", "eval_ro", "evalsha", "evalsha_ro",
 	"exec", "exists", "expire", "expireat", "expiretime", "fcall", "fcall_ro", "flushall", "flushdb", "function",
@@ -30,16 +31,17 @@ var commandLabels = buildLabels([]string{
 // commandLabel is the metric label of a command: its upper-case name if
 // known, else OTHER.
 func commandLabel(name string) string {
-	if l, ok := commandLabels[name]; ok {
-		return l
+	if n, ok := knownCommands[name]; ok {
+		return n.operation
 	}
 	return "OTHER"
 }
 
-func buildLabels(names []string) map[string]string {
-	m := make(map[string]string, len(names))
+func buildNames(names []string) map[string]commandName {
+	m := make(map[string]commandName, len(names))
 	for _, c := range names {
-		m[c] = strings.ToUpper(c)
+		up := strings.ToUpper(c)
+		m[c] = commandName{up, "redis." + up}
 	}
 	return m
 }

@@ -16,8 +16,7 @@ var containers = map[string]bool{
 	"slowlog": true, "xgroup": true, "xinfo": true,
 }
 
-// commandNames names the command name with arguments args. Known commands
-// are looked up, so the hot path allocates nothing.
+// commandNames names the command name with arguments args.
 func commandNames(name string, args []any) commandName {
 	if containers[name] && len(args) > 1 {
 		if sub, ok := args[1].(string); ok && sub != "" {
@@ -25,18 +24,9 @@ func commandNames(name string, args []any) commandName {
 			return commandName{op, "redis." + op}
 		}
 	}
-	if n, ok := spanNames[name]; ok {
+	if n, ok := knownCommands[name]; ok {
 		return n
 	}
 	op := strings.ToUpper(name)
 	return commandName{op, "redis." + op}
 }
-
-// spanNames are the names of every command the metrics know by name.
-var spanNames = func() map[string]commandName {
-	m := make(map[string]commandName, len(commandLabels))
-	for c, up := range commandLabels {
-		m[c] = commandName{up, "redis." + up}
-	}
-	return m
-}()

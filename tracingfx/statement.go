@@ -52,11 +52,6 @@ func argString(v any) string {
 	switch x := v.(type) {
 	case string:
 		return x
-	case *string:
-		if x == nil {
-			return ""
-		}
-		return *x
 	case []byte:
 		return string(x)
 	case int:
