@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -249,11 +250,8 @@ var attrBuffers = sync.Pool{New: func() any {
 }}
 
 func getAttrs() *[]attribute.KeyValue {
-	if b, ok := attrBuffers.Get().(*[]attribute.KeyValue); ok {
-		return b
-	}
-	b := make([]attribute.KeyValue, 0, 16)
-	return &b
+	b, _ := attrBuffers.Get().(*[]attribute.KeyValue) // New makes one when the pool is empty
+	return b
 }
 
 // putAttrs returns buf, grown to used, to the pool, without the references
@@ -270,12 +268,7 @@ var wrapper = map[string]bool{"multi": true, "exec": true, "asking": true}
 // isTransaction: a MULTI … EXEC batch, with ASKING before it on a
 // redirected Cluster transaction.
 func isTransaction(cmds []redis.Cmder) bool {
-	for i := 0; i < len(cmds) && i < 2; i++ {
-		if cmds[i].Name() == "multi" {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(cmds[:min(2, len(cmds))], func(c redis.Cmder) bool { return c.Name() == "multi" })
 }
 
 // clientKind is the command spans' start options, as a slice made once: a
@@ -331,13 +324,8 @@ func (h *commandHook) record(span trace.Span, o outcome, err error, cmds ...redi
 // code ("WRONGTYPE Operation against a key …" → WRONGTYPE), else "".
 func errorPrefix(msg string) string {
 	word, _, _ := strings.Cut(msg, " ")
-	if word == "" {
+	if word == "" || strings.Trim(word, "ABCDEFGHIJKLMNOPQRSTUVWXYZ_") != "" {
 		return ""
-	}
-	for i := 0; i < len(word); i++ {
-		if c := word[i]; (c < 'A' || c > 'Z') && c != '_' {
-			return ""
-		}
 	}
 	return word
 }

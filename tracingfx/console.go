@@ -59,15 +59,13 @@ func (e *consoleExporter) ExportSpans(_ context.Context, spans []sdktrace.ReadOn
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	enc := json.NewEncoder(e.w)
-	var errs []error
+	var err error
 	for _, s := range spans {
 		// One span's failure (a failed write) does not keep the others
 		// from being written.
-		if err := enc.Encode(toConsole(s)); err != nil {
-			errs = append(errs, err)
-		}
+		err = errors.Join(err, enc.Encode(toConsole(s)))
 	}
-	return errors.Join(errs...)
+	return err
 }
 
 // Shutdown implements sdktrace.SpanExporter.

@@ -1,6 +1,7 @@
 package tracingfx
 
 import (
+	"cmp"
 	"context"
 	"sync"
 	"sync/atomic"
@@ -46,10 +47,7 @@ var _ sdktrace.SpanProcessor = (*dropGate)(nil)
 // newDropGate builds the batch processor for exp with the gate in front.
 // exp must call gate.exported for every batch it is given.
 func newDropGate(b BatchConfig, drops *dropReport, exp *spanExporter) *dropGate {
-	limit := b.MaxQueueSize
-	if limit <= 0 {
-		limit = sdktrace.DefaultMaxQueueSize
-	}
+	limit := cmp.Or(b.MaxQueueSize, sdktrace.DefaultMaxQueueSize)
 	g := gateOf(nil, limit, drops)
 	exp.gate = g
 	b.MaxQueueSize = limit + flushSlack

@@ -91,9 +91,7 @@ func (s *settings) readProtocol(context.Context) error {
 			s.Exporter.Protocol = v
 		}
 	}
-	if s.Exporter.Protocol == "" {
-		s.Exporter.Protocol = ProtocolHTTP
-	}
+	s.Exporter.Protocol = cmp.Or(s.Exporter.Protocol, ProtocolHTTP)
 	return nil
 }
 

@@ -26,9 +26,8 @@ type commandChildren struct {
 
 func (m *CommandMetrics) of(label string) *commandChildren {
 	if c, ok := m.children.Load(label); ok {
-		if cc, ok := c.(*commandChildren); ok {
-			return cc
-		}
+		cc, _ := c.(*commandChildren)
+		return cc
 	}
 	cc := &commandChildren{count: m.commands.WithLabelValues(label), duration: m.duration.WithLabelValues(label)}
 	m.children.Store(label, cc)

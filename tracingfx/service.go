@@ -226,9 +226,6 @@ var otelKinds = map[SpanKind]trace.SpanKind{KindInternal: trace.SpanKindInternal
 func otelKind(k SpanKind) trace.SpanKind { return cmp.Or(otelKinds[k], trace.SpanKindClient) }
 
 func attrs(m map[string]any) []attribute.KeyValue {
-	if len(m) == 0 {
-		return nil
-	}
 	kv := make([]attribute.KeyValue, 0, len(m))
 	for k, v := range m {
 		kv = append(kv, attr(k, v))
@@ -275,17 +272,12 @@ func byKind(k string, v any) attribute.KeyValue {
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
 		return attribute.Int64(k, rv.Int())
 	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
-		return unsigned(k, rv.Uint())
+		if rv.Uint() > math.MaxInt64 { // above the int64 range: its decimal string
+			return attribute.String(k, strconv.FormatUint(rv.Uint(), 10))
+		}
+		return attribute.Int64(k, int64(rv.Uint()))
 	case reflect.Float32, reflect.Float64:
 		return attribute.Float64(k, rv.Float())
 	}
 	return attribute.String(k, fmt.Sprint(v))
-}
-
-// unsigned is an unsigned integer attribute: an int64 while it fits.
-func unsigned(k string, x uint64) attribute.KeyValue {
-	if x > math.MaxInt64 {
-		return attribute.String(k, strconv.FormatUint(x, 10))
-	}
-	return attribute.Int64(k, int64(x))
 }
