@@ -138,14 +138,11 @@ type dropReport struct {
 	full, late atomic.Int64 // since the last warning
 	log        atomic.Pointer[zap.Logger]
 	count      atomic.Pointer[func()]
-	// armed: a warning is due when the timer fires; until then a drop is
-	// only counted (the path of a drop then takes no lock).
-	armed atomic.Bool
 	// interval is dropInterval; tests shorten it before the first drop.
 	interval time.Duration
 	mu       sync.Mutex
 	last     time.Time   // of the last warning
-	timer    *time.Timer // armed, and not stopped yet
+	timer    *time.Timer // armed: its warning is due, and it is not stopped yet
 	stopped  bool
 	fired    sync.WaitGroup // the timer's function, once it may run
 }
@@ -165,16 +162,13 @@ func (r *dropReport) drop(reason *atomic.Int64) {
 	if f := r.count.Load(); f != nil && *f != nil {
 		(*f)()
 	}
-	// armed is read after the counts were added, and fire clears it before
-	// it takes them: a drop either is in fire's warning or sees armed false
-	// and arms the next timer.
-	if r.armed.Load() || r.log.Load() == nil {
+	if r.log.Load() == nil {
 		return
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.armed.Load() {
-		return
+	if r.timer != nil {
+		return // its warning carries this drop
 	}
 	now := time.Now()
 	if r.last.IsZero() || now.Sub(r.last) >= r.interval {
@@ -184,7 +178,6 @@ func (r *dropReport) drop(reason *atomic.Int64) {
 	if r.stopped {
 		return // no timer outlives stop: the next warning carries it
 	}
-	r.armed.Store(true)
 	r.fired.Add(1)
 	r.timer = time.AfterFunc(r.last.Add(r.interval).Sub(now), r.fire)
 }
@@ -198,7 +191,6 @@ func (r *dropReport) fire() {
 		return // stop reports them
 	}
 	r.timer = nil
-	r.armed.Store(false)
 	r.warn(time.Now())
 }
 
@@ -215,7 +207,6 @@ func (r *dropReport) stop() {
 	r.fired.Wait()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.armed.Store(false)
 	if r.log.Load() != nil {
 		r.warn(time.Now())
 	}
