@@ -18,16 +18,9 @@ import (
 // It is off by default: the globals belong to the whole process.
 var SetGlobals = fx.Invoke(registerGlobals)
 
-type globalsParams struct {
-	fx.In
-	Lifecycle  fx.Lifecycle
-	Tracer     trace.TracerProvider
-	Propagator propagation.TextMapPropagator
-}
-
-func registerGlobals(p globalsParams) {
-	p.Lifecycle.Append(fx.StartHook(func() {
-		otel.SetTracerProvider(p.Tracer)
-		otel.SetTextMapPropagator(p.Propagator)
+func registerGlobals(lc fx.Lifecycle, tp trace.TracerProvider, prop propagation.TextMapPropagator) {
+	lc.Append(fx.StartHook(func() {
+		otel.SetTracerProvider(tp)
+		otel.SetTextMapPropagator(prop)
 	}))
 }
