@@ -326,6 +326,11 @@ var documented = map[string]int{
 //  5. Bounds: a request ends within WaitTimeout + 2×StoreTimeout before its
 //     execution (or its answer), and within 3×StoreTimeout after its
 //     execution, plus Margin.
+//
+// Rules 1 to 3 follow the order of the claims, which the history does not
+// see: it orders by the start of the work. Where B's lower token says that
+// B claimed first and a fault could have ended that claim before A's, the
+// pair is judged in that order (see claimedBefore).
 func (h *History) Check(b Bounds) []string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -339,37 +344,7 @@ func (h *History) Check(b Bounds) []string {
 		k := [2]string{e.Scope, e.Key}
 		perRecord[k] = append(perRecord[k], e)
 	}
-	for k, execs := range perRecord {
-		slices.SortFunc(execs, func(x, y *Exec) int { return x.Start.Compare(y.Start) })
-		for j := 1; j < len(execs); j++ {
-			bx := execs[j]
-			for i := 0; i < j; i++ {
-				a := execs[i]
-				if bx.Start.Before(a.End) { // overlap
-					if !h.disturbed(a, bx.Start, b) {
-						out = append(out, fmt.Sprintf("record %q/%q: execution %s (token %d, instance %d, %s) started at %s while %s (token %d, instance %d) ran [%s, %s], with no fault that could end its lease",
-							k[0], k[1], bx.ID, bx.Token, bx.Instance, bx.Kind, ts(bx.Start), a.ID, a.Token, a.Instance, ts(a.Start), ts(a.End)))
-					} else if bx.Token <= a.Token {
-						out = append(out, fmt.Sprintf("record %q/%q: execution %s took over from %s with token %d, not above %d",
-							k[0], k[1], bx.ID, a.ID, bx.Token, a.Token))
-					}
-				}
-			}
-			a := execs[j-1]
-			if !bx.Start.Before(a.End) {
-				expired := failed(a.Kind) && !bx.Start.Before(a.End.Add(b.LockTimeout)) ||
-					(a.Kind == ExecOK || a.Kind == Exec4xx) && !bx.Start.Before(a.End.Add(b.DefaultTTL))
-				if !expired && a.Kind != ExecCrash && !h.disturbed(a, bx.Start, b) {
-					out = append(out, fmt.Sprintf("record %q/%q: execution %s (%s, fp %s) ran at %s after %s (%s, fp %s) ended at %s: a second execution with no failure expired, crash or fault",
-						k[0], k[1], bx.ID, bx.Kind, bx.FP, ts(bx.Start), a.ID, a.Kind, a.FP, ts(a.End)))
-				}
-				if bx.Token <= a.Token {
-					out = append(out, fmt.Sprintf("record %q/%q: execution %s has token %d, not above %d of the earlier %s",
-						k[0], k[1], bx.ID, bx.Token, a.Token, a.ID))
-				}
-			}
-		}
-	}
+	out = append(out, h.checkExecutions(perRecord, b)...)
 	idx := index{byReq: map[int64]*Exec{}, fps: map[[2]string]map[string]time.Time{}, failedAt: map[[2]string]time.Time{},
 		execs: perRecord, abnormal: map[[2]string][]time.Time{}, lost: map[[2]string][]*Request{}}
 	for _, e := range h.order {
@@ -404,6 +379,68 @@ func (h *History) Check(b Bounds) []string {
 		out = append(out, h.checkAnswer(r, b, idx)...)
 	}
 	return out
+}
+
+// checkExecutions applies rules 1 to 3 to the executions of each record.
+func (h *History) checkExecutions(perRecord map[[2]string][]*Exec, b Bounds) []string {
+	reqStart := make(map[int64]time.Time, len(h.reqs))
+	for _, r := range h.reqs {
+		reqStart[r.ID] = r.Start
+	}
+	var out []string
+	for k, execs := range perRecord {
+		slices.SortFunc(execs, func(x, y *Exec) int { return x.Start.Compare(y.Start) })
+		for j := 1; j < len(execs); j++ {
+			bx := execs[j]
+			for i := 0; i < j; i++ {
+				a := execs[i]
+				if h.claimedBefore(bx, a, reqStart, b) {
+					continue
+				}
+				if bx.Start.Before(a.End) { // overlap
+					if !h.disturbed(a, bx.Start, b) {
+						out = append(out, fmt.Sprintf("record %q/%q: execution %s (token %d, instance %d, %s) started at %s while %s (token %d, instance %d) ran [%s, %s], with no fault that could end its lease",
+							k[0], k[1], bx.ID, bx.Token, bx.Instance, bx.Kind, ts(bx.Start), a.ID, a.Token, a.Instance, ts(a.Start), ts(a.End)))
+					} else if bx.Token <= a.Token {
+						out = append(out, fmt.Sprintf("record %q/%q: execution %s took over from %s with token %d, not above %d",
+							k[0], k[1], bx.ID, a.ID, bx.Token, a.Token))
+					}
+				}
+			}
+			a := execs[j-1]
+			if !bx.Start.Before(a.End) && !h.claimedBefore(bx, a, reqStart, b) {
+				expired := failed(a.Kind) && !bx.Start.Before(a.End.Add(b.LockTimeout)) ||
+					(a.Kind == ExecOK || a.Kind == Exec4xx) && !bx.Start.Before(a.End.Add(b.DefaultTTL))
+				if !expired && a.Kind != ExecCrash && !h.disturbed(a, bx.Start, b) {
+					out = append(out, fmt.Sprintf("record %q/%q: execution %s (%s, fp %s) ran at %s after %s (%s, fp %s) ended at %s: a second execution with no failure expired, crash or fault",
+						k[0], k[1], bx.ID, bx.Kind, bx.FP, ts(bx.Start), a.ID, a.Kind, a.FP, ts(a.End)))
+				}
+				if bx.Token <= a.Token {
+					out = append(out, fmt.Sprintf("record %q/%q: execution %s has token %d, not above %d of the earlier %s",
+						k[0], k[1], bx.ID, bx.Token, a.Token, a.ID))
+				}
+			}
+		}
+	}
+	return out
+}
+
+// claimedBefore reports whether x, whose work started after y's, may
+// nevertheless have claimed the record first, with the lower token, and
+// lost it before y claimed it. Tokens follow the order of the claims, not
+// of the work: an owner's work starts a moment after its claim answered (a
+// scheduling delay under -race on a loaded machine), and if its record is
+// lost in that moment (the operator's Delete, an eviction, a restart) or
+// its lease lapses (a stall), the next owner's work can start first. That
+// order is possible when x's request began before y's work did and a
+// fault that could end x's claim lies between; the pair then obeys rules 1
+// to 3 in that order, x's token below y's.
+func (h *History) claimedBefore(x, y *Exec, reqStart map[int64]time.Time, b Bounds) bool {
+	from, ok := reqStart[x.Req]
+	if !ok || !from.Before(y.Start) || x.Token >= y.Token {
+		return false
+	}
+	return h.disturbed(&Exec{Scope: x.Scope, Key: x.Key, Instance: x.Instance, Start: from}, y.Start, b)
 }
 
 // index is what checkAnswer looks up.

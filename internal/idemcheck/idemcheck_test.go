@@ -62,6 +62,29 @@ func TestCheck_TakeoverWithoutHigherToken(t *testing.T) {
 	wantViolation(t, h, "not above")
 }
 
+// An owner whose work starts late: e2 claimed first (token 1), the
+// operator's Delete took its record before its work started, e1 claimed
+// the record anew (token 2) and ran; e2's work then started. Tokens follow
+// the claims, so the lower token of the later work is the promise kept.
+func TestCheck_WorkStartedLateAfterItsRecordWasLost(t *testing.T) {
+	history := func(bRequestAt int, fault bool) *History {
+		h := NewHistory()
+		exec(h, "e1", 1, "", "k", 2, 1, 100, 200, ExecOK, "1")
+		exec(h, "e2", 2, "", "k", 1, 2, 300, 400, ExecOK, "2")
+		h.AddRequest(&Request{ID: 1, Via: "do", Key: "k", FP: "A", Start: at(60), End: at(210), Status: 201, Body: []byte("1"), ExecID: "e1"})
+		h.AddRequest(&Request{ID: 2, Via: "do", Key: "k", FP: "A", Start: at(bRequestAt), End: at(410), Status: 201, Body: []byte("2"), ExecID: "e2"})
+		if fault {
+			h.AddFault(Fault{Kind: FaultDelete, Instance: 1, Key: "k", Start: at(50), End: at(51)})
+		}
+		return h
+	}
+	wantNone(t, history(0, true))
+	// Without a fault e2's claim could not have been lost.
+	wantViolation(t, history(0, false), "not above")
+	// A request sent after e1 started cannot have claimed before it.
+	wantViolation(t, history(150, true), "not above")
+}
+
 func TestCheck_SecondExecutionOfCompletedRecord(t *testing.T) {
 	h := NewHistory()
 	exec(h, "e1", 1, "t", "k", 1, 1, 0, 100, ExecOK, "1")
