@@ -5,12 +5,13 @@ import (
 	"fmt"
 	"net/http"
 	"runtime/debug"
+	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"go.uber.org/fx"
 	"go.uber.org/zap"
+	"golang.org/x/sync/singleflight"
 
 	"github.com/redisfx/redisfx/plugintrace"
 )
@@ -70,37 +71,30 @@ func writeStatus(w http.ResponseWriter, status string) {
 // "failed" member names the failing checks (never their errors, which may
 // hold addresses). A check not done by the deadline has failed, even if it
 // ignores its context. Each check has at most one run in flight, shared by
-// the requests that arrive meanwhile: one that never returns holds one
-// goroutine, not one per request. A run that returns after its own deadline
-// has failed, also for the requests that joined it late. Its Redis commands
-// make no span.
+// the requests that arrive meanwhile (singleflight): one that never returns
+// holds one goroutine, not one per request.
 func readyz(checks []ReadinessCheck, log *zap.Logger) http.HandlerFunc {
-	checkers := make([]*checker, len(checks))
-	for i, c := range checks {
-		checkers[i] = &checker{check: c, log: log}
-	}
+	var inFlight singleflight.Group
 	return func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), readinessTimeout)
 		defer cancel()
-		runs := make([]*checkRun, len(checkers))
-		for i, c := range checkers {
-			runs[i] = c.start()
+		runs := make([]<-chan singleflight.Result, len(checks))
+		for i, c := range checks {
+			runs[i] = inFlight.DoChan(strconv.Itoa(i), func() (any, error) { return runCheck(c, log), nil })
 		}
 		failed := []string{}
 		for i, run := range runs {
-			passed := false
+			var res singleflight.Result
 			select {
-			case <-run.done:
-				passed = run.passed
+			case res = <-run:
 			case <-ctx.Done():
 				select { // done just in time counts
-				case <-run.done:
-					passed = run.passed
+				case res = <-run:
 				default:
 				}
 			}
-			if !passed {
-				failed = append(failed, checkers[i].check.Name)
+			if passed, _ := res.Val.(bool); !passed {
+				failed = append(failed, checks[i].Name)
 			}
 		}
 		if len(failed) > 0 {
@@ -113,49 +107,14 @@ func readyz(checks []ReadinessCheck, log *zap.Logger) http.HandlerFunc {
 	}
 }
 
-// checker runs one ReadinessCheck, at most once at a time.
-type checker struct {
-	check ReadinessCheck
-	log   *zap.Logger
-	mu    sync.Mutex
-	run   *checkRun // in flight, nil when none
-}
-
-// checkRun is one run of a check: passed is set before done is closed.
-type checkRun struct {
-	done   chan struct{}
-	passed bool
-}
-
-// start returns the run in flight, or starts one, on a context of its own:
-// a request that ends does not fail the run others share.
-func (c *checker) start() *checkRun {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.run != nil {
-		return c.run
-	}
-	run := &checkRun{done: make(chan struct{})}
-	c.run = run
-	go func() {
-		defer func() { // also after a runtime.Goexit in the check
-			c.mu.Lock()
-			c.run = nil
-			c.mu.Unlock()
-			close(run.done)
-		}()
-		ctx, cancel := context.WithTimeout(plugintrace.WithoutCommandSpans(context.Background()), readinessTimeout)
-		defer cancel()
-		deadline, _ := ctx.Deadline()
-		// A pass after the run's own deadline is late, also for a request
-		// that joined the run just before it ended.
-		run.passed = runCheck(ctx, c.check, c.log) && time.Now().Before(deadline)
-	}()
-	return run
-}
-
-// runCheck reports whether c passed; a panic fails it and is logged.
-func runCheck(ctx context.Context, c ReadinessCheck, log *zap.Logger) (passed bool) {
+// runCheck runs c on a context of its own (a request that ends does not
+// fail the run others share) and reports whether it passed within
+// readinessTimeout, also for a request that joined the run late; a panic
+// fails it and is logged. Its Redis commands make no span.
+func runCheck(c ReadinessCheck, log *zap.Logger) (passed bool) {
+	ctx, cancel := context.WithTimeout(plugintrace.WithoutCommandSpans(context.Background()), readinessTimeout)
+	defer cancel()
+	deadline, _ := ctx.Deadline()
 	defer func() {
 		if p := recover(); p != nil {
 			log.Error("readiness check panicked", zap.String("check", c.Name),
@@ -163,7 +122,7 @@ func runCheck(ctx context.Context, c ReadinessCheck, log *zap.Logger) (passed bo
 			passed = false
 		}
 	}()
-	return c.Check(ctx) == nil
+	return c.Check(ctx) == nil && time.Now().Before(deadline)
 }
 
 // checkReadiness refuses a check without a Check func at start-up.

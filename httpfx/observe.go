@@ -94,21 +94,10 @@ func routePattern(st *requestState) string {
 	if st.unmatched || st.routing == nil {
 		return UnmatchedRoute
 	}
-	if p := joinedPattern(st.routing); p != "" {
+	if p := st.routing.RoutePattern(); p != "" {
 		return p
 	}
 	return UnmatchedRoute
-}
-
-// joinedPattern is rc.RoutePattern() without its joins and trims for the
-// common case of one router and a pattern they leave as it is.
-func joinedPattern(rc *chi.Context) string {
-	if len(rc.RoutePatterns) == 1 {
-		if p := rc.RoutePatterns[0]; !strings.Contains(p, "/*/") && (p == "/" || !strings.HasSuffix(p, "/")) {
-			return p
-		}
-	}
-	return rc.RoutePattern()
 }
 
 // front is the router's first middleware: the request id, the SERVER span
@@ -284,22 +273,16 @@ func headerValue(h http.Header, name string) string {
 	return ""
 }
 
-// protocolVersion is network.protocol.version, without allocating for the
-// versions net/http serves.
+// protocolVersion is network.protocol.version: "1.1" (without allocating),
+// or "2" from HTTP/2 on.
 func protocolVersion(major, minor int) string {
 	switch {
 	case major == 1 && minor == 1:
 		return "1.1"
-	case major == 1 && minor == 0:
-		return "1.0"
-	case major == 2:
-		return "2"
-	case major == 3:
-		return "3"
-	case major == 1:
-		return "1." + strconv.Itoa(minor)
+	case major >= 2:
+		return strconv.Itoa(major)
 	}
-	return strconv.Itoa(major)
+	return strconv.Itoa(major) + "." + strconv.Itoa(minor)
 }
 
 // methodLabel is the method as a metric label: "_OTHER" for a method HTTP

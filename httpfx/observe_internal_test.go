@@ -1,43 +1,6 @@
 package httpfx
 
-import (
-	"math/rand/v2"
-	"strings"
-	"testing"
-
-	"github.com/go-chi/chi/v5"
-)
-
-// joinedPattern takes a shortcut for the common one-router pattern: it
-// must give what chi's RoutePattern gives for every list of patterns, the
-// mount points' "/*" included.
-func TestJoinedPattern_AsChi(t *testing.T) {
-	lists := [][]string{
-		{"/"}, {"/payments"}, {"/payments/"}, {"/payments//"}, {"/payments/{id}"}, {"/*"}, {"/files/*"},
-		{"/a/*/b"}, {"/a/*/*/b"}, {"/*/"}, {"//"}, {"/a/*", "/b"}, {"/api/*", "/payments/{id}"},
-		{"/api/*", "/"}, {"/api/*", "/v1/*", "/x/"}, {""}, {"/a*/b"}, {"/a/*b/c"}, {"*/"},
-	}
-	rng := rand.New(rand.NewPCG(1, 2))
-	parts := []string{"/", "*", "/*", "/*/", "a", "{id}", "//", "/b/"}
-	for range 5000 {
-		list := make([]string, 1+rng.IntN(3))
-		for i := range list {
-			var b strings.Builder
-			for range rng.IntN(5) {
-				b.WriteString(parts[rng.IntN(len(parts))])
-			}
-			list[i] = b.String()
-		}
-		lists = append(lists, list)
-	}
-	for _, list := range lists {
-		rc := chi.NewRouteContext()
-		rc.RoutePatterns = list
-		if got, want := joinedPattern(rc), rc.RoutePattern(); got != want {
-			t.Fatalf("patterns %q: %q, chi says %q", list, got, want)
-		}
-	}
-}
+import "testing"
 
 func TestProtocolVersion(t *testing.T) {
 	for _, c := range []struct {

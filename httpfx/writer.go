@@ -56,13 +56,25 @@ func (rw *responseWriter) BytesWritten() int { return rw.bytes }
 // Unwrap returns the wrapped writer, for http.ResponseController.
 func (rw *responseWriter) Unwrap() http.ResponseWriter { return rw.w }
 
-// flushError flushes through the wrapped writer's FlushError when it has one,
-// so that a write error reaches the handler, else its Flush.
-func (rw *responseWriter) flushError() error {
-	if !rw.wroteHeader {
-		rw.WriteHeader(http.StatusOK)
+// The writer a handler gets, by what the wrapped writer can do. Each is one
+// pointer, so that converting it to http.ResponseWriter allocates nothing;
+// the combinations embed the simpler ones for their methods.
+type (
+	basicWriter       struct{ *responseWriter }
+	flushWriter       struct{ *responseWriter }
+	hijackWriter      struct{ *responseWriter }
+	flushHijackWriter struct{ flushWriter }
+	fancyWriter       struct{ flushHijackWriter } // Flusher, Hijacker, ReaderFrom
+	http2Writer       struct{ flushWriter }       // Flusher, Pusher
+)
+
+// FlushError flushes through the wrapped writer's FlushError when it has
+// one, so that a write error reaches the handler, else its Flush.
+func (w flushWriter) FlushError() error {
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
 	}
-	switch f := rw.w.(type) {
+	switch f := w.w.(type) {
 	case interface{ FlushError() error }:
 		return f.FlushError()
 	case http.Flusher:
@@ -72,105 +84,58 @@ func (rw *responseWriter) flushError() error {
 	return http.ErrNotSupported
 }
 
-func (rw *responseWriter) hijack() (net.Conn, *bufio.ReadWriter, error) {
-	if h, ok := rw.w.(http.Hijacker); ok {
-		return h.Hijack()
-	}
-	return nil, nil, http.ErrNotSupported
+// Flush implements http.Flusher.
+func (w flushWriter) Flush() { _ = w.FlushError() }
+
+// Hijack implements http.Hijacker.
+func (w hijackWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	return w.w.(http.Hijacker).Hijack() // wrap offers it only over a Hijacker
 }
 
-// readFrom keeps net/http's sendfile path for io.Copy into the answer.
-func (rw *responseWriter) readFrom(r io.Reader) (int64, error) {
-	if !rw.wroteHeader {
-		rw.WriteHeader(http.StatusOK)
+// Hijack implements http.Hijacker.
+func (w flushHijackWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	return hijackWriter(w.flushWriter).Hijack()
+}
+
+// ReadFrom implements io.ReaderFrom, keeping net/http's sendfile path for
+// io.Copy into the answer.
+func (w fancyWriter) ReadFrom(r io.Reader) (int64, error) {
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
 	}
-	rf, ok := rw.w.(io.ReaderFrom)
-	if !ok {
-		return 0, http.ErrNotSupported
-	}
-	n, err := rf.ReadFrom(r)
-	rw.bytes += int(n)
+	n, err := w.w.(io.ReaderFrom).ReadFrom(r) // wrap offers it only over a ReaderFrom
+	w.bytes += int(n)
 	return n, err
 }
 
-func (rw *responseWriter) push(target string, opts *http.PushOptions) error {
-	if p, ok := rw.w.(http.Pusher); ok {
-		return p.Push(target, opts)
-	}
-	return http.ErrNotSupported
-}
-
-// The writer a handler gets, by what the wrapped writer can do.
-type (
-	basicWriter       struct{ *responseWriter }
-	flushWriter       struct{ *responseWriter }
-	hijackWriter      struct{ *responseWriter }
-	flushHijackWriter struct{ *responseWriter }
-	fancyWriter       struct{ *responseWriter } // Flusher, Hijacker, ReaderFrom
-	http2Writer       struct{ *responseWriter } // Flusher, Pusher
-)
-
-// Flush implements http.Flusher.
-func (w flushWriter) Flush() { _ = w.flushError() }
-
-// Flush implements http.Flusher.
-func (w flushHijackWriter) Flush() { _ = w.flushError() }
-
-// Flush implements http.Flusher.
-func (w fancyWriter) Flush() { _ = w.flushError() }
-
-// Flush implements http.Flusher.
-func (w http2Writer) Flush() { _ = w.flushError() }
-
-// FlushError flushes and reports a write error.
-func (w flushWriter) FlushError() error { return w.flushError() }
-
-// FlushError flushes and reports a write error.
-func (w flushHijackWriter) FlushError() error { return w.flushError() }
-
-// FlushError flushes and reports a write error.
-func (w fancyWriter) FlushError() error { return w.flushError() }
-
-// FlushError flushes and reports a write error.
-func (w http2Writer) FlushError() error { return w.flushError() }
-
-// Hijack implements http.Hijacker.
-func (w hijackWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) { return w.hijack() }
-
-// Hijack implements http.Hijacker.
-func (w flushHijackWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) { return w.hijack() }
-
-// Hijack implements http.Hijacker.
-func (w fancyWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) { return w.hijack() }
-
-// ReadFrom implements io.ReaderFrom.
-func (w fancyWriter) ReadFrom(r io.Reader) (int64, error) { return w.readFrom(r) }
-
 // Push implements http.Pusher.
-func (w http2Writer) Push(target string, opts *http.PushOptions) error { return w.push(target, opts) }
+func (w http2Writer) Push(target string, opts *http.PushOptions) error {
+	return w.w.(http.Pusher).Push(target, opts) // wrap offers it only over a Pusher
+}
 
 // wrap starts measuring w and returns the writer the handler gets.
 func (rw *responseWriter) wrap(w http.ResponseWriter, protoMajor int) http.ResponseWriter {
 	rw.w = w
+	f := flushWriter{rw}
 	_, fl := w.(http.Flusher)
 	if protoMajor == 2 {
 		if _, ps := w.(http.Pusher); fl && ps {
-			return http2Writer{rw}
+			return http2Writer{f}
 		}
 	} else {
 		_, hj := w.(http.Hijacker)
 		_, rf := w.(io.ReaderFrom)
 		switch {
 		case fl && hj && rf:
-			return fancyWriter{rw}
+			return fancyWriter{flushHijackWriter{f}}
 		case fl && hj:
-			return flushHijackWriter{rw}
+			return flushHijackWriter{f}
 		case hj:
 			return hijackWriter{rw}
 		}
 	}
 	if fl {
-		return flushWriter{rw}
+		return f
 	}
 	return basicWriter{rw}
 }

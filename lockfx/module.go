@@ -1,7 +1,6 @@
 package lockfx
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -34,9 +33,6 @@ type Params struct {
 
 // NewFromParams builds the Locker from the Fx graph.
 func NewFromParams(p Params) (*Locker, error) {
-	if p.Redis == nil {
-		return nil, errors.New("lockfx.Module needs a Redis client: add storefx.Module to the app")
-	}
 	cfg, err := fxconfig.Pick(p.Config, p.ConfigValue)
 	if err != nil {
 		return nil, fmt.Errorf("lockfx: %w", err)

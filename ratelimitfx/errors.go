@@ -1,10 +1,6 @@
 package ratelimitfx
 
-import (
-	"errors"
-
-	"github.com/redisfx/redisfx"
-)
+import "github.com/redisfx/redisfx"
 
 // Error codes: the "code" of the problems answered, and the BaseError.Code.
 const (
@@ -45,10 +41,4 @@ func (e *StoreUnavailableError) Is(target error) bool { return target == ErrStor
 func newStoreUnavailableError(check string, cause error) *StoreUnavailableError {
 	return &StoreUnavailableError{redisfx.BaseError{Code: CodeUnavailable,
 		Message: "ratelimitfx: check " + check + ": " + storeUnavailable, Err: cause}}
-}
-
-// IsExceeded reports whether err is a request over its limit.
-func IsExceeded(err error) bool {
-	var e *ExceededError
-	return errors.As(err, &e)
 }

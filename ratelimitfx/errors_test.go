@@ -34,7 +34,7 @@ func TestErrors_ArePlainErrorsEmbeddingBaseError(t *testing.T) {
 		t.Fatalf("ExceededError unwraps to an HTTP problem %+v", problem.Problem)
 	}
 	var base *redisfx.BaseError
-	if !errors.As(exceeded, &base) || base.Code != CodeExceeded || !IsExceeded(exceeded) {
+	if !errors.As(exceeded, &base) || base.Code != CodeExceeded {
 		t.Fatalf("ExceededError: base %+v", base)
 	}
 

@@ -1,7 +1,6 @@
 package ratelimitfx
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -54,9 +53,6 @@ type Params struct {
 
 // NewFromParams builds the Limiter from the Fx graph.
 func NewFromParams(p Params) (*Limiter, error) {
-	if p.Redis == nil {
-		return nil, errors.New("ratelimitfx.Module needs a Redis client: add storefx.Module to the app")
-	}
 	cfg, err := fxconfig.Pick(p.Config, p.ConfigValue)
 	if err != nil {
 		return nil, fmt.Errorf("ratelimitfx: %w", err)
