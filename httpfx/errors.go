@@ -30,14 +30,8 @@ type RegisteredErrorFilter struct {
 //
 //	fx.Provide(httpfx.AsErrorFilter("payments", myFilter))
 func AsErrorFilter(name string, f ErrorFilter) any {
-	return ErrorFilterAt(name, 100, f)
-}
-
-// ErrorFilterAt registers f at a given order. Modules use it to put their
-// filter before the application's.
-func ErrorFilterAt(name string, order int, f ErrorFilter) any {
 	return fx.Annotate(func() RegisteredErrorFilter {
-		return RegisteredErrorFilter{Name: name, Order: order, Filter: f}
+		return RegisteredErrorFilter{Name: name, Order: 100, Filter: f}
 	}, fx.ResultTags(`group:"`+ErrorFilterGroup+`"`))
 }
 

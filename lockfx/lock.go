@@ -162,7 +162,7 @@ func (k *Lock) Release(ctx context.Context) error {
 	_ = k.endLocked(ErrNotOwner)
 	k.mu.Unlock()
 
-	ctx, span := k.l.obs.startRelease(ctx, k.name)
+	ctx, span := k.l.obs.start(ctx, k.name, "lock.release", "DEL")
 	var n int
 	err := whileMigrating(ctx, retryUntil, func() (err error) {
 		n, err = releaseScript.Run(ctx, k.l.rdb, []string{k.keys.lock, k.keys.abandoned(k.owner)}, k.owner, k.l.markerTTL().Milliseconds()).Int()

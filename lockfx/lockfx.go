@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/redisfx/redisfx"
 	"github.com/redisfx/redisfx/internal/backoff"
@@ -179,7 +180,7 @@ func (l *Locker) Acquire(ctx context.Context, name string) (lock *Lock, err erro
 	if err != nil {
 		return nil, err
 	}
-	ctx, span := l.obs.startAcquire(ctx, name, l.cfg.TTL)
+	ctx, span := l.obs.start(ctx, name, "lock.acquire", "SET", attribute.Int64(AttrTTL, l.cfg.TTL.Milliseconds()))
 	began, attempt, timedOut := time.Now(), 0, false
 	defer func() { l.obs.endAcquire(span, lock != nil, timedOut, attempt-1, time.Since(began), err) }()
 	deadline := began.Add(l.cfg.WaitTimeout)

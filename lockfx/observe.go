@@ -69,11 +69,13 @@ func newObserver(reg prometheus.Registerer, tp trace.TracerProvider, keys plugin
 	return o, nil
 }
 
-func (o *observer) startAcquire(ctx context.Context, name string, ttl time.Duration) (context.Context, *plugintrace.Span) {
+// start opens the span of a lock operation (lock.acquire, lock.release)
+// with its key attribute.
+func (o *observer) start(ctx context.Context, name, op, command string, attrs ...attribute.KeyValue) (context.Context, *plugintrace.Span) {
 	if o.tracer == nil {
 		return ctx, nil
 	}
-	ctx, span := plugintrace.Start(ctx, o.tracer, "locks", "lock.acquire", "SET", attribute.Int64(AttrTTL, ttl.Milliseconds()))
+	ctx, span := plugintrace.Start(ctx, o.tracer, "locks", op, command, attrs...)
 	span.SetKey(AttrKey, o.keys, name)
 	return ctx, span
 }
@@ -109,15 +111,6 @@ func (o *observer) endAcquire(span *plugintrace.Span, acquired, timedOut bool, r
 		span.Fail(err, ErrNotAcquired.Message)
 	}
 	span.Finish(nil)
-}
-
-func (o *observer) startRelease(ctx context.Context, name string) (context.Context, *plugintrace.Span) {
-	if o.tracer == nil {
-		return ctx, nil
-	}
-	ctx, span := plugintrace.Start(ctx, o.tracer, "locks", "lock.release", "DEL")
-	span.SetKey(AttrKey, o.keys, name)
-	return ctx, span
 }
 
 // ended counts a lock out of locks_active, once, when released or lost.

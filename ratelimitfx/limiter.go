@@ -92,9 +92,6 @@ func (l *Limiter) Start(ctx context.Context) error {
 	return nil
 }
 
-// Config is the limiter's effective configuration, defaults filled in.
-func (l *Limiter) Config() Config { return l.cfg }
-
 func (l *Limiter) withDefaults(rule Rule) Rule {
 	if rule.Limit == 0 { // only zero: a negative one is refused by validRule
 		rule.Limit = l.cfg.Limit

@@ -57,8 +57,8 @@ type Client struct {
 	setup    setupFields // the fields to name when Redis refuses a connection's set-up
 }
 
-// New builds a client from cfg without Fx. It does not connect: use
-// (*Registry).Ping or the client's own Ping to check the server.
+// New builds a client from cfg without Fx. It does not connect: use the
+// client's own Ping to check the server.
 func New(name string, cfg Config, inst ...Instrumentation) (*Client, error) {
 	o, err := cfg.options()
 	if err != nil {
@@ -150,18 +150,6 @@ func (r *Registry) Names() []string {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	return slices.Sorted(maps.Keys(r.clients))
-}
-
-// Ping checks every registered client now and returns the first failure,
-// naming the client and its address; unlike Ready, it waits for Redis.
-func (r *Registry) Ping(ctx context.Context) error {
-	for _, n := range r.Names() {
-		c := r.Client(n)
-		if err := c.Ping(ctx).Err(); err != nil {
-			return fmt.Errorf("storefx: client %q at %v: %w", n, c.Details.Addrs, err)
-		}
-	}
-	return nil
 }
 
 // connect pings the client until it answers, with backoff, for at most
