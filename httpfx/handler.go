@@ -21,23 +21,13 @@ func (f HandlerFunc) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-type errorsKey struct{}
-
 var fallbackErrors = NewErrors(nil)
 
 // ErrorsFrom returns the error chain of the application serving ctx (put
 // there by the router), or a chain with only the 500 default.
 func ErrorsFrom(ctx context.Context) *Errors {
-	if e, ok := ctx.Value(errorsKey{}).(*Errors); ok {
-		return e
-	}
 	if st := stateFrom(ctx); st != nil {
 		return st.errors
 	}
 	return fallbackErrors
-}
-
-// WithErrors returns ctx carrying e, for routers not built by this package.
-func WithErrors(ctx context.Context, e *Errors) context.Context {
-	return context.WithValue(ctx, errorsKey{}, e)
 }

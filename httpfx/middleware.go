@@ -150,16 +150,16 @@ func recovered(w http.ResponseWriter, r *http.Request, log *zap.Logger, p any) {
 	span.RecordError(err, trace.WithStackTrace(true))
 	span.SetStatus(codes.Error, "panic")
 	log.Error("handler panicked", zap.Error(err), zap.String("path", r.URL.Path), zap.ByteString("stack", debug.Stack()))
-	if !nothingSent(w) {
+	if st := stateFrom(r.Context()); !nothingSent(st) {
 		// The answer began, or a middleware answered while the panic
 		// unwound: a problem appended now would corrupt it.
-		if p != nil && sentStatus(w) >= http.StatusBadRequest {
+		if p != nil && st != nil && st.writer.code >= http.StatusBadRequest {
 			return // an error answer went out (a timeout's 504): it stands
 		}
 		// Abort the connection, so that the client cannot take a truncated
 		// answer for a complete one; the front middleware records it as an
 		// aborted 500.
-		if st := stateFrom(r.Context()); st != nil {
+		if st != nil {
 			st.aborted = true
 		}
 		if p == nil {
@@ -208,24 +208,9 @@ func closeAfterGoexit(w http.ResponseWriter) {
 	_, _ = io.Copy(io.Discard, conn)
 }
 
-// sentStatus is the status the front middleware's wrap saw written, or 0.
-func sentStatus(w http.ResponseWriter) int {
-	if ww, ok := w.(interface{ Status() int }); ok {
-		return ww.Status()
-	}
-	return 0
-}
-
 // nothingSent reports whether the front middleware's wrap shows that no
-// valid status and no byte went out; a writer that cannot tell has sent.
-func nothingSent(w http.ResponseWriter) bool {
-	ww, ok := w.(interface {
-		Status() int
-		BytesWritten() int
-	})
-	if !ok {
-		return false
-	}
-	code := ww.Status()
-	return (code < 100 || code > 999) && ww.BytesWritten() == 0
+// valid status and no byte went out; outside the router (no state) it
+// cannot tell, and counts as sent.
+func nothingSent(st *requestState) bool {
+	return st != nil && (st.writer.code < 100 || st.writer.code > 999) && st.writer.bytes == 0
 }

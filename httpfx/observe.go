@@ -127,7 +127,7 @@ const TracerName = "github.com/redisfx/redisfx/httpfx"
 func (f *front) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 	// The root router's routing context, which sub-routers fill too.
 	state := &requestState{errors: f.errors, values: f.values, routing: chi.RouteContext(r.Context())}
-	id := headerValue(r.Header, RequestIDHeader)
+	id := r.Header.Get(RequestIDHeader)
 	if !validRequestID(id) {
 		id = state.newRequestID()
 	}
@@ -142,7 +142,7 @@ func (f *front) serve(w http.ResponseWriter, r *http.Request, next http.Handler)
 			prop = otel.GetTextMapPropagator()
 		}
 		ctx = prop.Extract(ctx, requestCarrier(r.Header))
-		ctx, span = f.tracer.Start(ctx, spanMethod(r.Method), serverKind...)
+		ctx, span = f.tracer.Start(ctx, methodOr(r.Method, "HTTP"), serverKind...)
 		defer span.End()
 		if span.IsRecording() {
 			span.SetAttributes(requestAttributes(r)...)
@@ -190,7 +190,7 @@ func (f *front) observe(ctx context.Context, r *http.Request, state *requestStat
 	if span != nil && span.IsRecording() {
 		attrs := make([]attribute.KeyValue, 0, 3)
 		if route != UnmatchedRoute {
-			span.SetName(spanMethod(r.Method) + " " + route)
+			span.SetName(methodOr(r.Method, "HTTP") + " " + route)
 			attrs = append(attrs, semconv.HTTPRoute(route))
 		}
 		span.SetAttributes(append(attrs, semconv.HTTPResponseStatusCode(code), semconv.HTTPResponseBodySize(written))...)
@@ -199,7 +199,7 @@ func (f *front) observe(ctx context.Context, r *http.Request, state *requestStat
 		}
 	}
 	if f.metrics != nil {
-		f.metrics.observe(methodLabel(r.Method), route, code, took)
+		f.metrics.observe(methodOr(r.Method, "_OTHER"), route, code, took)
 	}
 	level := zap.InfoLevel
 	if probe {
@@ -225,9 +225,8 @@ func (f *front) observe(ctx context.Context, r *http.Request, state *requestStat
 // HTTP semantic conventions), built only for a recording span.
 func requestAttributes(r *http.Request) []attribute.KeyValue {
 	attrs := make([]attribute.KeyValue, 0, 12)
-	method, known := r.Method, knownMethod(r.Method)
-	if !known {
-		method = "_OTHER"
+	method := methodOr(r.Method, "_OTHER")
+	if method != r.Method {
 		attrs = append(attrs, semconv.HTTPRequestMethodOriginal(r.Method))
 	}
 	attrs = append(attrs, semconv.HTTPRequestMethodKey.String(method))
@@ -248,7 +247,7 @@ func requestAttributes(r *http.Request) []attribute.KeyValue {
 			attrs = append(attrs, semconv.NetworkPeerPort(port))
 		}
 		client := peer
-		if fwd := headerValue(r.Header, "X-Forwarded-For"); fwd != "" {
+		if fwd := r.Header.Get("X-Forwarded-For"); fwd != "" {
 			if i := strings.IndexByte(fwd, ','); i >= 0 {
 				fwd = fwd[:i]
 			}
@@ -256,21 +255,13 @@ func requestAttributes(r *http.Request) []attribute.KeyValue {
 		}
 		attrs = append(attrs, semconv.ClientAddress(client))
 	}
-	if ua := headerValue(r.Header, "User-Agent"); ua != "" {
+	if ua := r.Header.Get("User-Agent"); ua != "" {
 		attrs = append(attrs, semconv.UserAgentOriginal(ua))
 	}
 	if r.ProtoMajor > 0 {
 		attrs = append(attrs, semconv.NetworkProtocolVersion(protocolVersion(r.ProtoMajor, r.ProtoMinor)))
 	}
 	return attrs
-}
-
-// headerValue is h.Get(name) for a canonical name, without canonicalising.
-func headerValue(h http.Header, name string) string {
-	if v := h[name]; len(v) > 0 {
-		return v[0]
-	}
-	return ""
 }
 
 // protocolVersion is network.protocol.version: "1.1" (without allocating),
@@ -285,32 +276,17 @@ func protocolVersion(major, minor int) string {
 	return strconv.Itoa(major) + "." + strconv.Itoa(minor)
 }
 
-// methodLabel is the method as a metric label: "_OTHER" for a method HTTP
-// does not define, so made-up methods cannot grow the cardinality.
-func methodLabel(m string) string {
-	if knownMethod(m) {
-		return m
-	}
-	return "_OTHER"
-}
-
-// spanMethod is the method in a SERVER span's name: "HTTP" for a method
-// HTTP does not define (OpenTelemetry's HTTP conventions).
-func spanMethod(m string) string {
-	if knownMethod(m) {
-		return m
-	}
-	return "HTTP"
-}
-
-// knownMethod reports whether HTTP defines m (RFC 9110 and PATCH).
-func knownMethod(m string) bool {
+// methodOr is m when HTTP defines it (RFC 9110 and PATCH), else other:
+// "_OTHER" as a metric label, so made-up methods cannot grow the
+// cardinality, "HTTP" in a SERVER span's name (OpenTelemetry's HTTP
+// conventions).
+func methodOr(m, other string) string {
 	switch m {
 	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
 		http.MethodDelete, http.MethodConnect, http.MethodOptions, http.MethodTrace:
-		return true
+		return m
 	}
-	return false
+	return other
 }
 
 // splitHostPort splits "host:port", "[v6]:port" or a bare host; port is -1

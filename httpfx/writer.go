@@ -47,12 +47,6 @@ func (rw *responseWriter) Write(b []byte) (int, error) {
 	return n, err
 }
 
-// Status is the final status written, 0 before one was.
-func (rw *responseWriter) Status() int { return rw.code }
-
-// BytesWritten is the number of body bytes written.
-func (rw *responseWriter) BytesWritten() int { return rw.bytes }
-
 // Unwrap returns the wrapped writer, for http.ResponseController.
 func (rw *responseWriter) Unwrap() http.ResponseWriter { return rw.w }
 

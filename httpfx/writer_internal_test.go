@@ -91,14 +91,14 @@ func TestResponseWriter_OffersWhatTheWrappedWriterOffers(t *testing.T) {
 			}
 			w.Header().Set("Link", "</a.css>; rel=preload")
 			w.WriteHeader(http.StatusEarlyHints) // informational: sent, not the answer's status
-			if state.writer.Status() != 0 || out.header.Get("Link") == "" {
-				t.Fatalf("status %d after a 103, header %v", state.writer.Status(), out.header)
+			if state.writer.code != 0 || out.header.Get("Link") == "" {
+				t.Fatalf("status %d after a 103, header %v", state.writer.code, out.header)
 			}
 			wantCodes := []int{http.StatusEarlyHints, http.StatusCreated}
 			if fl {
 				w.(http.Flusher).Flush() // before any status: an implicit 200
-				if !out.flushed || state.writer.Status() != http.StatusOK {
-					t.Fatalf("flushed %v, status %d", out.flushed, state.writer.Status())
+				if !out.flushed || state.writer.code != http.StatusOK {
+					t.Fatalf("flushed %v, status %d", out.flushed, state.writer.code)
 				}
 				wantCodes = []int{http.StatusEarlyHints, http.StatusOK}
 			}
@@ -127,8 +127,8 @@ func TestResponseWriter_OffersWhatTheWrappedWriterOffers(t *testing.T) {
 			if fmt.Sprint(out.codes) != fmt.Sprint(wantCodes) {
 				t.Fatalf("the writer got statuses %v, want %v", out.codes, wantCodes)
 			}
-			if state.writer.Status() != wantCodes[1] || state.writer.BytesWritten() != len(wantBody) || out.body.String() != wantBody {
-				t.Fatalf("measured %d and %d bytes, sent %q; want %d, %q", state.writer.Status(), state.writer.BytesWritten(), out.body.String(), wantCodes[1], wantBody)
+			if state.writer.code != wantCodes[1] || state.writer.bytes != len(wantBody) || out.body.String() != wantBody {
+				t.Fatalf("measured %d and %d bytes, sent %q; want %d, %q", state.writer.code, state.writer.bytes, out.body.String(), wantCodes[1], wantBody)
 			}
 		})
 	}
@@ -141,8 +141,8 @@ func TestResponseWriter_WriteAloneIsA200(t *testing.T) {
 	out := &sink{header: http.Header{}}
 	var state requestState
 	_, _ = state.writer.wrap(plainW{out}, 1).Write([]byte("x"))
-	if fmt.Sprint(out.codes) != "[200]" || state.writer.Status() != 200 || state.writer.BytesWritten() != 1 {
-		t.Fatalf("codes %v, measured %d and %d bytes", out.codes, state.writer.Status(), state.writer.BytesWritten())
+	if fmt.Sprint(out.codes) != "[200]" || state.writer.code != 200 || state.writer.bytes != 1 {
+		t.Fatalf("codes %v, measured %d and %d bytes", out.codes, state.writer.code, state.writer.bytes)
 	}
 }
 

@@ -128,22 +128,19 @@ func parseProxies(list []string) ([]netip.Prefix, error) {
 	var out []netip.Prefix
 	for _, s := range list {
 		s = strings.TrimSpace(s)
-		if strings.Contains(s, "/") {
-			p, err := netip.ParsePrefix(s)
-			if err != nil {
-				return nil, fmt.Errorf("%q is not an address or CIDR range", s)
-			}
-			if p.Addr().Is4In6() && p.Bits() >= 96 { // "::ffff:10.0.0.0/104" is 10.0.0.0/8: addresses are unmapped
-				p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
-			}
-			out = append(out, p.Masked())
-			continue
+		p, err := netip.ParsePrefix(s)
+		if !strings.Contains(s, "/") {
+			var a netip.Addr
+			a, err = netip.ParseAddr(s)
+			p = netip.PrefixFrom(a, a.BitLen())
 		}
-		a, err := netip.ParseAddr(s)
 		if err != nil {
 			return nil, fmt.Errorf("%q is not an address or CIDR range", s)
 		}
-		out = append(out, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))
+		if p.Addr().Is4In6() && p.Bits() >= 96 { // "::ffff:10.0.0.0/104" is 10.0.0.0/8: addresses are unmapped
+			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+		}
+		out = append(out, p.Masked())
 	}
 	return out, nil
 }
