@@ -83,7 +83,10 @@ func (w flushWriter) Flush() { _ = w.FlushError() }
 
 // Hijack implements http.Hijacker.
 func (w hijackWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
-	return w.w.(http.Hijacker).Hijack() // wrap offers it only over a Hijacker
+	if h, ok := w.w.(http.Hijacker); ok {
+		return h.Hijack()
+	}
+	return nil, nil, http.ErrNotSupported
 }
 
 // Hijack implements http.Hijacker.
@@ -97,14 +100,21 @@ func (w fancyWriter) ReadFrom(r io.Reader) (int64, error) {
 	if !w.wroteHeader {
 		w.WriteHeader(http.StatusOK)
 	}
-	n, err := w.w.(io.ReaderFrom).ReadFrom(r) // wrap offers it only over a ReaderFrom
+	rf, ok := w.w.(io.ReaderFrom)
+	if !ok {
+		return 0, http.ErrNotSupported
+	}
+	n, err := rf.ReadFrom(r)
 	w.bytes += int(n)
 	return n, err
 }
 
 // Push implements http.Pusher.
 func (w http2Writer) Push(target string, opts *http.PushOptions) error {
-	return w.w.(http.Pusher).Push(target, opts) // wrap offers it only over a Pusher
+	if p, ok := w.w.(http.Pusher); ok {
+		return p.Push(target, opts)
+	}
+	return http.ErrNotSupported
 }
 
 // wrap starts measuring w and returns the writer the handler gets.
