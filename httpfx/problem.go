@@ -2,6 +2,7 @@ package httpfx
 
 import (
 	"encoding/json"
+	"maps"
 	"net/http"
 	"strconv"
 	"time"
@@ -48,12 +49,8 @@ func (p Problem) MarshalJSON() ([]byte, error) {
 	if err != nil || len(p.Extensions) == 0 {
 		return body, err
 	}
-	ext := make(map[string]any, len(p.Extensions))
-	for k, v := range p.Extensions {
-		if !problemMembers[k] {
-			ext[k] = v
-		}
-	}
+	ext := maps.Clone(p.Extensions)
+	maps.DeleteFunc(ext, func(k string, _ any) bool { return problemMembers[k] })
 	if len(ext) == 0 {
 		return body, nil
 	}
@@ -71,23 +68,14 @@ func (p *Problem) UnmarshalJSON(data []byte) error {
 	if err := json.Unmarshal(data, &std); err != nil {
 		return err
 	}
-	var all map[string]json.RawMessage
+	var all map[string]any
 	if err := json.Unmarshal(data, &all); err != nil {
 		return err
 	}
 	*p = Problem(std)
-	for k, raw := range all {
-		if problemMembers[k] {
-			continue
-		}
-		var v any
-		if err := json.Unmarshal(raw, &v); err != nil {
-			return err
-		}
-		if p.Extensions == nil {
-			p.Extensions = map[string]any{}
-		}
-		p.Extensions[k] = v
+	maps.DeleteFunc(all, func(k string, _ any) bool { return problemMembers[k] })
+	if len(all) > 0 {
+		p.Extensions = all
 	}
 	return nil
 }
