@@ -163,18 +163,3 @@ func TestWatch_RefusesWhatItCannotCheck(t *testing.T) {
 	}
 	stop()
 }
-
-func TestHealthCheckConfigMustNotBeNegative(t *testing.T) {
-	t.Parallel()
-	for _, c := range []struct {
-		cfg   storefx.Config
-		field string
-	}{
-		{storefx.Config{HealthCheckInterval: -time.Second}, "Config.HealthCheckInterval"},
-		{storefx.Config{HealthCheckTimeout: -time.Second}, "Config.HealthCheckTimeout"},
-	} {
-		if err := c.cfg.Validate(); err == nil || !strings.Contains(err.Error(), c.field) {
-			t.Errorf("%s negative: %v", c.field, err)
-		}
-	}
-}

@@ -134,18 +134,6 @@ func (c Config) validate() error {
 			return fieldErr(fmt.Sprintf("Config.Addrs[%d]", i), "%q is not host:port (an IPv6 address is written [::1]:6379)", a)
 		}
 	}
-	for _, f := range []struct {
-		name string
-		d    time.Duration
-	}{
-		{"DialTimeout", c.DialTimeout}, {"ReadTimeout", c.ReadTimeout}, {"WriteTimeout", c.WriteTimeout},
-		{"ClusterStateReloadInterval", c.ClusterStateReloadInterval}, {"ConnectTimeout", c.ConnectTimeout},
-		{"HealthCheckInterval", c.HealthCheckInterval}, {"HealthCheckTimeout", c.HealthCheckTimeout},
-	} {
-		if f.d < 0 {
-			return fieldErr("Config."+f.name, "%v is negative", f.d)
-		}
-	}
 	return c.Breaker.validate()
 }
 

@@ -143,7 +143,6 @@ func TestConfigOptions(t *testing.T) {
 		// The URL's database was dropped in silence on a Cluster.
 		{name: "url db on cluster", cfg: Config{URL: "redis://127.0.0.1:7000/3", Cluster: true}, wantErr: "invalid Config.URL: database 3, but Redis Cluster has only database 0"},
 		{name: "negative pool", cfg: Config{PoolSize: -1}, wantErr: "Config.PoolSize"},
-		{name: "negative timeout", cfg: Config{ReadTimeout: -time.Second}, wantErr: "Config.ReadTimeout"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
