@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"runtime/debug"
+	"strings"
 	"time"
 	"unsafe"
 
@@ -104,15 +105,7 @@ func RequestIDFromContext(ctx context.Context) string {
 }
 
 func validRequestID(id string) bool {
-	if id == "" || len(id) > 128 {
-		return false
-	}
-	for i := 0; i < len(id); i++ {
-		if c := id[i]; c < 0x21 || c > 0x7e {
-			return false
-		}
-	}
-	return true
+	return id != "" && len(id) <= 128 && !strings.ContainsFunc(id, func(r rune) bool { return r < 0x21 || r > 0x7e })
 }
 
 // recoverer turns a panic into a 500 problem, records it on the span and
