@@ -29,8 +29,7 @@ const UnmatchedRoute = "unmatched"
 type requestMetrics struct {
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
-	// The children of matched routes, looked up once (as few as the
-	// router's routes), read without a lock.
+	// The children, looked up once per label set, read without a lock.
 	children readmostly.Map[routeKey, routeChildren]
 }
 
@@ -44,13 +43,10 @@ type routeChildren struct {
 	duration prometheus.Observer
 }
 
-// observe counts a request and records its duration.
+// observe counts a request and records its duration. The children are as
+// few as the labels: methods HTTP does not define share one, and so do the
+// paths no route matches.
 func (m *requestMetrics) observe(method, route string, code int, took time.Duration) {
-	if route == UnmatchedRoute { // anything a scanner sends: not cached
-		m.requests.WithLabelValues(method, route, strconv.Itoa(code)).Inc()
-		m.duration.WithLabelValues(method, route).Observe(took.Seconds())
-		return
-	}
 	k := routeKey{method, route, code}
 	c, ok := m.children.Load(k)
 	if !ok {
