@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"encoding/binary"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"io"
 	"math"
@@ -66,7 +67,12 @@ type canonicalizer struct {
 
 // canonical writes the canonical form of data to w, or nothing if data is
 // not one JSON document (errNotJSON) or nests too deep (errTooDeep).
+// json.Valid vouches for the grammar (depth included), so the parse below
+// only finds where each value ends.
 func canonical(w io.Writer, data []byte, ignore *ignoreSet) error {
+	if !json.Valid(data) {
+		return invalid(data)
+	}
 	if len(data) > math.MaxInt32 {
 		return errNotJSON
 	}
@@ -77,17 +83,37 @@ func canonical(w io.Writer, data []byte, ignore *ignoreSet) error {
 	defer c.release()
 	c.data, c.ignore = data, ignore
 	c.nodes = slices.Grow(c.nodes[:0], 16+len(data)/8)
-	end, err := c.value(c.ws(0), 0)
-	if err != nil {
-		return err
-	}
-	if c.ws(end) != len(data) {
-		return errNotJSON
-	}
+	c.value(c.ws(0))
 	c.out = slices.Grow(c.out[:0], len(data)+16)
 	c.emit(0, "", ignore != nil)
 	_, _ = w.Write(c.out)
 	return nil
+}
+
+// invalid tells why data is not JSON: errTooDeep when encoding/json's first
+// error is its depth limit (MaxJSONDepth), errNotJSON otherwise.
+func invalid(data []byte) error {
+	var syntax *json.SyntaxError
+	if !errors.As(json.Unmarshal(data, new(struct{})), &syntax) {
+		return errNotJSON
+	}
+	depth, inString := 0, false
+	for i := 0; i < int(syntax.Offset) && i < len(data); i++ { // a valid prefix: strings end where they seem to
+		switch b := data[i]; {
+		case inString && b == '\\':
+			i++
+		case b == '"':
+			inString = !inString
+		case inString:
+		case b == '[' || b == '{':
+			if depth++; depth > MaxJSONDepth {
+				return errTooDeep
+			}
+		case b == ']' || b == '}':
+			depth--
+		}
+	}
+	return errNotJSON
 }
 
 // canonicalizers keeps the parse's buffers between requests: a keyed
@@ -104,69 +130,51 @@ func (c *canonicalizer) release() {
 	canonicalizers.Put(c)
 }
 
-// value parses the value at i, inside depth containers, and returns where
-// it ends.
-func (c *canonicalizer) value(i, depth int) (int, error) {
+// value parses the (valid) value at i and returns where it ends.
+func (c *canonicalizer) value(i int) int {
 	d := c.data
-	if i >= len(d) {
-		return 0, errNotJSON
-	}
-	switch b := d[i]; {
-	case b == '{' || b == '[':
-		if depth == MaxJSONDepth {
-			return 0, errTooDeep
-		}
-		return c.container(i, depth+1)
-	case b == '"':
+	switch d[i] {
+	case '{', '[':
+		return c.container(i)
+	case '"':
 		return c.str(i)
-	case b == 't':
-		return c.literal(i, "true", 't')
-	case b == 'f':
-		return c.literal(i, "false", 'f')
-	case b == 'n':
-		return c.literal(i, "null", 'z')
-	case b == '-' || (b >= '0' && b <= '9'):
-		return c.number(i)
+	case 't':
+		c.scalar('t', 0, 0, false)
+		return i + len("true")
+	case 'f':
+		c.scalar('f', 0, 0, false)
+		return i + len("false")
+	case 'n':
+		c.scalar('z', 0, 0, false)
+		return i + len("null")
 	}
-	return 0, errNotJSON
+	start := i
+	for i < len(d) && (d[i] >= '0' && d[i] <= '9' || d[i] == '-' || d[i] == '+' || d[i] == '.' || d[i] == 'e' || d[i] == 'E') {
+		i++
+	}
+	c.scalar('n', start, i, false)
+	return i
 }
 
-func (c *canonicalizer) container(i, depth int) (int, error) {
+func (c *canonicalizer) container(i int) int {
 	d := c.data
-	kind, closer := byte('a'), byte(']')
-	if d[i] == '{' {
-		kind, closer = 'o', '}'
-	}
 	at := len(c.nodes)
-	c.nodes = append(c.nodes, node{kind: kind})
-	var err error
-	if i = c.ws(i + 1); i < len(d) && d[i] == closer {
-		c.nodes[at].next = int32(len(c.nodes))
-		return i + 1, nil
+	c.nodes = append(c.nodes, node{kind: 'a'})
+	if d[i] == '{' {
+		c.nodes[at].kind = 'o'
 	}
-	for {
-		if kind == 'o' {
-			if i, err = c.key(i); err != nil {
-				return 0, err
-			}
-		}
-		if i, err = c.value(i, depth); err != nil {
-			return 0, err
-		}
-		c.nodes[at].count++
-		if i = c.ws(i); i >= len(d) {
-			return 0, errNotJSON
-		}
-		switch d[i] {
-		case ',':
+	for i = c.ws(i + 1); d[i] != ']' && d[i] != '}'; i = c.ws(i) {
+		if d[i] == ',' {
 			i = c.ws(i + 1)
-		case closer:
-			c.nodes[at].next = int32(len(c.nodes))
-			return i + 1, nil
-		default:
-			return 0, errNotJSON
 		}
+		if c.nodes[at].kind == 'o' {
+			i = c.ws(c.ws(c.str(i)) + 1) // the key and its colon
+		}
+		i = c.value(i)
+		c.nodes[at].count++
 	}
+	c.nodes[at].next = int32(len(c.nodes))
+	return i + 1
 }
 
 func (c *canonicalizer) ws(i int) int {
@@ -176,101 +184,28 @@ func (c *canonicalizer) ws(i int) int {
 	return i
 }
 
-// key reads an object key and its colon; it returns the start of the value.
-func (c *canonicalizer) key(i int) (int, error) {
-	if i >= len(c.data) || c.data[i] != '"' {
-		return 0, errNotJSON
-	}
-	i, err := c.str(i)
-	if err != nil {
-		return 0, err
-	}
-	if i = c.ws(i); i >= len(c.data) || c.data[i] != ':' {
-		return 0, errNotJSON
-	}
-	return c.ws(i + 1), nil
-}
-
 func (c *canonicalizer) scalar(kind byte, start, end int, esc bool) {
 	c.nodes = append(c.nodes, node{kind: kind, start: int32(start), end: int32(end), next: int32(len(c.nodes) + 1), esc: esc})
 }
 
-func (c *canonicalizer) literal(i int, lit string, kind byte) (int, error) {
-	if !bytes.HasPrefix(c.data[i:], []byte(lit)) {
-		return 0, errNotJSON
-	}
-	c.scalar(kind, 0, 0, false)
-	return i + len(lit), nil
-}
-
-// number checks the JSON number grammar; the text is kept as it is.
-func (c *canonicalizer) number(start int) (int, error) {
-	d, i := c.data, start
-	if d[i] == '-' {
-		i++
-	}
-	switch {
-	case i < len(d) && d[i] == '0':
-		i++
-	case i < len(d) && d[i] >= '1' && d[i] <= '9':
-		i = digits(d, i)
-	default:
-		return 0, errNotJSON
-	}
-	if i < len(d) && d[i] == '.' {
-		if i = digits(d, i+1); d[i-1] == '.' {
-			return 0, errNotJSON
-		}
-	}
-	if i < len(d) && (d[i] == 'e' || d[i] == 'E') {
-		i++
-		if i < len(d) && (d[i] == '+' || d[i] == '-') {
-			i++
-		}
-		j := digits(d, i)
-		if j == i {
-			return 0, errNotJSON
-		}
-		i = j
-	}
-	c.scalar('n', start, i, false)
-	return i, nil
-}
-
-func digits(d []byte, i int) int {
-	for i < len(d) && d[i] >= '0' && d[i] <= '9' {
-		i++
-	}
-	return i
-}
-
 // str reads the string at i (which is '"'). One of printable ASCII without
 // escapes is kept in place; any other is decoded into buf.
-func (c *canonicalizer) str(i int) (int, error) {
+func (c *canonicalizer) str(i int) int {
 	d := c.data
 	i++
 	start := i
-	for i < len(d) && inPlace[d[i]] {
+	for inPlace[d[i]] {
 		i++
 	}
-	if i < len(d) && d[i] == '"' {
+	if d[i] == '"' {
 		c.scalar('s', start, i, false)
-		return i + 1, nil
+		return i + 1
 	}
 	from, out := len(c.buf), c.buf
-	for i = start; i < len(d); {
+	for i = start; d[i] != '"'; {
 		switch b := d[i]; {
-		case b == '"':
-			c.buf = out
-			c.scalar('s', from, len(out), true)
-			return i + 1, nil
-		case b < 0x20:
-			return 0, errNotJSON
 		case b == '\\':
 			r, n := unescape(d[i:])
-			if n == 0 {
-				return 0, errNotJSON
-			}
 			out, i = utf8.AppendRune(out, r), i+n
 		case b < utf8.RuneSelf:
 			out, i = append(out, b), i+1
@@ -279,7 +214,9 @@ func (c *canonicalizer) str(i int) (int, error) {
 			out, i = utf8.AppendRune(out, r), i+n // an invalid byte is U+FFFD
 		}
 	}
-	return 0, errNotJSON
+	c.buf = out
+	c.scalar('s', from, len(out), true)
+	return i + 1
 }
 
 // inPlace holds the bytes a string kept in place may hold: printable ASCII
@@ -291,44 +228,28 @@ var inPlace = func() (t [256]bool) {
 	return t
 }()
 
-// unescape decodes the escape at the start of d, as encoding/json does (a
-// lone surrogate is U+FFFD); n is its length, 0 if it is not one.
+// unescape decodes the (valid) escape at the start of d, as encoding/json
+// does (a lone surrogate is U+FFFD); n is its length.
 func unescape(d []byte) (r rune, n int) {
-	if len(d) < 2 {
-		return 0, 0
-	}
 	if k := strings.IndexByte(`"\/bfnrt`, d[1]); k >= 0 {
 		return rune("\"\\/\b\f\n\r\t"[k]), 2
 	}
-	if d[1] != 'u' {
-		return 0, 0
-	}
-	r, ok := hex4(d[2:])
-	if !ok {
-		return 0, 0
-	}
-	if !utf16.IsSurrogate(r) {
+	if r = hex4(d[2:]); !utf16.IsSurrogate(r) {
 		return r, 6
 	}
-	if len(d) >= 8 && d[6] == '\\' && d[7] == 'u' {
-		if r2, ok := hex4(d[8:]); ok {
-			if dec := utf16.DecodeRune(r, r2); dec != utf8.RuneError {
-				return dec, 12
-			}
+	if len(d) >= 12 && d[6] == '\\' && d[7] == 'u' {
+		if dec := utf16.DecodeRune(r, hex4(d[8:])); dec != utf8.RuneError {
+			return dec, 12
 		}
 	}
 	return utf8.RuneError, 6
 }
 
-func hex4(d []byte) (rune, bool) {
+// hex4 reads the four hex digits of a \u escape.
+func hex4(d []byte) rune {
 	var b [2]byte
-	if len(d) < 4 {
-		return 0, false
-	}
-	if _, err := hex.Decode(b[:], d[:4]); err != nil {
-		return 0, false
-	}
-	return rune(b[0])<<8 | rune(b[1]), true
+	_, _ = hex.Decode(b[:], d[:4])
+	return rune(b[0])<<8 | rune(b[1])
 }
 
 // bytesOf returns the bytes of string or number node i.
@@ -432,7 +353,7 @@ func (c *canonicalizer) scanKeys(ms []member) (plain, oddInts bool) {
 }
 
 func allDigits(b []byte) bool {
-	return len(b) > 0 && digits(b, 0) == len(b)
+	return len(b) > 0 && !slices.ContainsFunc(b, func(d byte) bool { return d < '0' || d > '9' })
 }
 
 // folded is a member with its class, foldBuf[lo:hi].
