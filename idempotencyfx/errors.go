@@ -97,6 +97,12 @@ type IdempotencyNotReplayableError struct {
 	RetryAfter time.Duration
 }
 
+// retryAfter gives DefaultErrorFilter the Retry-After of the errors that have one.
+func (e *IdempotencyFailedError) retryAfter() time.Duration        { return e.RetryAfter }
+func (e *IdempotencyTimeoutError) retryAfter() time.Duration       { return e.RetryAfter }
+func (e *IdempotencyNotReplayableError) retryAfter() time.Duration { return e.RetryAfter }
+func (e *IdempotencyStoreError) retryAfter() time.Duration         { return e.RetryAfter }
+
 func newMismatch(key string) error {
 	return &IdempotencyFingerprintMismatchError{Key: key, BaseError: redisfx.BaseError{Code: CodeKeyReused,
 		Message: "this idempotency key was already used with a different request; send the same request again or use a new key"}}

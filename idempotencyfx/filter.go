@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/redisfx/redisfx"
 	"github.com/redisfx/redisfx/httpfx"
@@ -58,21 +59,9 @@ func DefaultErrorFilter(err error, _ *http.Request) (httpfx.Problem, bool) {
 		detail = "The request could not be checked for duplicates, so it was not processed. Retry with the same key."
 	}
 	p := httpfx.NewProblem(status, base.Code, detail)
-	var (
-		failed  *IdempotencyFailedError
-		timeout *IdempotencyTimeoutError
-		notRepl *IdempotencyNotReplayableError
-		store   *IdempotencyStoreError
-	)
-	switch {
-	case errors.As(err, &failed):
-		p.RetryAfter = failed.RetryAfter
-	case errors.As(err, &timeout):
-		p.RetryAfter = timeout.RetryAfter
-	case errors.As(err, &notRepl):
-		p.RetryAfter = notRepl.RetryAfter
-	case errors.As(err, &store):
-		p.RetryAfter = store.RetryAfter
+	var retry interface{ retryAfter() time.Duration }
+	if errors.As(err, &retry) {
+		p.RetryAfter = retry.retryAfter()
 	}
 	if status == http.StatusConflict && p.RetryAfter <= 0 {
 		p.RetryAfter = 1

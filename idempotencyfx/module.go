@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/redisfx/redisfx/httpfx"
+	"github.com/redisfx/redisfx/internal/clientcheck"
 	"github.com/redisfx/redisfx/internal/fxconfig"
 )
 
@@ -19,7 +20,8 @@ import (
 // needs a Redis client (storefx.Module) and a *zap.Logger; the configuration
 // is a Config or *Config in the graph, DefaultConfig without one.
 var Module = fx.Module("redisfx.idempotency",
-	fx.Invoke(checkCollaborators),
+	clientcheck.Required("idempotencyfx.Module"),
+	fx.Invoke(checkLogger),
 	fx.Provide(
 		func() ErrorFilter { return DefaultErrorFilter },
 		NewFromParams,
@@ -39,19 +41,15 @@ func serviceValue(s *Service) httpfx.ContextValue {
 	return httpfx.ContextValue{Key: serviceKey{}, Value: s}
 }
 
-// collaborators are optional here only so that a missing one gets a message
-// naming what to add; NewFromParams requires them.
-type collaborators struct {
+// loggerInGraph is optional here only so that a missing logger gets a
+// message naming what to add; NewFromParams requires it.
+type loggerInGraph struct {
 	fx.In
-	Redis redis.UniversalClient `optional:"true"`
-	Log   *zap.Logger           `optional:"true"`
+	Log *zap.Logger `optional:"true"`
 }
 
-// checkCollaborators runs before the module's constructors.
-func checkCollaborators(c collaborators) error {
-	if c.Redis == nil {
-		return errors.New("idempotencyfx.Module needs a Redis client: add storefx.Module to the app")
-	}
+// checkLogger runs before the module's constructors.
+func checkLogger(c loggerInGraph) error {
 	if c.Log == nil {
 		return errors.New("idempotencyfx.Module needs a *zap.Logger: provide one, e.g. fx.Provide(zap.NewProduction)")
 	}

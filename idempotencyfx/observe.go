@@ -131,13 +131,9 @@ func (o *observer) outcome(ctx context.Context, oc Outcome) {
 	}
 }
 
-// Attributes of the idempotency.wait span, beside those of every plugin
-// span (redisfx.plugin, db.system, db.operation, redisfx.duration_ms, and
-// redisfx.error on failure).
-const (
-	// AttrWaitTimeoutMS is the WaitTimeout the wait ran under, in ms.
-	AttrWaitTimeoutMS = "redisfx.idempotency.wait_timeout_ms"
-)
+// AttrWaitTimeoutMS is the WaitTimeout the idempotency.wait span's wait ran
+// under, in ms.
+const AttrWaitTimeoutMS = "redisfx.idempotency.wait_timeout_ms"
 
 // startWait opens the idempotency.wait plugin span (its Redis operation is
 // the SUBSCRIBE that waits), when plugin tracing is on.

@@ -242,13 +242,8 @@ func (s *Service) claimOnce(ctx context.Context, storeKey, fp, owner string, wai
 	return c, nil
 }
 
-// wait waits for the in-flight request whose claim reply was running: woken
-// by its completion message or by polling, which also takes over a lease
-// that ran out. A message counts only if it names the owner last seen
-// running (the channel is shared by every database, and the record may have
-// been taken anew). It polls when its subscription is confirmed and every
-// PollInterval, so pub/sub only makes it faster. It ends after WaitTimeout
-// (plus a claim in flight) or when ctx ends.
+// wait waits for the in-flight request of the claim reply running, within
+// WaitTimeout (plus a claim in flight), under the idempotency.wait span.
 func (s *Service) wait(ctx context.Context, storeKey, key, fp, owner string, running claim) (grant, error) {
 	began := time.Now()
 	ctx, span := s.obs.startWait(ctx, s.cfg.WaitTimeout)
@@ -257,6 +252,10 @@ func (s *Service) wait(ctx context.Context, storeKey, key, fp, owner string, run
 	return g, err
 }
 
+// awaitOutcome is woken by a completion message naming the owner last seen
+// running (the channel is shared by every database, and the record may
+// have been taken anew), or polls: when its subscription is confirmed and
+// every PollInterval. A poll also takes over a lease that ran out.
 func (s *Service) awaitOutcome(ctx context.Context, storeKey, key, fp, owner string, running claim) (grant, error) {
 	leaseLeft, holder := running.wait, running.owner
 	deadline := time.NewTimer(s.cfg.WaitTimeout)
@@ -329,30 +328,28 @@ func (s *Service) grantFor(c claim, storeKey, key, owner string, waited bool) (g
 	return grant{}, newStoreError(fmt.Errorf("unexpected claim reply %q", c.kind))
 }
 
-// grantFromMessage reads a completion message (state byte, 'o', owner token
-// length, ':', owner token, response). ok is false for a message this waiter
-// cannot use (malformed, of an older version, or another owner's than
-// holder): the waiter then asks its own record.
+// grantFromMessage reads a completion message (idemscript.Complete). ok is
+// false for one this waiter cannot use (malformed, of an older version, or
+// another owner's than holder): the waiter then asks its own record.
 func (s *Service) grantFromMessage(payload, key, holder string) (g grant, ok bool, err error) {
 	if len(payload) < 2 || payload[1] != 'o' || holder == "" {
 		return grant{}, false, nil
 	}
-	state, rest := State(payload[:1]), payload[2:]
-	n, rest, found := strings.Cut(rest, ":")
+	n, rest, found := strings.Cut(payload[2:], ":")
 	size, convErr := strconv.Atoi(n)
 	if !found || convErr != nil || size != len(holder) || !strings.HasPrefix(rest, holder) {
 		return grant{}, false, nil
 	}
-	resp := rest[len(holder):]
-	switch state {
-	case StateCompleted:
-		return grant{outcome: OutcomeWaitedReplay, resp: resp}, true, nil
-	case StateFailed:
-		return grant{outcome: OutcomePreviousFailed}, true, newFailed(key, s.cfg.LockTimeout)
-	case StateNotReplayable:
-		return grant{outcome: OutcomeNotReplayable}, true, newNotReplayable(key, max(s.cfg.DefaultTTL, 0))
+	c := claim{kind: claimKind(payload[0]), resp: rest[len(holder):], wait: s.cfg.LockTimeout}
+	switch c.kind {
+	case claimNotReplayable:
+		c.wait = max(s.cfg.DefaultTTL, 0)
+	case claimCompleted, claimFailed:
+	default:
+		return grant{}, false, nil
 	}
-	return grant{}, false, nil
+	g, err = s.grantFor(c, "", key, "", true)
+	return g, true, err
 }
 
 func replayOutcome(waited bool) Outcome {
@@ -419,10 +416,7 @@ type fenceKey struct{}
 
 // leaseMark is what idempotent work carries in its context: its fencing
 // token and lease. Inside the work, a request or Do call for the record it
-// holds (the same key and scope, same Service) is served by that lease:
-// claiming the record again could only wait for itself. Any other key is a
-// sub-request, protected in its own right. Once the work ended the mark
-// serves nothing.
+// holds is served by that lease: claiming it again could only wait for itself.
 type leaseMark struct {
 	token int64
 	lease *lease
@@ -449,9 +443,8 @@ func (s *Service) holdsRecord(ctx context.Context, record string) bool {
 
 // FencingToken returns the fencing token of the idempotent work running in
 // ctx, 0 outside it. It strictly increases at every new owner of a (scope,
-// key) (Redis TIME in microseconds, or the previous token + 1 if higher),
-// also after the record expired or was deleted: pass it to downstream writes
-// so that they can refuse a stale attempt.
+// key), also after the record expired or was deleted: pass it to downstream
+// writes so that they can refuse a stale attempt.
 func FencingToken(ctx context.Context) int64 {
 	if m, _ := ctx.Value(fenceKey{}).(*leaseMark); m != nil {
 		return m.token

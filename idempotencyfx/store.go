@@ -2,7 +2,6 @@ package idempotencyfx
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -91,10 +90,10 @@ func (s store) claim(ctx context.Context, key, fp, owner string, lease time.Dura
 	if err != nil {
 		return claim{}, false, err
 	}
-	if len(v) == 0 {
-		return claim{}, false, errors.New("idempotencyfx: empty claim reply")
+	var kind string
+	if len(v) > 0 {
+		kind, _ = v[0].(string)
 	}
-	kind, _ := v[0].(string)
 	if len(kind) != 1 {
 		return claim{}, false, fmt.Errorf("idempotencyfx: bad claim reply %v", v)
 	}
