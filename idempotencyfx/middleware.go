@@ -211,9 +211,9 @@ func failedUnlessAnswered(rec *recorder) State {
 }
 
 // readBody reads the whole request body, at most limit bytes, and restores
-// it for the handler. Content-Length only refuses a body announced too
-// large: the buffer grows with the bytes that arrive, so a client that
-// announces 1 MiB and sends one byte costs one small buffer.
+// it for the handler. Content-Length refuses a body announced too large and
+// sizes the first buffer up to 4 KiB only: past that the buffer grows with
+// the bytes that arrive, so a lying length costs little.
 func readBody(r *http.Request, limit int64) ([]byte, error) {
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil, nil
@@ -221,8 +221,6 @@ func readBody(r *http.Request, limit int64) ([]byte, error) {
 	if r.ContentLength > limit {
 		return nil, bodyTooLarge(limit)
 	}
-	// Content-Length sizes the first buffer only up to 4 KiB: past that the
-	// buffer grows with the bytes that arrive, so a lying length costs little.
 	body := make([]byte, 0, min(max(r.ContentLength, 0)+1, 4<<10))
 	for {
 		if len(body) == cap(body) {

@@ -13,15 +13,11 @@ import (
 	"github.com/redisfx/redisfx/internal/throttle"
 )
 
-// notifier wakes waiting duplicates when the request they wait for
-// completes: the completion script PUBLISHes the outcome on the record key's
-// channel, and one shared subscription per process wakes every waiter of
-// that key with the outcome in hand. It is an optimisation only: waiters
-// also poll, and their WaitTimeout runs whatever pub/sub does, so a waiter
-// never blocks on it. One goroutine (run) owns the connection, opened at the
-// first wait; a command unanswered within StoreTimeout (a connection dropped
-// silently by a NAT) gets the connection replaced and every channel
-// subscribed again.
+// notifier wakes waiting duplicates with the outcome the completion script
+// PUBLISHes on the record key's channel, through one subscription per
+// process. An optimisation only: waiters also poll. One goroutine (run) owns
+// the connection, opened at the first wait; a command unanswered within
+// StoreTimeout gets the connection replaced and every channel subscribed again.
 type notifier struct {
 	rdb     redis.UniversalClient
 	log     *zap.Logger

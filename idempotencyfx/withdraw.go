@@ -12,39 +12,26 @@ import (
 	"github.com/redisfx/redisfx/storefx"
 )
 
-// A claim whose reply is lost (it timed out on a stalled Redis, or its
-// connection failed) may still have run, or may run later: a stalled
-// server reads it when it resumes. The request has answered 500
-// idempotency_store_unavailable ("not processed, retry with the same
-// key"), so a record left in progress for it would make that retry wait
-// and get 409 until the lease ran out, with nothing running. The claim is
-// withdrawn in the background instead (idemscript.Abandon): the record is
-// deleted if the claim landed, and a marker refuses it if it arrives later.
-
 // withdrawnMarkerLife is how long the marker of a withdrawn claim outlives
 // the lease: a claim delivered later than LockTimeout + this (a connection
 // held up for minutes) may still take the record for one lease.
 const withdrawnMarkerLife = time.Minute
 
 // answerLost reports whether a failed claim may have been run by Redis:
-// not when storefx's breaker refused it (ErrCircuitOpen: no try of it was
-// sent, a retry refused after a sent try has another error), nor when the
-// client is closed (nothing can be withdrawn). Any other error may follow
-// a send that landed: go-redis sends a command again when its connection
-// fails, so the last try's error (a refused dial, an OOM reply) says
-// nothing of the first.
+// any error but a breaker refusal (nothing was sent) or a closed client
+// (nothing can be withdrawn), since go-redis re-sends a command whose
+// connection failed and its last error says nothing of the first send.
 func answerLost(err error) bool {
 	return !errors.Is(err, storefx.ErrCircuitOpen) && !errors.Is(err, redis.ErrClosed)
 }
 
-// maxWithdrawals bounds the withdrawals in flight: with the circuit breaker
-// disabled, an outage would otherwise start one per failed request, each
-// trying for up to LockTimeout + 1 minute. Beyond it a lost claim is not
-// withdrawn (logged, at most every 10 s): if Redis ran it, its key is held
-// until the lease ends, as without withdrawals.
+// maxWithdrawals bounds the withdrawals in flight: without the circuit
+// breaker an outage would start one per failed request.
 const maxWithdrawals = 1024
 
-// withdrawClaim withdraws owner's claim of key in the background.
+// withdrawClaim withdraws owner's claim of key in the background, so that a
+// retry of the request, answered 500 without running, does not wait for a
+// lease nobody holds (idemscript.Abandon).
 func (s *Service) withdrawClaim(parent context.Context, key, owner string) {
 	if s.withdrawing.Add(1) > maxWithdrawals {
 		s.withdrawing.Add(-1)
@@ -63,15 +50,11 @@ func (s *Service) withdrawClaim(parent context.Context, key, owner string) {
 }
 
 // withdraw runs the Abandon script until Redis answers it, each try bounded
-// by StoreTimeout. The first goes out at once, through an open circuit
-// breaker (the failure that lost the claim's reply may have opened it); a
-// try that timed out is followed at once by the next, so that one is
-// waiting when a stalled Redis resumes and the record, should the claim run
-// first, is freed within a round trip. Later tries respect the breaker:
-// while it is open they wait for its probe to find Redis again (checking
-// every refusedPause, which costs no round trip), so a dead Redis is not
-// sent a withdrawal per failed request. It gives up after LockTimeout +
-// withdrawnMarkerLife, or when the Service closes.
+// by StoreTimeout. The first goes past the circuit breaker (the failure that
+// lost the reply may have opened it); a try that timed out is followed at
+// once by the next, so that one is queued when a stalled Redis resumes.
+// Later tries wait while the breaker is open. It gives up after LockTimeout
+// + withdrawnMarkerLife, or when the Service closes.
 func (s *Service) withdraw(parent, stop context.Context, key, owner string) {
 	end := time.Now().Add(s.cfg.LockTimeout + withdrawnMarkerLife)
 	ctx, cancel := context.WithCancel(context.WithoutCancel(parent))

@@ -2,15 +2,11 @@
 // own: the request's values (its trace), none of its cancellation, and a
 // deadline a fixed timeout away.
 //
-// context.WithTimeout(context.WithoutCancel(ctx), d) does that with six
-// allocations and a runtime timer added and removed per call, on every
-// claim and completion: a tenth of what a replayed request allocates. Calls
+// context.WithTimeout(context.WithoutCancel(ctx), d) costs six allocations
+// and a timer per call, a tenth of what a replayed request allocates. Calls
 // that start within one grain (a sixty-fourth of the timeout) share one
-// deadline here, and with it one Done channel and one timer, so a call costs
-// three small allocations and no timer of its own.
-// The deadline is rounded down to its grain: a call is given at least
-// timeout minus a grain and never more than timeout, so every bound that
-// rests on the timeout still holds.
+// deadline here, rounded down to its grain, and with it one Done channel and
+// one timer: a call gets at least the timeout minus a grain, never more.
 package detach
 
 import (
@@ -41,8 +37,7 @@ func New(timeout time.Duration) *Timeouts {
 }
 
 // Context returns a context with parent's values that parent's cancellation
-// does not reach, done when its deadline passes: at most the timeout from
-// now, at least the timeout minus a sixty-fourth of it. Nothing needs
+// does not reach, done when its grain's deadline passes. Nothing needs
 // releasing.
 func (t *Timeouts) Context(parent context.Context) context.Context {
 	d := t.deadline()

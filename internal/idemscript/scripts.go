@@ -5,24 +5,11 @@ package idemscript
 
 import "github.com/redis/go-redis/v9"
 
-// The record of one key is a Redis hash under one key, so every script
-// touches exactly one key and is Redis Cluster safe.
-//
-//	s  state: p (in progress), c (completed), f (failed),
-//	   u (completed but not replayable)
-//	f  request fingerprint
-//	r  encoded response (state c only)
-//	n  fencing token: Redis TIME in microseconds at the claim, or the
-//	   previous owner's token + 1 if that is higher, so it strictly
-//	   increases at every new owner, also after the record expired
-//	o  owner token of the current attempt (kept after completion)
-//	l  lease deadline, Redis TIME in milliseconds
-//	w  present when a duplicate is waiting: completion then PUBLISHes
-//
-// Lease arithmetic uses Redis TIME only, never the app servers' clocks.
-// An in-progress key expires at twice the lease, so a dead owner's record
-// is still there to be taken over (and counted as a takeover) for one more
-// lease, and is gone after that.
+// The record of one key is a Redis hash (its fields: docs/idempotency.md,
+// "The record in Redis"), so every script touches one key and is Cluster
+// safe. Lease arithmetic uses Redis TIME only. An in-progress key expires at
+// twice the lease, so a dead owner's record is still there to be taken over
+// for one more lease.
 
 // Claim is the claim script. KEYS[1] record; ARGV fingerprint, owner, lease ms, wait (0|1).
 // Replies: {"n", token} new owner; {"t", token} takeover of an expired
@@ -142,24 +129,19 @@ return 1
 // All lists every script, for preloading (SCRIPT LOAD) at start.
 var All = []*redis.Script{Claim, Renew, Complete, Abandon}
 
-// Abandon withdraws a claim whose reply was lost (it timed out, or its
-// connection failed): the request that sent it has answered without running
-// anything, yet Redis may have run the claim, or may still run it later (a
-// stalled server reads it when it resumes). If the claim landed (the record
-// is in progress for that owner), the record's fields are deleted (other
-// owners' markers in the key stay, and this owner's is added), and its waiters,
-// if any, are woken to claim it anew (a message they do not take: they ask
-// their record). If it has not, a marker field x:<owner> is left in the
-// record key, so that the claim, should it arrive, takes nothing; a key
-// made only for the marker expires after ARGV[2] ms.
+// Abandon withdraws a claim whose reply was lost, which Redis may have run
+// or may still run. If it landed, the record's fields are deleted and its
+// waiters woken to claim anew (a message they do not take: they ask their
+// record). Either way a marker field x:<owner> is left, so that the claim,
+// should it arrive, takes nothing; a key made only for the marker expires
+// after ARGV[2] ms.
 // KEYS[1] record; ARGV owner, marker ms. Returns 1 (withdrawn) or 0 (marked).
 var Abandon = redis.NewScript(`
 local k = KEYS[1]
 local rec = redis.call('HMGET', k, 's', 'o', 'w')
 if rec[1] == 'p' and rec[2] == ARGV[1] then
-  -- The record's fields only: other owners' markers in the key stay. This
-  -- owner's marker is set too: another send of the same claim (go-redis
-  -- re-sends one whose connection failed) may still be on its way.
+  -- Other owners' markers in the key stay. Another send of this claim
+  -- (go-redis re-sends one whose connection failed) may still come.
   redis.call('HDEL', k, 's', 'f', 'o', 'l', 'n', 'w', 'r')
   redis.call('HSET', k, 'x:' .. ARGV[1], 1)
   if redis.call('PTTL', k) < tonumber(ARGV[2]) then
