@@ -31,8 +31,10 @@ func newLateCompletions() *lateCompletions {
 	return &lateCompletions{stop: stop, cancel: cancel}
 }
 
-// start runs try in the background; false once the Service is closing.
-func (lc *lateCompletions) start(try func(stop context.Context)) bool {
+// start runs try in the background with parent's values (a request that
+// has ended: its trace goes on), cancelled when Shutdown's grace ends;
+// false once the Service is closing.
+func (lc *lateCompletions) start(parent context.Context, try func(ctx context.Context)) bool {
 	lc.mu.Lock()
 	defer lc.mu.Unlock()
 	if lc.closed {
@@ -41,7 +43,10 @@ func (lc *lateCompletions) start(try func(stop context.Context)) bool {
 	lc.running.Add(1)
 	go func() {
 		defer lc.running.Done()
-		try(lc.stop)
+		ctx, cancel := context.WithCancel(context.WithoutCancel(parent))
+		defer context.AfterFunc(lc.stop, cancel)()
+		defer cancel()
+		try(ctx)
 	}()
 	return true
 }
@@ -67,13 +72,9 @@ func (lc *lateCompletions) shutdown(ctx context.Context) {
 // completeLate retries the completion of l until it lands or is refused,
 // the record's life is over, or the Service closes: at once, then backing
 // off up to a tenth of the lease.
-func (s *Service) completeLate(parent, stop context.Context, l *lease, state State, resp []byte, ttl time.Duration) {
+func (s *Service) completeLate(ctx context.Context, l *lease, state State, resp []byte, ttl time.Duration) {
 	// The record expires before this: its owner's last renewal was earlier.
 	end := time.Now().Add(durations.Mul(s.cfg.LockTimeout, 2))
-	// The request has ended; its trace goes on.
-	ctx, cancel := context.WithCancel(context.WithoutCancel(parent))
-	defer context.AfterFunc(stop, cancel)()
-	defer cancel()
 	pause := backoff.Backoff{Min: 10 * time.Millisecond, Max: max(s.cfg.LockTimeout/10, 10*time.Millisecond)}
 	why := "Redis out of reach while the record lived"
 	tries := 2 // the request's own
@@ -88,14 +89,14 @@ func (s *Service) completeLate(parent, stop context.Context, l *lease, state Sta
 			s.obs.count(OutcomeLateCompletion)
 			s.log.Warn("idempotency: the outcome was recorded in the background after the request's tries failed",
 				zap.String("record", l.key), zap.Int("tries", tries))
-			s.reportCompletion(parent, l, done)
+			s.reportCompletion(ctx, l, done)
 			return
 		}
 		if !time.Now().Before(end) || !pause.Wait(ctx) {
 			break
 		}
 	}
-	if stop.Err() != nil {
+	if ctx.Err() != nil { // only Shutdown cancels it
 		why = "the Service closed first"
 	}
 	s.obs.count(OutcomeLostCompletion)

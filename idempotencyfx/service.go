@@ -373,7 +373,7 @@ func (s *Service) finish(ctx context.Context, l *lease, state State, resp []byte
 	if err != nil {
 		// Not store_error (this request ran). Each pending ends late or lost.
 		s.obs.count(OutcomePendingCompletion)
-		if s.late.start(func(stop context.Context) { s.completeLate(ctx, stop, l, state, resp, ttl) }) {
+		if s.late.start(ctx, func(ctx context.Context) { s.completeLate(ctx, l, state, resp, ttl) }) {
 			s.log.Warn("idempotency: the outcome could not be recorded yet; trying again in the background while the record lives",
 				zap.String("record", l.key), zap.Error(err))
 			return

@@ -41,9 +41,9 @@ func (s *Service) withdrawClaim(parent context.Context, key, owner string) {
 		}
 		return
 	}
-	if !s.late.start(func(stop context.Context) {
+	if !s.late.start(parent, func(ctx context.Context) {
 		defer s.withdrawing.Add(-1)
-		s.withdraw(parent, stop, key, owner)
+		s.withdraw(ctx, key, owner)
 	}) {
 		s.withdrawing.Add(-1)
 	}
@@ -55,11 +55,8 @@ func (s *Service) withdrawClaim(parent context.Context, key, owner string) {
 // once by the next, so that one is queued when a stalled Redis resumes.
 // Later tries wait while the breaker is open. It gives up after LockTimeout
 // + withdrawnMarkerLife, or when the Service closes.
-func (s *Service) withdraw(parent, stop context.Context, key, owner string) {
+func (s *Service) withdraw(ctx context.Context, key, owner string) {
 	end := time.Now().Add(s.cfg.LockTimeout + withdrawnMarkerLife)
-	ctx, cancel := context.WithCancel(context.WithoutCancel(parent))
-	defer context.AfterFunc(stop, cancel)()
-	defer cancel()
 	pause, longest := 10*time.Millisecond, min(max(s.cfg.LockTimeout/10, 10*time.Millisecond), time.Second)
 	for tries := 1; ; tries++ {
 		began := time.Now()
