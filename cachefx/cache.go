@@ -70,9 +70,6 @@ type ValueTooLargeError struct {
 	Size, Max int
 }
 
-// ErrInvalidNamespace refuses a namespace that is not 1 to 64 of [A-Za-z0-9_.-].
-var ErrInvalidNamespace = &redisfx.BaseError{Code: "cache_namespace_invalid", Message: "cachefx: " + namespaceRule}
-
 const namespaceRule = "a cache namespace must be 1 to 64 characters of A-Z a-z 0-9 _ . -"
 
 // New builds a Cache without Fx. With the first layer on, call Start to

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -312,9 +311,5 @@ func (c *Cache) storeLeased(ctx context.Context, key string, v []byte, ttl time.
 // flightPart appends one name and its write count to a single-flight key:
 // the name's length, the name, the count.
 func flightPart(b []byte, name string, writes uint64) []byte {
-	b = strconv.AppendInt(b, int64(len(name)), 10)
-	b = append(b, ':')
-	b = append(b, name...)
-	b = strconv.AppendUint(b, writes, 10)
-	return append(b, ';')
+	return fmt.Appendf(b, "%d:%s%d;", len(name), name, writes)
 }

@@ -96,7 +96,7 @@ func (c *consumer) recreateGroup() bool {
 
 // handleBatch handles msgs with up to Concurrency at once, each held and
 // touched until settled; attempts gives each message's delivery number
-// (nil: first deliveries), fetched when the read or claim was sent.
+// (absent: 1), fetched when the read or claim was sent.
 func (c *consumer) handleBatch(loopCtx, handlerCtx, haltCtx context.Context, msgs []redis.XMessage, attempts map[string]int, fetched time.Time) {
 	if len(msgs) == 0 {
 		return
@@ -107,12 +107,6 @@ func (c *consumer) handleBatch(loopCtx, handlerCtx, haltCtx context.Context, msg
 	acks := &acker{c: c, b: b}
 	var wg sync.WaitGroup
 	var notStarted []redis.XMessage
-	attemptOf := func(id string) int {
-		if a, ok := attempts[id]; ok {
-			return a
-		}
-		return 1
-	}
 	for _, m := range msgs {
 		switch c.turn(loopCtx, b, sem, m.ID) {
 		case turnStopped:
@@ -122,20 +116,20 @@ func (c *consumer) handleBatch(loopCtx, handlerCtx, haltCtx context.Context, msg
 			continue
 		}
 		wg.Go(func() {
-			h, out := c.process(handlerCtx, m, attemptOf(m.ID))
+			h, out := c.process(handlerCtx, m, max(attempts[m.ID], 1))
 			<-sem
 			switch out {
 			case outcomeDone:
 				acks.add(h)
 			case outcomeStopped:
 				b.drop(m.ID)
-				c.giveBack([]redis.XMessage{m}, attemptOf)
+				c.giveBack([]redis.XMessage{m}, attempts)
 			default: // left for a retry after ClaimIdle, or dead-lettered
 				b.drop(m.ID)
 			}
 		})
 	}
-	c.giveBack(notStarted, attemptOf) // now, not after the running handlers: one may be abandoned
+	c.giveBack(notStarted, attempts) // now, not after the running handlers: one may be abandoned
 	wg.Wait()
 	stopTouching()
 }
@@ -454,7 +448,7 @@ return n
 
 // giveBack returns msgs, so a stop costs none of them an attempt. If Redis
 // does not answer, they stay pending, their delivery counted.
-func (c *consumer) giveBack(msgs []redis.XMessage, attemptOf func(string) int) {
+func (c *consumer) giveBack(msgs []redis.XMessage, attempts map[string]int) {
 	if len(msgs) == 0 {
 		return
 	}
@@ -462,7 +456,7 @@ func (c *consumer) giveBack(msgs []redis.XMessage, attemptOf func(string) int) {
 	args := []any{cfg.Group, cfg.Consumer, cfg.ClaimIdle.Milliseconds()}
 	ids := make([]string, len(msgs))
 	for i, m := range msgs {
-		args = append(args, m.ID, attemptOf(m.ID)-1)
+		args = append(args, m.ID, max(attempts[m.ID], 1)-1)
 		ids[i] = m.ID
 	}
 	sctx, cancel := c.storeCtx()
@@ -560,16 +554,14 @@ func (b *batch) own(id string) (owned, lost bool) {
 // returned stop is called or haltCtx ends.
 func (b *batch) keepTouched(haltCtx context.Context) (stop func()) {
 	every := b.c.s.cfg.ClaimIdle / 4
-	done, finished := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(finished)
+	ctx, cancel := context.WithCancel(haltCtx)
+	var wg sync.WaitGroup
+	wg.Go(func() {
 		tick := time.NewTicker(every)
 		defer tick.Stop()
 		for {
 			select {
-			case <-done:
-				return
-			case <-haltCtx.Done():
+			case <-ctx.Done():
 				return
 			case <-tick.C:
 			}
@@ -585,6 +577,6 @@ func (b *batch) keepTouched(haltCtx context.Context) (stop func()) {
 				b.touch(ids, min(b.c.s.cfg.StoreTimeout, 2*every))
 			}
 		}
-	}()
-	return func() { close(done); <-finished }
+	})
+	return func() { cancel(); wg.Wait() }
 }

@@ -1,7 +1,6 @@
 package streamfx
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -64,9 +63,6 @@ type Params struct {
 // NewFromParams builds Streams from the Fx graph and ties the consumers to
 // the lifecycle.
 func NewFromParams(p Params) (*Streams, error) {
-	if p.Redis == nil {
-		return nil, errors.New("streamfx.Module needs a Redis client: add storefx.Module to the app")
-	}
 	cfg, err := fxconfig.Pick(p.Config, p.ConfigValue)
 	if err != nil {
 		return nil, fmt.Errorf("streamfx: %w", err)

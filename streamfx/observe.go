@@ -3,7 +3,8 @@ package streamfx
 import (
 	"context"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -66,7 +67,7 @@ const plugin = "streams"
 
 type observer struct {
 	tracer   trace.TracerProvider
-	messages *prometheus.CounterVec
+	messages *prometheus.CounterVec // registered only with a registerer
 	backlog  *backlogReader // nil without a registerer
 
 	mu      sync.Mutex
@@ -77,14 +78,14 @@ func newObserver(reg prometheus.Registerer, tp trace.TracerProvider, s *Streams)
 	if tp == nil {
 		tp = noop.NewTracerProvider()
 	}
-	o := &observer{tracer: tp, streams: map[string]bool{}}
+	o := &observer{tracer: tp, streams: map[string]bool{},
+		messages: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "stream_messages_total", Help: "Message deliveries handled by this process, by outcome: processed, failed, dead_lettered."}, []string{"stream", "outcome"})}
 	if reg == nil {
 		return o, nil
 	}
 	o.backlog = &backlogReader{s: s, o: o, every: backlogInterval, kick: make(chan struct{}, 1),
 		length: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "stream_length", Help: "Entries in a stream (dead-letter streams included, named <stream>:dlq). Read every 5s; the last value is kept while Redis does not answer."}, []string{"stream"}),
 		lag:    prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "stream_consumer_lag", Help: "Entries of a stream the consumer group has not acknowledged yet: not yet delivered (XINFO GROUPS lag, counted up to 10001 when Redis answers it as NULL after an XDEL) plus delivered and pending. Read every 5s; the last value is kept while Redis does not answer."}, []string{"stream", "group"})}
-	o.messages = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "stream_messages_total", Help: "Message deliveries handled by this process, by outcome: processed, failed, dead_lettered."}, []string{"stream", "outcome"})
 	for _, c := range []prometheus.Collector{o.messages, o.backlog.length, o.backlog.lag} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
@@ -117,18 +118,11 @@ func (o *observer) readSoon() {
 func (o *observer) known() []string {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	out := make([]string, 0, len(o.streams))
-	for s := range o.streams {
-		out = append(out, s)
-	}
-	sort.Strings(out)
-	return out
+	return slices.Sorted(maps.Keys(o.streams))
 }
 
 func (o *observer) count(stream, outcome string) {
-	if o.messages != nil {
-		o.messages.WithLabelValues(stream, outcome).Inc()
-	}
+	o.messages.WithLabelValues(stream, outcome).Inc()
 }
 
 func (o *observer) start(ctx context.Context, kind trace.SpanKind, name, op string, attrs ...attribute.KeyValue) (context.Context, *plugintrace.Span) {

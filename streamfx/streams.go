@@ -197,10 +197,7 @@ func (c Config) retrySpan() time.Duration {
 func (s *Streams) renewDue(stream string) bool {
 	now := time.Now().UnixNano()
 	v, _ := s.renewed.LoadOrStore(stream, new(atomic.Int64))
-	last, ok := v.(*atomic.Int64)
-	if !ok { // only *atomic.Int64 is ever stored
-		return true
-	}
+	last, _ := v.(*atomic.Int64) // the only type stored
 	prev := last.Load()
 	return now-prev >= int64(s.cfg.renewInterval()) && last.CompareAndSwap(prev, now)
 }
