@@ -172,7 +172,7 @@ func (c *Cache) Get(ctx context.Context, key string) (v []byte, found bool, err 
 	}
 	c.obs.hit(span, LayerRedis)
 	if c.local != nil {
-		c.local.fill(full, v, pttl, sent, seen)
+		c.local.fill(full, v, pttl, sent, seen, false)
 	}
 	return v, true, nil
 }

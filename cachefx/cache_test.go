@@ -507,14 +507,14 @@ func TestInvalidateByTags_AfterScriptCacheLoss(t *testing.T) {
 func TestLocalLayer_ReadRacingAnInvalidationIsNotKept(t *testing.T) {
 	l := newLocalLayer(10, time.Hour)
 	now := time.Now()
-	seen := l.currentEpoch()                         // a Get starts reading "old" from Redis
-	l.delete("k")                                    // meanwhile an invalidation arrives
-	l.fill("k", []byte("old"), time.Hour, now, seen) // the read completes
+	seen := l.currentEpoch()                                // a Get starts reading "old" from Redis
+	l.delete("k")                                           // meanwhile an invalidation arrives
+	l.fill("k", []byte("old"), time.Hour, now, seen, false) // the read completes
 	if _, ok := l.get("k", now); ok {
 		t.Fatal("a value read across an invalidation was kept")
 	}
 	seen = l.currentEpoch()
-	l.fill("k", []byte("fresh"), time.Hour, now, seen)
+	l.fill("k", []byte("fresh"), time.Hour, now, seen, false)
 	if v, ok := l.get("k", now); !ok || string(v) != "fresh" {
 		t.Fatal("an undisturbed read was not kept")
 	}

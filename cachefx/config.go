@@ -58,21 +58,15 @@ func configError(field, reason string) error {
 func (c Config) Validate() error { _, err := c.normalize(); return err }
 
 func (c Config) normalize() (Config, error) {
-	if c.KeyPrefix == "" {
-		c.KeyPrefix = "cache:"
-	}
-	if c.Namespace == "" {
-		c.Namespace = "default"
-	}
+	c.KeyPrefix = cmp.Or(c.KeyPrefix, "cache:")
+	c.Namespace = cmp.Or(c.Namespace, "default")
 	if err := cmp.Or(orDefault("MaxValueBytes", &c.MaxValueBytes, 1<<20), orDefault("Local.MaxEntries", &c.Local.MaxEntries, 0),
 		orDefault("DefaultTTL", &c.DefaultTTL, 5*time.Minute), orDefault("LoadGuardTTL", &c.LoadGuardTTL, 5*time.Second),
 		orDefault("LoadWait", &c.LoadWait, 0), orDefault("StoreTimeout", &c.StoreTimeout, time.Second),
 		orDefault("Local.TTL", &c.Local.TTL, 5*time.Second)); err != nil {
 		return c, err
 	}
-	if c.LoadWait == 0 {
-		c.LoadWait = c.LoadGuardTTL
-	}
+	c.LoadWait = cmp.Or(c.LoadWait, c.LoadGuardTTL)
 	// Redis keeps whole milliseconds (an expiry of 0 deletes the key).
 	if c.DefaultTTL < time.Millisecond {
 		return c, configError("DefaultTTL", fmt.Sprintf("%v is below Redis's 1ms resolution", c.DefaultTTL))

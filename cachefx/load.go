@@ -188,7 +188,7 @@ func (c *Cache) takeLease(ctx context.Context, full, token string) ([]byte, bool
 		s, _ := r[0].(string)
 		pttl, _ := r[1].(int64)
 		if c.local != nil {
-			c.local.fill(full, []byte(s), c.lifeLeft(pttl), sent, seen)
+			c.local.fill(full, []byte(s), c.lifeLeft(pttl), sent, seen, false)
 		}
 		return []byte(s), false, nil
 	}
@@ -303,7 +303,7 @@ func (c *Cache) storeLeased(ctx context.Context, key string, v []byte, ttl time.
 		return false
 	}
 	if c.local != nil { // a copy: the loader may reuse its buffer
-		c.local.wrote(full, bytes.Clone(v), ttl, sent, seen)
+		c.local.fill(full, bytes.Clone(v), ttl, sent, seen, true)
 	}
 	return true
 }

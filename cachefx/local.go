@@ -61,30 +61,22 @@ func (l *localLayer) currentEpoch() uint64 {
 	return l.epoch
 }
 
-// fill keeps a value read from Redis by a request sent at sent, with ttl
-// left in Redis, unless a write or an invalidation happened since seen
-// (then the value may already be stale).
-func (l *localLayer) fill(key string, value []byte, ttl time.Duration, sent time.Time, seen uint64) {
+// fill keeps a value that a request sent at sent read from Redis (or, if
+// write, stored there), with ttl left in Redis, unless a write or an
+// invalidation happened since seen: the value may then be stale, and after
+// a write which value Redis kept is unknown, so the key is dropped. A write
+// moves the epoch, so no read that overlapped it keeps its value.
+func (l *localLayer) fill(key string, value []byte, ttl time.Duration, sent time.Time, seen uint64, write bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.epoch == seen {
 		l.store(key, value, ttl, sent)
-	}
-}
-
-// wrote records that this process stored value under key in Redis, by a
-// request sent at sent: kept only if nothing else changed the layer
-// meanwhile (else dropped: which write Redis kept is unknown). Either way
-// the epoch moves, so no read that overlapped the write keeps its value.
-func (l *localLayer) wrote(key string, value []byte, ttl time.Duration, sent time.Time, seen uint64) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.epoch == seen {
-		l.store(key, value, ttl, sent)
-	} else {
+	} else if write {
 		l.remove(key)
 	}
-	l.epoch++
+	if write {
+		l.epoch++
+	}
 }
 
 // store keeps value for at most the layer's TTL and ttl (its remaining

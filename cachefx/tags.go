@@ -123,12 +123,11 @@ func (c *Cache) InvalidateByTags(ctx context.Context, tags ...string) (n int64, 
 	// 2. Delete the values (and tell the other processes).
 	if len(keys) > 0 {
 		n, err = c.deleteFull(ctx, keys)
-		if err != nil {
-			event(span, "keys.deleted", attribute.Int64("count", n))
-			return n, fmt.Errorf("cachefx: invalidate tags %q: %w", c.cfg.KeyAttribute.Values(tags), err)
-		}
 	}
 	event(span, "keys.deleted", attribute.Int64("count", n))
+	if err != nil {
+		return n, fmt.Errorf("cachefx: invalidate tags %q: %w", c.cfg.KeyAttribute.Values(tags), err)
+	}
 	// 3. Retire what was read and deleted (a failure costs only room).
 	c.retire(ctx, reads)
 	if readErr != nil {

@@ -96,7 +96,7 @@ func (c *Cache) Set(ctx context.Context, key string, value []byte, ttl time.Dura
 		return fmt.Errorf("cachefx: set %s: adding it to its tag sets: %w (the value was deleted again)", c.cfg.KeyAttribute.Quote(key), err)
 	}
 	if c.local != nil { // a copy: the caller may reuse its buffer once Set returns
-		c.local.wrote(full, bytes.Clone(value), ttl, sent, seen)
+		c.local.fill(full, bytes.Clone(value), ttl, sent, seen, true)
 	}
 	if pub != nil && pub.Err() != nil {
 		return fmt.Errorf("%w: set %s: %w", ErrNotPublished, c.cfg.KeyAttribute.Quote(key), pub.Err())

@@ -63,9 +63,7 @@ func configError(field, reason string) error {
 func (c Config) Validate() error { _, err := c.normalize(); return err }
 
 func (c Config) normalize() (Config, error) {
-	if c.Group == "" {
-		c.Group = "redisfx"
-	}
+	c.Group = cmp.Or(c.Group, "redisfx")
 	if c.Consumer == "" {
 		host, _ := os.Hostname()
 		c.Consumer = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), randid.Hex(3))
@@ -89,11 +87,8 @@ func (c Config) normalize() (Config, error) {
 	case c.ForgetConsumersAfter < forget:
 		return c, configError("ForgetConsumersAfter", fmt.Sprintf("%v is below 10×ClaimIdle (%v)", c.ForgetConsumersAfter, forget))
 	}
-	switch c.StartID {
-	case "":
-		c.StartID = "0"
-	case "0", "$":
-	default:
+	c.StartID = cmp.Or(c.StartID, "0")
+	if c.StartID != "0" && c.StartID != "$" {
 		return c, configError("StartID", fmt.Sprintf("%q is not \"0\" or \"$\"", c.StartID))
 	}
 	return c, nil

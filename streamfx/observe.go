@@ -68,7 +68,7 @@ const plugin = "streams"
 type observer struct {
 	tracer   trace.TracerProvider
 	messages *prometheus.CounterVec // registered only with a registerer
-	backlog  *backlogReader // nil without a registerer
+	backlog  *backlogReader         // nil without a registerer
 
 	mu      sync.Mutex
 	streams map[string]bool // streams this process publishes to or consumes

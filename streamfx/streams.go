@@ -272,20 +272,16 @@ func (s *Streams) Stop(ctx context.Context) error {
 			c.leave(lctx)
 		}
 	}
-	timer := time.NewTimer(s.cfg.StopTimeout)
-	defer timer.Stop()
 	select {
 	case <-done:
 		abort()
 		leave()
 		return nil
-	case <-timer.C:
+	case <-time.After(s.cfg.StopTimeout):
 	case <-ctx.Done():
 	}
 	running := s.handlers.Load()
 	abort() // ask the handlers still running to give up
-	grace := time.NewTimer(s.cfg.StoreTimeout)
-	defer grace.Stop()
 	select {
 	case <-done:
 		leave()
@@ -293,7 +289,7 @@ func (s *Streams) Stop(ctx context.Context) error {
 			return nil
 		}
 		return fmt.Errorf("streamfx: stop: %d handlers still running after StopTimeout %v were cancelled", running, s.cfg.StopTimeout)
-	case <-grace.C:
+	case <-time.After(s.cfg.StoreTimeout):
 		halt()
 		return s.abandoned(fmt.Sprintf("%v after StopTimeout %v", s.cfg.StoreTimeout, s.cfg.StopTimeout))
 	case <-ctx.Done():
