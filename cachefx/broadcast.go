@@ -97,13 +97,10 @@ func (b *broadcaster) confirmed() {
 	b.proved(b.elapsed())
 }
 
+// proved records a proof at elapsed time at. Only run's goroutine (and
+// start, before it) writes the proof: trusted only reads it.
 func (b *broadcaster) proved(at int64) {
-	for {
-		old := b.proof.Load()
-		if at <= old || b.proof.CompareAndSwap(old, at) {
-			return
-		}
-	}
+	b.proof.Store(max(at, b.proof.Load()))
 }
 
 func (b *broadcaster) current() *redis.PubSub {

@@ -118,14 +118,13 @@ func (c *consumer) handleBatch(loopCtx, handlerCtx, haltCtx context.Context, msg
 		wg.Go(func() {
 			h, out := c.process(handlerCtx, m, max(attempts[m.ID], 1))
 			<-sem
-			switch out {
-			case outcomeDone:
+			if out == outcomeDone {
 				acks.add(h)
-			case outcomeStopped:
-				b.drop(m.ID)
+				return
+			}
+			b.drop(m.ID) // failed (retried after ClaimIdle, or dead-lettered) or stopped
+			if out == outcomeStopped {
 				c.giveBack([]redis.XMessage{m}, attempts)
-			default: // left for a retry after ClaimIdle, or dead-lettered
-				b.drop(m.ID)
 			}
 		})
 	}
@@ -174,36 +173,32 @@ func (c *consumer) turn(loopCtx context.Context, b *batch, sem chan struct{}, id
 // acker acknowledges a batch's successes as they come, one XACK in flight
 // at a time carrying every success queued meanwhile.
 type acker struct {
-	c       *consumer
-	b       *batch
-	mu      sync.Mutex
-	queue   []handled
-	sending bool
+	c     *consumer
+	b     *batch
+	send  sync.Mutex // held while an XACK is in flight
+	mu    sync.Mutex
+	queue []handled
 }
 
-// add queues h; unless another goroutine is sending the batch's XACKs (it
-// picks h up next), the caller sends them until none is queued.
+// add queues h, then, once no XACK is in flight, sends every success
+// queued (none if h went with an XACK sent meanwhile).
 func (a *acker) add(h handled) {
 	a.mu.Lock()
 	a.queue = append(a.queue, h)
-	if a.sending {
-		a.mu.Unlock()
-		return
-	}
-	a.sending = true
-	for len(a.queue) > 0 {
-		q := a.queue
-		a.queue = nil
-		a.mu.Unlock()
+	a.mu.Unlock()
+	a.send.Lock()
+	defer a.send.Unlock()
+	a.mu.Lock()
+	q := a.queue
+	a.queue = nil
+	a.mu.Unlock()
+	if len(q) > 0 {
 		a.b.acked(q)
 		a.c.ack(q)
 		for _, h := range q {
 			a.b.drop(h.id)
 		}
-		a.mu.Lock()
 	}
-	a.sending = false
-	a.mu.Unlock()
 }
 
 // handled is a success waiting for its ack, its consume span still open.
