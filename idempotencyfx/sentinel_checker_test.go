@@ -101,7 +101,9 @@ type chkSentinelWorld struct {
 	servers   []*redistest.Server // the master and its replicas, as started
 	sentinels []string
 	ask       *redis.SentinelClient
+	guarded   bool // the servers run with min-replicas-to-write 1
 	kills     int
+	longNaps  int // sleeps past down-after-milliseconds
 	failovers []chkFailover
 	switches  []time.Time // +switch-master, under mu
 }
@@ -112,6 +114,7 @@ type chkFailover struct {
 	cause      string
 	Start, End time.Time
 	recovery   time.Duration // to the first claim that succeeded
+	named      time.Time     // the Sentinels named the new master
 }
 
 func newChkSentinelWorld(t *testing.T, seed uint64) *chkSentinelWorld {
@@ -120,12 +123,18 @@ func newChkSentinelWorld(t *testing.T, seed uint64) *chkSentinelWorld {
 	w.cfg = chkConfig(w.prefix)
 	w.bounds = idemcheck.Bounds{LockTimeout: w.cfg.LockTimeout, WaitTimeout: w.cfg.WaitTimeout,
 		StoreTimeout: w.cfg.StoreTimeout, DefaultTTL: w.cfg.DefaultTTL, Breaker: 2 * time.Second, Margin: 2 * time.Second}
-	master := redistest.StartPrivate(t)
+	// With min-replicas-to-write a master cut off from its replicas (one
+	// that comes back after the Sentinels replaced it) refuses writes.
+	var args []redistest.Option
+	if s.guarded = os.Getenv("REDISFX_CHECK_SENTINEL_UNGUARDED") == ""; s.guarded {
+		args = append(args, redistest.WithArgs("--min-replicas-to-write", "1", "--min-replicas-max-lag", "2"))
+	}
+	master := redistest.StartPrivate(t, args...)
 	s.servers = []*redistest.Server{master}
 	host, port, _ := net.SplitHostPort(master.Addr())
 	ctx := context.Background()
 	for range 2 {
-		r := redistest.StartPrivate(t)
+		r := redistest.StartPrivate(t, args...)
 		if err := r.Client().Do(ctx, "REPLICAOF", host, port).Err(); err != nil {
 			t.Fatal(err)
 		}
@@ -242,7 +251,8 @@ func (s *chkSentinelWorld) run(d time.Duration) {
 	}
 }
 
-// fault injects one Sentinel fault: the first of a run kills the master.
+// fault injects one Sentinel fault: the first of a run kills the master,
+// the second sleeps it past down-after-milliseconds.
 // A sleep longer than down-after-milliseconds makes the Sentinels fail over
 // while the master sleeps; a short one or a pause must not.
 func (s *chkSentinelWorld) fault(rng *rand.Rand) {
@@ -257,7 +267,8 @@ func (s *chkSentinelWorld) fault(rng *rand.Rand) {
 		s.kills++
 		cause = "kill"
 		old.Kill()
-	case n < 45:
+	case s.longNaps == 0 || n < 45:
+		s.longNaps++
 		cause = "DEBUG SLEEP past down-after"
 		<-old.Sleep(time.Duration(3000+rng.IntN(1500)) * time.Millisecond)
 	case n < 75:
@@ -272,17 +283,23 @@ func (s *chkSentinelWorld) fault(rng *rand.Rand) {
 		s.failover(cause, old, f.Start)
 	}
 	f.End = time.Now()
+	s.t.Logf("%s fault %q on %s until %s", ts(f.Start), cause, old.Addr(), ts(f.End))
 	s.hist.AddFault(f)
 }
 
 // watchSwitches records the time of every change of master the first
 // Sentinel announces.
 func (s *chkSentinelWorld) watchSwitches(ctx context.Context) {
-	sub := s.ask.Subscribe(ctx, "+switch-master")
+	sub := s.ask.PSubscribe(ctx, "*")
 	defer context.AfterFunc(ctx, func() { _ = sub.Close() })() // ReceiveMessage does not watch ctx
 	for {
-		if _, err := sub.ReceiveMessage(ctx); err != nil {
+		m, err := sub.ReceiveMessage(ctx)
+		if err != nil {
 			return
+		}
+		s.t.Logf("%s sentinel: %s %s", ts(time.Now()), m.Channel, m.Payload)
+		if m.Channel != "+switch-master" {
+			continue
 		}
 		s.mu.Lock()
 		s.switches = append(s.switches, time.Now())
@@ -304,7 +321,10 @@ func (s *chkSentinelWorld) failover(cause string, old *redistest.Server, start t
 		_, _, err := svc.Do(c, "probe."+strconv.FormatInt(start.UnixNano(), 10)+"."+strconv.Itoa(i), "probe",
 			func(context.Context) ([]byte, error) { return []byte("ok"), nil })
 		cancel()
-		if err == nil && s.master() != old {
+		if m := s.master(); m != nil && m != old && fo.named.IsZero() {
+			fo.named = time.Now()
+		}
+		if err == nil && !fo.named.IsZero() {
 			fo.recovery = time.Since(start)
 		} else {
 			time.Sleep(20 * time.Millisecond)
@@ -331,10 +351,15 @@ func (s *chkSentinelWorld) failover(cause string, old *redistest.Server, start t
 
 // windowOf is the failover in whose replication window execution a claimed
 // or ended, if any.
+// Guarded, it ends when the Sentinels name the new master; unguarded, when
+// the old master stops taking writes.
 func (s *chkSentinelWorld) windowOf(a idemcheck.Exec) *chkFailover {
 	for i, f := range s.failovers {
-		from := f.Start.Add(-chkReplicationWindow)
-		in := func(t time.Time) bool { return !t.Before(from) && !t.After(f.End) }
+		from, to := f.Start.Add(-chkReplicationWindow), f.End
+		if s.guarded {
+			to = f.named
+		}
+		in := func(t time.Time) bool { return !t.Before(from) && !t.After(to) }
 		if in(a.Start) || in(a.End) {
 			return &s.failovers[i]
 		}
