@@ -278,9 +278,8 @@ func (s *chkSentinelWorld) fault(rng *rand.Rand) {
 		_ = old.Client().Do(context.Background(), "CLIENT", "PAUSE", d.Milliseconds(), "ALL").Err()
 		time.Sleep(d)
 	}
-	if cause != "" {
+	if cause != "" && s.failover(cause, old, f.Start) {
 		f.Kind = idemcheck.FaultRestart // the writes the new master had not received are lost
-		s.failover(cause, old, f.Start)
 	}
 	f.End = time.Now()
 	s.t.Logf("%s fault %q on %s until %s", ts(f.Start), cause, old.Addr(), ts(f.End))
@@ -309,8 +308,9 @@ func (s *chkSentinelWorld) watchSwitches(ctx context.Context) {
 
 // failover waits (bounded) until a new master serves and the old one takes
 // no more writes (a killed one is brought back empty, as a replica), and
-// measures the first claim that succeeds after start.
-func (s *chkSentinelWorld) failover(cause string, old *redistest.Server, start time.Time) {
+// measures the first claim that succeeds after start. It reports false if
+// the Sentinels kept the old master (their election failed while it slept).
+func (s *chkSentinelWorld) failover(cause string, old *redistest.Server, start time.Time) bool {
 	ctx := context.Background()
 	deadline := start.Add(30 * time.Second)
 	fo := chkFailover{cause: cause, Start: start}
@@ -323,6 +323,10 @@ func (s *chkSentinelWorld) failover(cause string, old *redistest.Server, start t
 		cancel()
 		if m := s.master(); m != nil && m != old && fo.named.IsZero() {
 			fo.named = time.Now()
+		}
+		if err == nil && fo.named.IsZero() && cause != "kill" && s.kept(old) {
+			s.t.Logf("%s the Sentinels kept %s as the master after %s", ts(time.Now()), old.Addr(), cause)
+			return false
 		}
 		if err == nil && !fo.named.IsZero() {
 			fo.recovery = time.Since(start)
@@ -347,6 +351,21 @@ func (s *chkSentinelWorld) failover(cause string, old *redistest.Server, start t
 		s.t.Errorf("no claim succeeded within 30s of the failover by %s at %s (last: %v); the Sentinel says %v", cause, ts(start), err, m)
 	}
 	s.failovers = append(s.failovers, fo)
+	return true
+}
+
+// kept tells whether every Sentinel names old the master with no failover
+// under way or suspected.
+func (s *chkSentinelWorld) kept(old *redistest.Server) bool {
+	for _, addr := range s.sentinels {
+		c := redis.NewSentinelClient(&redis.Options{Addr: addr, DisableIdentity: true})
+		m, err := c.Master(context.Background(), "mymaster").Result()
+		_ = c.Close()
+		if err != nil || m["flags"] != "master" || net.JoinHostPort(m["ip"], m["port"]) != old.Addr() {
+			return false
+		}
+	}
+	return true
 }
 
 // windowOf is the failover in whose replication window execution a claimed
