@@ -28,6 +28,7 @@ test-flaky:
 	$(GO) test -race -count=3 -run '^(TestInvalidateByTags_ValueInItsLastMillisecondIsStillFound)$$' ./cachefx
 	$(GO) test -race -count=3 -run '^(TestOTLP_DeadBackend_NeitherSlowsWorkNorHangsShutdown|TestOTLP_SlowBackend_NeitherSlowsWorkNorHangsShutdown)$$' ./tracingfx
 	$(GO) test -race -count=3 -run '^(TestPayments_RedisFrozen_MetricsAndReadyzAnswerAtOnce)$$' ./examples/payments
+	$(GO) test -race -count=3 -run '^(TestModes|TestLose_OutlivesSetModeForward)$$' ./internal/faultproxy
 
 ## test-short: skips the slow cluster and end-to-end tests.
 test-short:
