@@ -1,6 +1,7 @@
 package lockfx
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -59,33 +60,17 @@ func configError(field, reason string) error {
 }
 
 func (c Config) normalize() (Config, error) {
-	if c.KeyPrefix == "" {
-		c.KeyPrefix = "lock:"
-	}
-	for _, d := range []struct {
-		name string
-		v    *time.Duration
-		def  time.Duration
-	}{{"TTL", &c.TTL, 10 * time.Second}, {"Backoff", &c.Backoff, 25 * time.Millisecond},
-		{"MaxBackoff", &c.MaxBackoff, 500 * time.Millisecond}, {"WaitTimeout", &c.WaitTimeout, 5 * time.Second}} {
-		if *d.v < 0 {
-			return c, configError(d.name, fmt.Sprintf("%v is negative", *d.v))
-		}
-		if *d.v == 0 {
-			*d.v = d.def
-		}
-	}
+	c.KeyPrefix = cmp.Or(c.KeyPrefix, "lock:")
+	c.TTL = cmp.Or(c.TTL, 10*time.Second)
+	c.Attempts = cmp.Or(c.Attempts, 20)
+	c.Backoff = cmp.Or(c.Backoff, 25*time.Millisecond)
+	c.MaxBackoff = cmp.Or(c.MaxBackoff, 500*time.Millisecond)
+	c.WaitTimeout = cmp.Or(c.WaitTimeout, 5*time.Second)
 	if c.TTL < 10*time.Millisecond {
 		return c, configError("TTL", fmt.Sprintf("%v is shorter than 10ms: little or no validity would be left after the clock-drift margin", c.TTL))
 	}
 	if emptyHashTag(c.KeyPrefix) {
 		return c, configError("KeyPrefix", fmt.Sprintf("%q has an empty hash tag {}: a lock and its fencing counter would hash to different Cluster slots", c.KeyPrefix))
-	}
-	if c.Attempts < 0 {
-		return c, configError("Attempts", fmt.Sprintf("%d is negative", c.Attempts))
-	}
-	if c.Attempts == 0 {
-		c.Attempts = 20
 	}
 	return c, nil
 }

@@ -353,7 +353,7 @@ func TestKeyAttribute(t *testing.T) {
 }
 
 func TestConfigNamesTheOption(t *testing.T) {
-	for opt, c := range map[string]Config{"TTL": {TTL: -1}, "Attempts": {Attempts: -1}, "WaitTimeout": {WaitTimeout: -1}} {
+	for opt, c := range map[string]Config{"TTL": {TTL: -1}, "KeyPrefix": {KeyPrefix: "app{}:"}} {
 		if err := c.Validate(); err == nil || !bytes.Contains([]byte(err.Error()), []byte(opt)) {
 			t.Errorf("%s: %v", opt, err)
 		}

@@ -3,6 +3,7 @@ package lockfx
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/fx"
@@ -17,9 +18,9 @@ func TestModule_InvalidConfigAndMissingStore(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	app := fx.New(fx.NopLogger,
-		fx.Supply(&storefx.Config{URL: srv.URL()}, &Config{Attempts: -3}),
+		fx.Supply(&storefx.Config{URL: srv.URL()}, &Config{TTL: time.Millisecond}),
 		storefx.Module, Module, fx.Invoke(func(*Locker) {}))
-	if err := app.Err(); err == nil || !strings.Contains(err.Error(), "Config.Attempts") {
+	if err := app.Err(); err == nil || !strings.Contains(err.Error(), "Config.TTL") {
 		t.Fatalf("fx.New = %v", err)
 	}
 	app = fx.New(fx.NopLogger, Module, fx.Invoke(func(*Locker) {}))

@@ -1,6 +1,7 @@
 package ratelimitfx
 
 import (
+	"cmp"
 	"fmt"
 	"net/netip"
 	"strings"
@@ -76,45 +77,23 @@ func configError(field, reason string) error {
 func (c Config) Validate() error { _, _, err := c.normalize(); return err }
 
 func (c Config) normalize() (Config, []netip.Prefix, error) {
-	if c.KeyPrefix == "" {
-		c.KeyPrefix = "ratelimit:"
-	}
-	if c.Limit < 0 {
+	c.KeyPrefix = cmp.Or(c.KeyPrefix, "ratelimit:")
+	c.Limit = cmp.Or(c.Limit, 100)
+	c.Window = cmp.Or(c.Window, time.Minute)
+	c.StoreTimeout = cmp.Or(c.StoreTimeout, 500*time.Millisecond)
+	c.IPv6Prefix = cmp.Or(c.IPv6Prefix, 64)
+	c.Algorithm = cmp.Or(c.Algorithm, FixedWindow)
+	c.ErrorPolicy = cmp.Or(c.ErrorPolicy, FailOpen)
+	switch {
+	case c.Limit < 0:
 		return c, nil, configError("Limit", fmt.Sprintf("%d is negative", c.Limit))
-	}
-	if c.Limit == 0 {
-		c.Limit = 100
-	}
-	if c.StoreTimeout < 0 {
-		return c, nil, configError("StoreTimeout", fmt.Sprintf("%v is negative", c.StoreTimeout))
-	}
-	if c.StoreTimeout == 0 {
-		c.StoreTimeout = 500 * time.Millisecond
-	}
-	if c.Window == 0 {
-		c.Window = time.Minute
-	}
-	if reason := windowInvalid(c.Window); reason != "" {
-		return c, nil, configError("Window", reason)
-	}
-	if c.IPv6Prefix == 0 {
-		c.IPv6Prefix = 64
-	}
-	if c.IPv6Prefix < 1 || c.IPv6Prefix > 128 {
+	case windowInvalid(c.Window) != "":
+		return c, nil, configError("Window", windowInvalid(c.Window))
+	case c.IPv6Prefix < 1 || c.IPv6Prefix > 128:
 		return c, nil, configError("IPv6Prefix", fmt.Sprintf("%d is not a prefix length from 1 to 128", c.IPv6Prefix))
-	}
-	switch c.Algorithm {
-	case "":
-		c.Algorithm = FixedWindow
-	case FixedWindow, SlidingLog:
-	default:
+	case c.Algorithm != FixedWindow && c.Algorithm != SlidingLog:
 		return c, nil, configError("Algorithm", fmt.Sprintf("%q is not %q or %q", c.Algorithm, FixedWindow, SlidingLog))
-	}
-	switch c.ErrorPolicy {
-	case "":
-		c.ErrorPolicy = FailOpen
-	case FailOpen, FailClosed:
-	default:
+	case c.ErrorPolicy != FailOpen && c.ErrorPolicy != FailClosed:
 		return c, nil, configError("ErrorPolicy", fmt.Sprintf("%q is not %q or %q", c.ErrorPolicy, FailOpen, FailClosed))
 	}
 	proxies, err := parseProxies(c.TrustedProxies)

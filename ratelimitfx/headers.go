@@ -1,6 +1,7 @@
 package ratelimitfx
 
 import (
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -51,32 +52,20 @@ func appendList(h http.Header, name, item string) {
 // sfString quotes s as a structured-field String; bytes it cannot hold
 // become '_'.
 func sfString(s string) string {
-	var b strings.Builder
-	b.Grow(len(s) + 2)
-	b.WriteByte('"')
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c == '"' || c == '\\':
-			b.WriteByte('\\')
-			b.WriteByte(c)
-		case c < 0x20 || c > 0x7e:
-			b.WriteByte('_')
-		default:
-			b.WriteByte(c)
+	b := []byte(s)
+	for i, c := range b {
+		if c < 0x20 || c > 0x7e {
+			b[i] = '_'
 		}
 	}
-	b.WriteByte('"')
-	return b.String()
+	return `"` + sfEscaper.Replace(string(b)) + `"`
 }
 
-// ceilSeconds is d in whole seconds, rounded up.
-func ceilSeconds(d time.Duration) int64 {
-	s := int64(d / time.Second) // not (d + 1s - 1) / 1s, which wraps for a window near the largest Duration
-	if d%time.Second > 0 {
-		s++
-	}
-	return s
-}
+var sfEscaper = strings.NewReplacer(`\`, `\\`, `"`, `\"`)
+
+// ceilSeconds is d in whole seconds, rounded up (float64 is exact enough
+// for whole milliseconds up to the largest Duration).
+func ceilSeconds(d time.Duration) int64 { return int64(math.Ceil(d.Seconds())) }
 
 // shortDuration writes a window in its largest whole unit: 1h, 90s, 1500ms.
 func shortDuration(d time.Duration) string {

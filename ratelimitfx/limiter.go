@@ -153,7 +153,7 @@ func (l *Limiter) check(ctx context.Context, rule Rule, key string) (Decision, e
 	if err != nil {
 		return Decision{Limit: rule.Limit, Window: rule.Window}, err
 	}
-	return decide(l.cfg.Algorithm, rule, res)
+	return decide(l.cfg.Algorithm, rule, res), nil
 }
 
 // warn logs a store failure at most every 10s.

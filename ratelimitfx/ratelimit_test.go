@@ -310,7 +310,7 @@ func TestSpansAndMetrics(t *testing.T) {
 func TestConfigNamesTheOption(t *testing.T) {
 	for opt, c := range map[string]Config{
 		"Limit": {Limit: -1}, "Window": {Window: -1}, "Algorithm": {Algorithm: "token-bucket"},
-		"ErrorPolicy": {ErrorPolicy: "fail-sometimes"}, "TrustedProxies": {TrustedProxies: []string{"10.0.0.0/33"}}, "StoreTimeout": {StoreTimeout: -1},
+		"ErrorPolicy": {ErrorPolicy: "fail-sometimes"}, "TrustedProxies": {TrustedProxies: []string{"10.0.0.0/33"}},
 	} {
 		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "Config."+opt+":") {
 			t.Errorf("%s: %v", opt, err)

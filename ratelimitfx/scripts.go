@@ -1,7 +1,6 @@
 package ratelimitfx
 
 import (
-	"errors"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -54,19 +53,9 @@ if oldest[2] then first = tonumber(oldest[2]) end
 return {n + 1, first, now, allowed}
 `)
 
-// errReply is a script reply of the wrong shape.
-var errReply = errors.New("ratelimitfx: unexpected script reply")
-
 // decide turns a script reply into the Decision for rule.
-func decide(alg Algorithm, rule Rule, res []int64) (Decision, error) {
+func decide(alg Algorithm, rule Rule, res []int64) Decision {
 	d := Decision{Limit: rule.Limit, Window: rule.Window}
-	want := 3
-	if alg == SlidingLog {
-		want = 4
-	}
-	if len(res) != want {
-		return d, errReply
-	}
 	// res[1] is the start of the window (fixed) or the oldest logged
 	// request (sliding); either way capacity frees one window after it.
 	d.Current, d.Reset = res[0], durations.Mul(time.Millisecond, max(res[1]+rule.Window.Milliseconds()-res[2], 0))
@@ -75,5 +64,5 @@ func decide(alg Algorithm, rule Rule, res []int64) (Decision, error) {
 		d.Allowed = res[3] == 1
 	}
 	d.Remaining = max(rule.Limit-d.Current, 0)
-	return d, nil
+	return d
 }

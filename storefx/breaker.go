@@ -52,18 +52,6 @@ type BreakerConfig struct {
 	ProbeTimeout time.Duration
 }
 
-func (c BreakerConfig) validate() error {
-	switch {
-	case c.Failures < 0:
-		return fieldErr("Config.Breaker.Failures", "%d is negative", c.Failures)
-	case c.ProbeInterval < 0:
-		return fieldErr("Config.Breaker.ProbeInterval", "%v is negative", c.ProbeInterval)
-	case c.ProbeTimeout < 0:
-		return fieldErr("Config.Breaker.ProbeTimeout", "%v is negative", c.ProbeTimeout)
-	}
-	return nil
-}
-
 func (c BreakerConfig) withDefaults() BreakerConfig {
 	c.Failures = cmp.Or(c.Failures, DefaultBreakerFailures)
 	c.ProbeInterval = cmp.Or(c.ProbeInterval, DefaultBreakerProbeInterval)

@@ -12,7 +12,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/redisfx/redisfx"
 	"github.com/redisfx/redisfx/internal/faultproxy"
 	"github.com/redisfx/redisfx/internal/redistest"
 	"github.com/redisfx/redisfx/storefx"
@@ -255,20 +254,6 @@ func TestBreaker_Disabled_EveryCommandSent(t *testing.T) {
 	}
 	if st := c.Breaker(); st.State != storefx.BreakerClosed || st.Opened != 0 {
 		t.Fatalf("disabled breaker: %+v", st)
-	}
-}
-
-func TestBreaker_InvalidConfig(t *testing.T) {
-	for field, b := range map[string]storefx.BreakerConfig{
-		"Config.Breaker.Failures":      {Failures: -1},
-		"Config.Breaker.ProbeInterval": {ProbeInterval: -time.Second},
-		"Config.Breaker.ProbeTimeout":  {ProbeTimeout: -time.Second},
-	} {
-		err := storefx.Config{Breaker: b}.Validate()
-		var ce *redisfx.ConfigError
-		if !errors.As(err, &ce) || ce.Field != field {
-			t.Errorf("%+v: %v, want a ConfigError naming %s", b, err, field)
-		}
 	}
 }
 

@@ -134,7 +134,7 @@ func (c Config) validate() error {
 			return fieldErr(fmt.Sprintf("Config.Addrs[%d]", i), "%q is not host:port (an IPv6 address is written [::1]:6379)", a)
 		}
 	}
-	return c.Breaker.validate()
+	return nil
 }
 
 // hasPort reports whether host holds a port ("127.0.0.1:6380"); an IPv6

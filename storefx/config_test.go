@@ -183,18 +183,17 @@ func TestParseURLNeverEchoesPassword(t *testing.T) {
 }
 
 func TestFromEnv(t *testing.T) {
-	env := map[string]string{}
-	get := func(k string) string { return env[k] }
-	cfg, err := fromEnv(get)
+	t.Setenv("REDIS_URL", "")
+	cfg, err := FromEnv()
 	if err != nil || cfg.Host != "localhost" || cfg.Port != 6379 {
 		t.Fatalf("no REDIS_URL: got %+v, %v", cfg, err)
 	}
-	env["REDIS_URL"] = "redis://r:6390/1"
-	if cfg, err = fromEnv(get); err != nil || cfg.URL != "redis://r:6390/1" {
+	t.Setenv("REDIS_URL", "redis://r:6390/1")
+	if cfg, err = FromEnv(); err != nil || cfg.URL != "redis://r:6390/1" {
 		t.Fatalf("REDIS_URL: got %+v, %v", cfg, err)
 	}
-	env["REDIS_URL"] = "mysql://x"
-	if _, err = fromEnv(get); err == nil || !strings.Contains(err.Error(), "REDIS_URL") {
+	t.Setenv("REDIS_URL", "mysql://x")
+	if _, err = FromEnv(); err == nil || !strings.Contains(err.Error(), "REDIS_URL") {
 		t.Fatalf("bad REDIS_URL: err = %v, want one naming REDIS_URL", err)
 	}
 }

@@ -73,11 +73,7 @@ func fromURL[T any](raw string, o *T, parse func(string) (*T, error)) error {
 // REDIS_URL when set, else DefaultConfig. An invalid REDIS_URL is an error
 // naming the variable.
 func FromEnv() (Config, error) {
-	return fromEnv(os.Getenv)
-}
-
-func fromEnv(getenv func(string) string) (Config, error) {
-	cfg := Config{URL: getenv("REDIS_URL")}
+	cfg := Config{URL: os.Getenv("REDIS_URL")}
 	if cfg.URL == "" {
 		return DefaultConfig(), nil
 	}
