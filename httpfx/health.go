@@ -21,8 +21,8 @@ import (
 //
 //	fx.Provide(httpfx.AsReadinessCheck(func() httpfx.ReadinessCheck { ... }))
 //
-// A check that returns an error, panics (logged) or has not returned within
-// 1s has failed. A nil Check fails start-up.
+// A check that returns an error, panics (logged; a nil Check too) or has
+// not returned within 1s has failed.
 type ReadinessCheck struct {
 	Name  string
 	Check func(ctx context.Context) error
@@ -123,16 +123,6 @@ func runCheck(c ReadinessCheck, log *zap.Logger) (passed bool) {
 		}
 	}()
 	return c.Check(ctx) == nil && time.Now().Before(deadline)
-}
-
-// checkReadiness refuses a check without a Check func at start-up.
-func checkReadiness(checks []ReadinessCheck) error {
-	for _, c := range checks {
-		if c.Check == nil {
-			return fmt.Errorf("httpfx: readiness check %q has no Check func", c.Name)
-		}
-	}
-	return nil
 }
 
 // readinessTimeout bounds /readyz: a check not done by then has failed.

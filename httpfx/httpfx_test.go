@@ -703,17 +703,6 @@ func TestReadyz_PanickingCheck_FailsAndIsLogged(t *testing.T) {
 	}
 }
 
-// A ReadinessCheck without a Check func would panic at every /readyz;
-// start-up fails instead, naming the check.
-func TestReadinessCheck_NilCheckFailsStartUp(t *testing.T) {
-	t.Parallel()
-	err := fx.New(fx.NopLogger, fx.Provide(zap.NewNop), fx.Supply(&httpfx.Config{Addr: "127.0.0.1:0"}), httpfx.Module,
-		fx.Provide(httpfx.AsReadinessCheck(func() httpfx.ReadinessCheck { return httpfx.ReadinessCheck{Name: "ledger"} }))).Err()
-	if err == nil || !strings.Contains(err.Error(), `httpfx: readiness check "ledger" has no Check func`) {
-		t.Fatalf("err = %v", err)
-	}
-}
-
 // The SERVER span of a sampled request carries the HTTP semantic
 // conventions' request and response attributes, read from the request as
 // net/http gives it (the headers by their canonical names).

@@ -110,9 +110,6 @@ func newRouter(p routerParams) (*chi.Mux, error) {
 	if err := checkContextValues(p.Values); err != nil {
 		return nil, err
 	}
-	if err := checkReadiness(p.Readiness); err != nil {
-		return nil, err
-	}
 	r := chi.NewRouter()
 	f := &front{errors: p.Errors, propagator: p.Propagator, log: p.Log, metrics: metrics, values: p.Values}
 	if p.Tracer != nil {

@@ -133,7 +133,9 @@ func (l *Limiter) Check(ctx context.Context, rule Rule, key string) (Decision, e
 	if err != nil {
 		d = Decision{Allowed: l.cfg.ErrorPolicy == FailOpen, Limit: rule.Limit, Window: rule.Window}
 		err = newStoreUnavailableError(strconv.Quote(rule.Name+":"+l.cfg.KeyAttribute.Value(key)), err)
-		l.warn(err)
+		if l.warnLog.Allow() {
+			l.log.Warn("rate limiter: store unavailable", zap.String("policy", string(l.cfg.ErrorPolicy)), zap.Error(err))
+		}
 	}
 	l.obs.endCheck(span, d, err)
 	return d, err
@@ -154,12 +156,4 @@ func (l *Limiter) check(ctx context.Context, rule Rule, key string) (Decision, e
 		return Decision{Limit: rule.Limit, Window: rule.Window}, err
 	}
 	return decide(l.cfg.Algorithm, rule, res), nil
-}
-
-// warn logs a store failure at most every 10s.
-func (l *Limiter) warn(err error) {
-	if !l.warnLog.Allow() {
-		return
-	}
-	l.log.Warn("rate limiter: store unavailable", zap.String("policy", string(l.cfg.ErrorPolicy)), zap.Error(err))
 }

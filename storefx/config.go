@@ -269,13 +269,3 @@ func userWithoutPassword(user, password, configured, field string) error {
 	return fieldErr(field, "a user name without a password: go-redis would not authenticate and the connection "+
 		"would be Redis's default user's (an ACL user with nopass takes any password)")
 }
-
-// healthCheck returns HealthCheckInterval and HealthCheckTimeout, or their defaults.
-func (c Config) healthCheck() (interval, timeout time.Duration) {
-	return cmp.Or(c.HealthCheckInterval, DefaultHealthCheckInterval), cmp.Or(c.HealthCheckTimeout, DefaultHealthCheckTimeout)
-}
-
-// connectTimeout is ConnectTimeout or its default.
-func (c Config) connectTimeout() time.Duration {
-	return cmp.Or(c.ConnectTimeout, 5*time.Second)
-}

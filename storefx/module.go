@@ -1,8 +1,10 @@
 package storefx
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
@@ -106,11 +108,11 @@ func newManagedClient(name string, cfg Config, p clientDeps) (*Client, error) {
 					_ = c.Close()
 				}
 			}()
-			if err := connect(ctx, c, cfg.connectTimeout()); err != nil {
+			if err := connect(ctx, c, cmp.Or(cfg.ConnectTimeout, 5*time.Second)); err != nil {
 				return err
 			}
-			interval, timeout := cfg.healthCheck()
-			unwatch, err = p.Registry.Watch(name, interval, timeout)
+			unwatch, err = p.Registry.Watch(name, cmp.Or(cfg.HealthCheckInterval, DefaultHealthCheckInterval),
+				cmp.Or(cfg.HealthCheckTimeout, DefaultHealthCheckTimeout))
 			return err
 		},
 		OnStop: func(context.Context) error {

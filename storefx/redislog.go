@@ -16,11 +16,7 @@ import (
 // undone at stop.
 //
 //	fx.New(storefx.Module, storefx.RouteRedisLogs, …)
-var RouteRedisLogs = fx.Invoke(routeRedisLogs)
-
-func routeRedisLogs(log *zap.Logger) {
-	redis.SetLogger(RedisLogger{Log: log.Named("go-redis")})
-}
+var RouteRedisLogs = fx.Invoke(func(log *zap.Logger) { redis.SetLogger(RedisLogger{Log: log.Named("go-redis")}) })
 
 // RedisLogger adapts a *zap.Logger to go-redis's logger interface; pass it
 // to redis.SetLogger to route go-redis's log lines without Fx.
