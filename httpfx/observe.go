@@ -87,11 +87,10 @@ func newRequestMetrics(reg prometheus.Registerer) (*requestMetrics, error) {
 // routePattern is the chi route pattern the request matched, UnmatchedRoute
 // when the router's 404 or 405 answered.
 func routePattern(st *requestState) string {
-	if st.unmatched || st.routing == nil {
-		return UnmatchedRoute
-	}
-	if p := st.routing.RoutePattern(); p != "" {
-		return p
+	if !st.unmatched {
+		if p := st.routing.RoutePattern(); p != "" {
+			return p
+		}
 	}
 	return UnmatchedRoute
 }

@@ -7,6 +7,8 @@ import (
 	"context"
 	"math/rand/v2"
 	"time"
+
+	"github.com/redisfx/redisfx/internal/ctxsleep"
 )
 
 // Backoff is the pause between tries of one loop. Not safe for concurrent use.
@@ -33,13 +35,4 @@ func (b *Backoff) Next() time.Duration {
 func (b *Backoff) Reset() { b.next = 0 }
 
 // Wait pauses for Next or until ctx ends; it reports whether ctx is live.
-func (b *Backoff) Wait(ctx context.Context) bool {
-	t := time.NewTimer(b.Next())
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
+func (b *Backoff) Wait(ctx context.Context) bool { return ctxsleep.Sleep(ctx, b.Next()) }
