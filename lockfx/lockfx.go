@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/redisfx/redisfx"
 	"github.com/redisfx/redisfx/internal/backoff"
@@ -189,7 +190,7 @@ func (l *Locker) Acquire(ctx context.Context, name string) (lock *Lock, err erro
 			timedOut = true
 			return nil, st.exhausted()
 		}
-		l.obs.retry(span, attempt)
+		span.AddEvent("lock.retry", trace.WithAttributes(attribute.Int("attempt", attempt)))
 		if !ctxsleep.Sleep(ctx, wait) {
 			return nil, ctx.Err()
 		}

@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/redisfx/redisfx/plugintrace"
 )
@@ -35,7 +36,8 @@ const (
 )
 
 // observer measures and traces lock operations. Without a registerer the
-// metrics are kept but registered nowhere; without a tracer no spans.
+// metrics are kept but registered nowhere; without a tracer the spans are
+// no-ops.
 type observer struct {
 	tracer                                 trace.TracerProvider
 	keys                                   plugintrace.KeyAttribute
@@ -46,6 +48,9 @@ type observer struct {
 
 func newObserver(reg prometheus.Registerer, tp trace.TracerProvider, keys plugintrace.KeyAttribute) (*observer, error) {
 	buckets := []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2, 5}
+	if tp == nil {
+		tp = noop.NewTracerProvider()
+	}
 	o := &observer{tracer: tp, keys: keys,
 		active:       prometheus.NewGauge(prometheus.GaugeOpts{Name: "locks_active", Help: "Locks held by this process."}),
 		acquisitions: prometheus.NewCounter(prometheus.CounterOpts{Name: "lock_acquisitions_total", Help: "Locks acquired."}),
@@ -72,18 +77,9 @@ func newObserver(reg prometheus.Registerer, tp trace.TracerProvider, keys plugin
 // start opens the span of a lock operation (lock.acquire, lock.release)
 // with its key attribute.
 func (o *observer) start(ctx context.Context, name, op, command string, attrs ...attribute.KeyValue) (context.Context, *plugintrace.Span) {
-	if o.tracer == nil {
-		return ctx, nil
-	}
 	ctx, span := plugintrace.Start(ctx, o.tracer, "locks", op, command, attrs...)
 	span.SetKey(AttrKey, o.keys, name)
 	return ctx, span
-}
-
-func (o *observer) retry(span *plugintrace.Span, attempt int) {
-	if span != nil {
-		span.AddEvent("lock.retry", trace.WithAttributes(attribute.Int("attempt", attempt)))
-	}
 }
 
 func (o *observer) endAcquire(span *plugintrace.Span, acquired, timedOut bool, retries int, waited time.Duration, err error) {
@@ -96,9 +92,6 @@ func (o *observer) endAcquire(span *plugintrace.Span, acquired, timedOut bool, r
 	if acquired {
 		o.acquisitions.Inc()
 		o.active.Inc()
-	}
-	if span == nil {
-		return
 	}
 	if timedOut {
 		span.AddEvent("lock.timeout")
@@ -122,9 +115,6 @@ func (o *observer) ended(lost bool) {
 }
 
 func (o *observer) endRelease(span *plugintrace.Span, err error) {
-	if span == nil {
-		return
-	}
 	if err == nil {
 		span.AddEvent("lock.released")
 	}

@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 	"go.uber.org/zap"
 
 	"github.com/redisfx/redisfx/httpfx"
@@ -62,7 +63,7 @@ const (
 )
 
 // observer measures and traces checks. Without a registerer the metrics
-// are kept but registered nowhere; without a tracer no spans.
+// are kept but registered nowhere; without a tracer the spans are no-ops.
 type observer struct {
 	tracer            trace.TracerProvider
 	keys              plugintrace.KeyAttribute
@@ -71,6 +72,9 @@ type observer struct {
 }
 
 func newObserver(reg prometheus.Registerer, tp trace.TracerProvider, keys plugintrace.KeyAttribute) (*observer, error) {
+	if tp == nil {
+		tp = noop.NewTracerProvider()
+	}
 	o := &observer{tracer: tp, keys: keys,
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratelimit_requests_total", Help: "Rate-limit checks by outcome: allowed, rejected, or error (store unavailable; the ErrorPolicy decided)."}, []string{"status"}),
 		allowed:  prometheus.NewCounter(prometheus.CounterOpts{Name: "ratelimit_allowed_total", Help: "Requests the rate limiter let through."}),
@@ -93,9 +97,6 @@ func newObserver(reg prometheus.Registerer, tp trace.TracerProvider, keys plugin
 // startCheck opens rate_limit.check; its key attribute is the rule's name
 // and the key as Config.KeyAttribute writes it.
 func (o *observer) startCheck(ctx context.Context, rule Rule, key string) (context.Context, *plugintrace.Span) {
-	if o.tracer == nil {
-		return ctx, nil
-	}
 	ctx, span := plugintrace.Start(ctx, o.tracer, "rate-limit", "rate_limit.check", "INCR",
 		attribute.Int64(AttrLimit, rule.Limit), attribute.Int64(AttrWindow, int64(rule.Window.Seconds())))
 	if span.IsRecording() {
@@ -114,9 +115,6 @@ func (o *observer) endCheck(span *plugintrace.Span, d Decision, err error) {
 	default:
 		o.requests.WithLabelValues(StatusRejected).Inc()
 		o.rejected.Inc()
-	}
-	if span == nil {
-		return
 	}
 	span.SetAttributes(attribute.Int64(AttrCurrent, d.Current), attribute.Int64(AttrRemaining, d.Remaining), attribute.Bool(AttrAllowed, d.Allowed))
 	switch {
