@@ -1,8 +1,10 @@
 package httpfx
 
 import (
+	"cmp"
 	"encoding/json"
 	"maps"
+	"math"
 	"net/http"
 	"strconv"
 	"time"
@@ -89,24 +91,14 @@ func NewProblem(status int, code, detail string) Problem {
 // Write sends p as the response, with Cache-Control no-store and
 // Retry-After when set.
 func (p Problem) Write(w http.ResponseWriter) {
-	if p.Status == 0 {
-		p.Status = http.StatusInternalServerError
-	}
-	if p.Type == "" {
-		p.Type = "about:blank"
-	}
-	if p.Title == "" {
-		p.Title = http.StatusText(p.Status)
-	}
+	p.Status = cmp.Or(p.Status, http.StatusInternalServerError)
+	p.Type = cmp.Or(p.Type, "about:blank")
+	p.Title = cmp.Or(p.Title, http.StatusText(p.Status))
 	h := w.Header()
 	h.Set("Content-Type", ProblemContentType)
 	h.Set("Cache-Control", "no-store")
-	if p.RetryAfter > 0 {
-		secs := int64(p.RetryAfter / time.Second) // rounded up, without wrapping near the largest Duration
-		if p.RetryAfter%time.Second > 0 {
-			secs++
-		}
-		h.Set("Retry-After", strconv.FormatInt(secs, 10))
+	if p.RetryAfter > 0 { // rounded up, without wrapping near the largest Duration
+		h.Set("Retry-After", strconv.FormatInt(int64(math.Ceil(p.RetryAfter.Seconds())), 10))
 	}
 	body, err := p.MarshalJSON() // not json.Marshal, which compacts it again
 	if err != nil {              // an extension that does not marshal: without them

@@ -1,6 +1,7 @@
 package ratelimitfx
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/netip"
@@ -93,17 +94,11 @@ func (l *Limiter) Start(ctx context.Context) error {
 }
 
 func (l *Limiter) withDefaults(rule Rule) Rule {
-	if rule.Limit == 0 { // only zero: a negative one is refused by validRule
-		rule.Limit = l.cfg.Limit
-	}
-	if rule.Window == 0 {
-		rule.Window = l.cfg.Window
-	}
+	rule.Limit = cmp.Or(rule.Limit, l.cfg.Limit) // a negative one is refused by validRule
+	rule.Window = cmp.Or(rule.Window, l.cfg.Window)
+	rule.Name = cmp.Or(rule.Name, "default")
 	if rule.Key == nil {
 		rule.Key = l.ByIP()
-	}
-	if rule.Name == "" {
-		rule.Name = "default"
 	}
 	return rule
 }
