@@ -1,6 +1,7 @@
 package httpfx
 
 import (
+	"cmp"
 	"fmt"
 	"time"
 
@@ -44,9 +45,7 @@ func configError(field, reason string) error {
 func (c Config) Validate() error { _, err := c.withDefaults(); return err }
 
 func (c Config) withDefaults() (Config, error) {
-	if c.Addr == "" {
-		c.Addr = ":8080"
-	}
+	c.Addr = cmp.Or(c.Addr, ":8080")
 	for _, d := range []struct {
 		name string
 		v    *time.Duration
@@ -68,8 +67,6 @@ func (c Config) withDefaults() (Config, error) {
 	if c.MaxHeaderBytes < 0 {
 		return c, configError("MaxHeaderBytes", fmt.Sprintf("%d is negative", c.MaxHeaderBytes))
 	}
-	if c.MaxHeaderBytes == 0 {
-		c.MaxHeaderBytes = 1 << 20
-	}
+	c.MaxHeaderBytes = cmp.Or(c.MaxHeaderBytes, 1<<20)
 	return c, nil
 }

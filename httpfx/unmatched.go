@@ -47,10 +47,7 @@ func methodNotAllowed(routes chi.Routes) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		markUnmatched(r)
 		once.Do(build)
-		path := r.URL.RawPath // as chi routes it
-		if path == "" {
-			path = r.URL.Path
-		}
+		path := cmp.Or(r.URL.RawPath, r.URL.Path) // as chi routes it
 		var allowed []string
 		for _, m := range methods {
 			if flat.Match(chi.NewRouteContext(), m, path) {

@@ -1,6 +1,7 @@
 package ratelimitfx
 
 import (
+	"cmp"
 	"net/http"
 	"strings"
 
@@ -103,17 +104,9 @@ func (l *Limiter) routeOf(r *http.Request) (route string, routed bool, at routin
 // routingAt is the routing of r past the mount points mounts: the router
 // mounted there (cached), the path and method as chi routes them.
 func (l *Limiter) routingAt(r *http.Request, rc *chi.Context, mounts []string) (routing, bool) {
-	at := routing{router: rc.Routes, path: rc.RoutePath, method: rc.RouteMethod, mounts: mounts}
-	if at.method == "" {
-		at.method = r.Method
-	}
+	at := routing{router: rc.Routes, path: rc.RoutePath, method: cmp.Or(rc.RouteMethod, r.Method), mounts: mounts}
 	if len(mounts) == 0 {
-		if at.path == "" {
-			at.path = r.URL.RawPath
-			if at.path == "" {
-				at.path = r.URL.Path
-			}
-		}
+		at.path = cmp.Or(at.path, r.URL.RawPath, r.URL.Path)
 		return at, true
 	}
 	// keyed by the root too: one Limiter may serve several routers
