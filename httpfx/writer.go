@@ -9,9 +9,9 @@ import (
 
 // responseWriter is the front middleware's wrap of a request's writer: it
 // measures the final status and the bytes written. It lives in the request's
-// state (no allocation of its own), and the handler gets it through one of
-// the one-pointer types below, each with exactly the optional interfaces
-// (Flusher, Hijacker, ReaderFrom, Pusher) the wrapped writer has.
+// state (no allocation of its own); the handler gets it, or one of the
+// one-pointer types below, with exactly the optional interfaces (Flusher,
+// Hijacker, ReaderFrom, Pusher) the wrapped writer has.
 type responseWriter struct {
 	w           http.ResponseWriter
 	code        int // the final status written, 0 before
@@ -54,7 +54,6 @@ func (rw *responseWriter) Unwrap() http.ResponseWriter { return rw.w }
 // pointer, so that converting it to http.ResponseWriter allocates nothing;
 // the combinations embed the simpler ones for their methods.
 type (
-	basicWriter       struct{ *responseWriter }
 	flushWriter       struct{ *responseWriter }
 	hijackWriter      struct{ *responseWriter }
 	flushHijackWriter struct{ flushWriter }
@@ -141,5 +140,5 @@ func (rw *responseWriter) wrap(w http.ResponseWriter, protoMajor int) http.Respo
 	if fl {
 		return f
 	}
-	return basicWriter{rw}
+	return rw
 }

@@ -27,17 +27,16 @@ func (l *Locker) keysOf(name string) (lockKeys, error) {
 	if name == "" {
 		return lockKeys{}, ErrEmptyName
 	}
-	var lock string
+	tag := "{"
 	if name[0] == '}' {
-		lock = l.cfg.KeyPrefix + "~{~}" + name + "}"
-	} else {
-		lock = l.cfg.KeyPrefix + "{" + name + "}"
+		tag = "~{~}"
 	}
+	lock := l.cfg.KeyPrefix + tag + name + "}"
 	return lockKeys{lock: lock, fence: lock + ":fence"}, nil
 }
 
 // emptyHashTag reports whether prefix's first hash tag is "{}".
 func emptyHashTag(prefix string) bool {
-	i := strings.IndexByte(prefix, '{')
-	return i >= 0 && i+1 < len(prefix) && prefix[i+1] == '}'
+	_, tag, ok := strings.Cut(prefix, "{")
+	return ok && strings.HasPrefix(tag, "}")
 }
