@@ -143,18 +143,16 @@ func recovered(w http.ResponseWriter, r *http.Request, log *zap.Logger, p any) {
 	span.RecordError(err, trace.WithStackTrace(true))
 	span.SetStatus(codes.Error, "panic")
 	log.Error("handler panicked", zap.Error(err), zap.String("path", r.URL.Path), zap.ByteString("stack", debug.Stack()))
-	if st := stateFrom(r.Context()); !nothingSent(st) {
+	if st := stateFrom(r.Context()); !nothingSent(st) { // st: recoverer runs inside the front
 		// The answer began, or a middleware answered while the panic
 		// unwound: a problem appended now would corrupt it.
-		if p != nil && st != nil && st.writer.code >= http.StatusBadRequest {
+		if p != nil && st.writer.code >= http.StatusBadRequest {
 			return // an error answer went out (a timeout's 504): it stands
 		}
 		// Abort the connection, so that the client cannot take a truncated
 		// answer for a complete one; the front middleware records it as an
 		// aborted 500.
-		if st != nil {
-			st.aborted = true
-		}
+		st.aborted = true
 		if p == nil {
 			return // net/http closes the connection
 		}
@@ -202,8 +200,7 @@ func closeAfterGoexit(w http.ResponseWriter) {
 }
 
 // nothingSent reports whether the front middleware's wrap shows that no
-// valid status and no byte went out; outside the router (no state) it
-// cannot tell, and counts as sent.
+// valid status and no byte went out.
 func nothingSent(st *requestState) bool {
-	return st != nil && (st.writer.code < 100 || st.writer.code > 999) && st.writer.bytes == 0
+	return (st.writer.code < 100 || st.writer.code > 999) && st.writer.bytes == 0
 }
