@@ -54,9 +54,6 @@ func NewErrors(log *zap.Logger, filters ...RegisteredErrorFilter) *Errors {
 // Problem maps err to a problem through the chain.
 func (e *Errors) Problem(err error, r *http.Request) Problem {
 	for _, f := range e.filters {
-		if f.Filter == nil {
-			continue
-		}
 		if p, ok := f.Filter(err, r); ok {
 			return p
 		}

@@ -105,9 +105,6 @@ func New(name string, cfg Config, inst ...Instrumentation) (*Client, error) {
 // addHooks adds to c the hook each Instrumentation builds for info.
 func addHooks(c redis.UniversalClient, info ClientInfo, inst []Instrumentation) {
 	for _, f := range inst {
-		if f == nil {
-			continue
-		}
 		if h := f(info); h != nil {
 			c.AddHook(h)
 		}
