@@ -30,10 +30,8 @@ func AsContextValue(constructor any) any {
 // key given twice (which value would win is otherwise an accident of order).
 func checkContextValues(values []ContextValue) error {
 	for i, v := range values {
-		if v.Key == nil {
-			return fmt.Errorf("httpfx: ContextValue.Key is nil (value %T)", v.Value)
-		}
-		// The value, not its type: an interface field may hold a slice.
+		// The value, not its type: an interface field may hold a slice (nil
+		// is not comparable either).
 		if !reflect.ValueOf(v.Key).Comparable() {
 			return fmt.Errorf("httpfx: ContextValue.Key of type %T is not comparable", v.Key)
 		}
