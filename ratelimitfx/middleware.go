@@ -77,14 +77,11 @@ type routing struct {
 // false).
 func (l *Limiter) routeOf(r *http.Request) (route string, routed bool, at routing) {
 	rc := chi.RouteContext(r.Context())
-	if rc == nil {
-		return "", false, routing{}
+	pattern := rc.RoutePattern() // nil-safe
+	if pattern == "" {
+		return "", false, routing{} // before routing, or outside chi
 	}
-	pattern := rc.RoutePattern()
 	if !strings.HasSuffix(pattern, "*") || rc.Routes == nil {
-		if pattern == "" {
-			return "", false, routing{} // before routing
-		}
 		// routed: the endpoint's router is past every pattern but its own
 		at, _ := l.routingAt(r, rc, rc.RoutePatterns[:len(rc.RoutePatterns)-1])
 		return pattern, true, at
