@@ -94,24 +94,8 @@ func canonical(w io.Writer, data []byte, ignore *ignoreSet) error {
 // error is its depth limit (MaxJSONDepth), errNotJSON otherwise.
 func invalid(data []byte) error {
 	var syntax *json.SyntaxError
-	if !errors.As(json.Unmarshal(data, new(struct{})), &syntax) {
-		return errNotJSON
-	}
-	depth, inString := 0, false
-	for i := 0; i < int(syntax.Offset) && i < len(data); i++ { // a valid prefix: strings end where they seem to
-		switch b := data[i]; {
-		case inString && b == '\\':
-			i++
-		case b == '"':
-			inString = !inString
-		case inString:
-		case b == '[' || b == '{':
-			if depth++; depth > MaxJSONDepth {
-				return errTooDeep
-			}
-		case b == ']' || b == '}':
-			depth--
-		}
+	if errors.As(json.Unmarshal(data, new(struct{})), &syntax) && strings.HasSuffix(syntax.Error(), "exceeded max depth") {
+		return errTooDeep
 	}
 	return errNotJSON
 }
