@@ -10,16 +10,15 @@ import (
 // Stable error codes. They appear as the "code" member of problem responses
 // and as redisfx.BaseError.Code; they never change.
 const (
-	CodeKeyReused          = "idempotency_key_reused"
-	CodeInProgress         = "idempotency_request_in_progress"
-	CodePreviousFailed     = "idempotency_previous_failed"
-	CodeKeyInvalid         = "idempotency_key_invalid"
-	CodeKeyRequired        = "idempotency_key_required"
-	CodeStoreUnavailable   = "idempotency_store_unavailable"
-	CodeBodyTooLarge       = "idempotency_body_too_large"
-	CodeBodyTooDeep        = "idempotency_body_too_deep"
-	CodeResponseNotStored  = "idempotency_response_not_replayable"
-	CodeFingerprintFailure = "idempotency_fingerprint_failed"
+	CodeKeyReused         = "idempotency_key_reused"
+	CodeInProgress        = "idempotency_request_in_progress"
+	CodePreviousFailed    = "idempotency_previous_failed"
+	CodeKeyInvalid        = "idempotency_key_invalid"
+	CodeKeyRequired       = "idempotency_key_required"
+	CodeStoreUnavailable  = "idempotency_store_unavailable"
+	CodeBodyTooLarge      = "idempotency_body_too_large"
+	CodeBodyTooDeep       = "idempotency_body_too_deep"
+	CodeResponseNotStored = "idempotency_response_not_replayable"
 )
 
 // IdempotencyFingerprintMismatchError means the key was used before with

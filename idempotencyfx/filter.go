@@ -27,16 +27,15 @@ type ErrorFilter func(err error, r *http.Request) (httpfx.Problem, bool)
 
 // statusOf is the HTTP status of each error code.
 var statusOf = map[string]int{
-	CodeKeyReused:          http.StatusUnprocessableEntity,
-	CodeInProgress:         http.StatusConflict,
-	CodePreviousFailed:     http.StatusConflict,
-	CodeResponseNotStored:  http.StatusConflict,
-	CodeKeyInvalid:         http.StatusBadRequest,
-	CodeKeyRequired:        http.StatusBadRequest,
-	CodeBodyTooLarge:       http.StatusRequestEntityTooLarge,
-	CodeBodyTooDeep:        http.StatusBadRequest,
-	CodeStoreUnavailable:   http.StatusInternalServerError,
-	CodeFingerprintFailure: http.StatusBadRequest,
+	CodeKeyReused:         http.StatusUnprocessableEntity,
+	CodeInProgress:        http.StatusConflict,
+	CodePreviousFailed:    http.StatusConflict,
+	CodeResponseNotStored: http.StatusConflict,
+	CodeKeyInvalid:        http.StatusBadRequest,
+	CodeKeyRequired:       http.StatusBadRequest,
+	CodeBodyTooLarge:      http.StatusRequestEntityTooLarge,
+	CodeBodyTooDeep:       http.StatusBadRequest,
+	CodeStoreUnavailable:  http.StatusInternalServerError,
 }
 
 // DefaultErrorFilter is the built-in mapping: 422 for a reused key, 409

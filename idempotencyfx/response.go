@@ -174,20 +174,13 @@ func (d *decoder) uvarint() uint64 {
 	if d.err != nil {
 		return 0
 	}
-	var v uint64
-	for i := 0; i < len(d.s) && i < binary.MaxVarintLen64; i++ {
-		c := d.s[i]
-		if c < 0x80 {
-			if i == binary.MaxVarintLen64-1 && c > 1 {
-				break // overflow
-			}
-			d.s = d.s[i+1:]
-			return v | uint64(c)<<(7*i)
-		}
-		v |= uint64(c&0x7f) << (7 * i)
+	v, n := binary.Uvarint([]byte(d.s[:min(len(d.s), binary.MaxVarintLen64)]))
+	if n <= 0 {
+		d.err = errBadRecord
+		return 0
 	}
-	d.err = errBadRecord
-	return 0
+	d.s = d.s[n:]
+	return v
 }
 
 func (d *decoder) str() string {
