@@ -170,15 +170,9 @@ func (c Config) validate() error {
 	bad := func(opt, format string, args ...any) error {
 		return redisfx.NewConfigError("idempotencyfx", "Config."+opt, fmt.Sprintf(format, args...))
 	}
-	for _, d := range []struct {
-		name string
-		v    time.Duration
-	}{{"WaitTimeout", c.WaitTimeout}, {"StoreTimeout", c.StoreTimeout}, {"PollInterval", c.PollInterval}, {"ReplicaAckTimeout", c.ReplicaAckTimeout}} {
-		if d.v < 0 {
-			return bad(d.name, "%v is negative", d.v)
-		}
-	}
 	switch {
+	case c.StoreTimeout < 0:
+		return bad("StoreTimeout", "%v is negative", c.StoreTimeout)
 	case c.DefaultTTL < 0 && c.DefaultTTL != NeverExpire:
 		return bad("DefaultTTL", "%v is negative (NeverExpire keeps records for ever)", c.DefaultTTL)
 	case c.DefaultTTL > 0 && c.DefaultTTL < time.Millisecond:
@@ -191,10 +185,6 @@ func (c Config) validate() error {
 		return bad("NoWait", "set together with WaitTimeout %v", c.WaitTimeout)
 	case c.ErrorPolicy != "" && c.ErrorPolicy != FailClosed && c.ErrorPolicy != FailOpen:
 		return bad("ErrorPolicy", "%q is not %q or %q", c.ErrorPolicy, FailClosed, FailOpen)
-	case c.MaxBodyBytes < 0:
-		return bad("MaxBodyBytes", "%d is negative", c.MaxBodyBytes)
-	case c.MaxResponseBytes < 0:
-		return bad("MaxResponseBytes", "%d is negative", c.MaxResponseBytes)
 	case c.MaxResponseBytes > MaxResponseBytesLimit:
 		return bad("MaxResponseBytes", "%d is above MaxResponseBytesLimit (%d): a replay could not be read back whole", c.MaxResponseBytes, MaxResponseBytesLimit)
 	case c.ReplicaAcks < 0:

@@ -8,16 +8,12 @@ import (
 
 func TestConfig_InvalidValuesNameTheOption(t *testing.T) {
 	for opt, cfg := range map[string]Config{
-		"DefaultTTL":       {DefaultTTL: -time.Second},
-		"HeaderName":       {HeaderName: "Bad Header"},
-		"LockTimeout":      {LockTimeout: time.Millisecond},
-		"WaitTimeout":      {WaitTimeout: -1},
-		"NoWait":           {NoWait: true, WaitTimeout: time.Second},
-		"ErrorPolicy":      {ErrorPolicy: "fail-sideways"},
-		"MaxBodyBytes":     {MaxBodyBytes: -1},
-		"MaxResponseBytes": {MaxResponseBytes: -1},
-		"StoreTimeout":     {StoreTimeout: -1},
-		"PollInterval":     {PollInterval: -1},
+		"DefaultTTL":   {DefaultTTL: -time.Second},
+		"HeaderName":   {HeaderName: "Bad Header"},
+		"LockTimeout":  {LockTimeout: time.Millisecond},
+		"NoWait":       {NoWait: true, WaitTimeout: time.Second},
+		"ErrorPolicy":  {ErrorPolicy: "fail-sideways"},
+		"StoreTimeout": {StoreTimeout: -1},
 	} {
 		err := cfg.Validate()
 		if err == nil || !strings.Contains(err.Error(), opt) {

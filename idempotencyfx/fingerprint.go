@@ -119,10 +119,8 @@ func canonicalQuery(raw string) string {
 	var ps []param
 	for p := range strings.SplitSeq(raw, "&") {
 		name, _, _ := strings.Cut(p, "=")
-		if strings.ContainsAny(name, "%+") {
-			if decoded, err := url.QueryUnescape(name); err == nil {
-				name = decoded
-			}
+		if decoded, err := url.QueryUnescape(name); err == nil {
+			name = decoded
 		}
 		ps = append(ps, param{name, p})
 	}
@@ -140,9 +138,6 @@ func canonicalQuery(raw string) string {
 // isJSON reports whether a Content-Type is application/json or a +json
 // type, parameters and case ignored (without mime.ParseMediaType's map).
 func isJSON(contentType string) bool {
-	if contentType == "application/json" { // what nearly every JSON client sends
-		return true
-	}
 	mt, _, _ := strings.Cut(contentType, ";")
 	mt = strings.TrimSpace(mt)
 	if len(mt) <= len("application/") || !strings.EqualFold(mt[:len("application/")], "application/") {

@@ -95,9 +95,7 @@ func keyFromRequest(r *http.Request, header string) (key string, present bool, e
 // %25 and ':' as %3A. The only ':' after the prefix separates the scope, so
 // a key can never pose as a scope.
 func storeKey(prefix, scope, key string) string {
-	if strings.IndexByte(key, '%') >= 0 || strings.IndexByte(key, ':') >= 0 { // ContainsAny costs ~500 instructions on a short key
-		key = keyEscaper.Replace(key)
-	}
+	key = keyEscaper.Replace(key)
 	if scope == "" {
 		return prefix + key
 	}

@@ -306,7 +306,7 @@ func (s *Service) awaitOutcome(ctx context.Context, storeKey, key, fp, owner str
 
 // pollAfter is when a waiter polls next, given the owner's lease left.
 func (s *Service) pollAfter(leaseLeft time.Duration) time.Duration {
-	return min(s.cfg.PollInterval, max(leaseLeft, time.Millisecond))
+	return max(min(s.cfg.PollInterval, leaseLeft), time.Millisecond)
 }
 
 // grantFor turns a claim reply into a grant or an error.

@@ -103,6 +103,3 @@ func (c *detached) Err() error {
 		return nil
 	}
 }
-
-// String describes the context, as the context package's types do.
-func (c *detached) String() string { return "detach.Context(" + c.d.at.String() + ")" }
