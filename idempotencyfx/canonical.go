@@ -18,9 +18,7 @@ import (
 )
 
 // MaxJSONDepth is the deepest nesting of arrays and objects that a JSON
-// body may have to be fingerprinted: encoding/json's own limit, so no body
-// that a handler could decode with it is refused. A JSON body nested deeper
-// gets 400 idempotency_body_too_deep before any Redis call.
+// body may have to be fingerprinted: encoding/json's own limit.
 const MaxJSONDepth = 10000
 
 var (
@@ -37,7 +35,6 @@ var (
 // keys equal under case folding is tagged 'O' and ordered by folded key,
 // then document order; one with two keys of one integer ("1", "01") is
 // tagged 'N' and ordered by class (see collision), then document order.
-// Parsing makes a flat list of nodes, writing walks it: linear in the size.
 
 // node is one value of the parsed document, in document order. The children
 // of a container follow it; an object's are key, value, key, value...
@@ -49,8 +46,7 @@ type node struct {
 	esc        bool  // the string was decoded into buf
 }
 
-// member is one member of an object being written: node indexes, the key's
-// also its document order.
+// member is one member of an object being written: node indexes.
 type member struct{ key, value int32 }
 
 type canonicalizer struct {
@@ -66,9 +62,8 @@ type canonicalizer struct {
 }
 
 // canonical writes the canonical form of data to w, or nothing if data is
-// not one JSON document (errNotJSON) or nests too deep (errTooDeep).
-// json.Valid vouches for the grammar (depth included), so the parse below
-// only finds where each value ends.
+// not JSON (errNotJSON) or nests too deep (errTooDeep). json.Valid vouches
+// for the grammar, so the parse only finds where each value ends.
 func canonical(w io.Writer, data []byte, ignore *ignoreSet) error {
 	if !json.Valid(data) {
 		return invalid(data)
@@ -100,8 +95,7 @@ func invalid(data []byte) error {
 	return errNotJSON
 }
 
-// canonicalizers keeps the parse's buffers between requests: a keyed
-// request's fingerprint allocates none of them.
+// canonicalizers keeps the parse's buffers between requests.
 var canonicalizers = sync.Pool{New: func() any { return new(canonicalizer) }}
 
 // release empties c for the next body; buffers grown past 64 KiB are dropped.
@@ -246,7 +240,7 @@ func (c *canonicalizer) bytesOf(i int32) []byte {
 }
 
 // emit writes node i and what it holds. path is its IgnoreJSONFields path,
-// live whether an ignored path may lie at or below it.
+// live whether an ignored path may lie below.
 func (c *canonicalizer) emit(i int32, path string, live bool) {
 	n := c.nodes[i]
 	switch n.kind {
@@ -347,10 +341,8 @@ type folded struct {
 }
 
 // collision reports whether two different keys decode to one field or map
-// key, and if so orders ms by class, then document order. The class of a key
-// is its folding, or with ints, for an integer key, its value (as
-// strconv.ParseInt reads it); with ints only two integer keys written
-// differently count.
+// key (same class: the folding, or with ints an integer's value), and if so
+// orders ms by class, then document order.
 func (c *canonicalizer) collision(ms []member, ints bool) bool {
 	c.foldBuf, c.folds = c.foldBuf[:0], c.folds[:0]
 	for _, m := range ms {
@@ -440,8 +432,7 @@ func (c *canonicalizer) path(parent string, key []byte) []byte {
 	return append(c.scratch, key...)
 }
 
-// ignoreSet is the paths of IgnoreJSONFields, with every prefix of them, so
-// that a walk can tell at once whether an ignored path may lie below.
+// ignoreSet is the paths of IgnoreJSONFields, and every prefix of them.
 type ignoreSet struct {
 	paths    map[string]struct{}
 	prefixes map[string]string // each prefix mapped to itself: a lookup yields a string without allocating
@@ -463,8 +454,7 @@ func (s *ignoreSet) matches(path []byte) bool {
 	return ok
 }
 
-// below returns path as a string and whether an ignored path may lie at or
-// below it.
+// below returns path as a string and whether an ignored path may lie below.
 func (s *ignoreSet) below(path []byte) (string, bool) {
 	p, ok := s.prefixes[string(path)]
 	return p, ok

@@ -113,8 +113,7 @@ const NeverExpire time.Duration = -1
 // record back is bounded, and a replay is the whole record or nothing.
 const MaxResponseBytesLimit = 64 << 20
 
-// DefaultConfig returns the configuration used when the application
-// supplies none: every option at its default (completed records live 24h).
+// DefaultConfig returns the configuration used when the application supplies none.
 func DefaultConfig() Config {
 	return Config{DefaultTTL: DefaultTTL}
 }
@@ -122,7 +121,7 @@ func DefaultConfig() Config {
 // settings is a validated Config with defaults applied.
 type settings struct {
 	Config
-	header string              // canonical header name
+	header string              // canonical
 	skip   map[string]struct{} // canonical names of headers not recorded
 }
 
@@ -193,8 +192,7 @@ func (c Config) validate() error {
 	return nil
 }
 
-// hopByHop headers are never recorded (RFC 9110 §7.6.1). Trailer is not one:
-// a replay needs it to send the trailers.
+// hopByHop headers are never recorded (RFC 9110 §7.6.1).
 var hopByHop = []string{"Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
 	"Proxy-Connection", "Te", "Transfer-Encoding", "Upgrade"}
 

@@ -28,10 +28,7 @@ func (s *Service) DoInScope(ctx context.Context, scope, key, fingerprint string,
 		return nil, false, err
 	}
 	record := s.StoreKey(scope, key)
-	if s.holdsRecord(ctx, record) {
-		// Inside the work that holds this record (a Do within a Do, or
-		// within the request, with the same key): served by its lease, as a
-		// request is; claiming the record again could only wait for itself.
+	if s.holdsRecord(ctx, record) { // served by the lease of the work it runs in
 		out, err := fn(ctx)
 		return out, false, err
 	}
@@ -56,8 +53,7 @@ func (s *Service) DoInScope(ctx context.Context, scope, key, fingerprint string,
 	return s.runDo(ctx, g.lease, fn)
 }
 
-// runDo runs fn under the lease and records its result. A panic or
-// runtime.Goexit records a failure (a panic is re-raised).
+// runDo runs fn under the lease and records its result, as runOwned does.
 func (s *Service) runDo(ctx context.Context, l *lease, fn func(context.Context) ([]byte, error)) (result []byte, replayed bool, err error) {
 	returned := false
 	defer func() {

@@ -38,12 +38,8 @@ var statusOf = map[string]int{
 	CodeStoreUnavailable:  http.StatusInternalServerError,
 }
 
-// DefaultErrorFilter is the built-in mapping: 422 for a reused key, 409
-// (with Retry-After) for in progress, previously failed and not replayable,
-// 400 for an invalid or missing key and for a JSON body nested too deep to
-// fingerprint, 413 for a body too large to fingerprint, 500 (with
-// Retry-After) for an unavailable store. Other errors are left to the
-// next filter.
+// DefaultErrorFilter is the built-in mapping of the idempotency errors
+// (docs/idempotency.md, "Errors"); other errors are left to the next filter.
 func DefaultErrorFilter(err error, _ *http.Request) (httpfx.Problem, bool) {
 	var base *redisfx.BaseError
 	if !errors.As(err, &base) || !strings.HasPrefix(base.Code, "idempotency_") {

@@ -79,7 +79,7 @@ type fingerprinter struct {
 
 var fingerprinters = sync.Pool{New: func() any { return &fingerprinter{h: sha256.New()} }}
 
-// fields hashes each field as its length (uvarint), then its text.
+// fields hashes each field, length-prefixed.
 func (f *fingerprinter) fields(fs ...string) {
 	f.buf = f.buf[:0]
 	for _, s := range fs {
@@ -89,8 +89,7 @@ func (f *fingerprinter) fields(fs ...string) {
 }
 
 // requestTarget is the escaped path and raw query the client sent: a server
-// request's RequestURI, which rewrites of r.URL leave alone (parsed only
-// when r.URL differs from it); a client request has only r.URL.
+// request's RequestURI (parsed only when r.URL differs), else r.URL.
 func requestTarget(r *http.Request) (path, query string) {
 	path, query = r.URL.EscapedPath(), r.URL.RawQuery
 	uri := r.RequestURI
@@ -136,7 +135,7 @@ func canonicalQuery(raw string) string {
 }
 
 // isJSON reports whether a Content-Type is application/json or a +json
-// type, parameters and case ignored (without mime.ParseMediaType's map).
+// type (without mime.ParseMediaType's map).
 func isJSON(contentType string) bool {
 	mt, _, _ := strings.Cut(contentType, ";")
 	mt = strings.TrimSpace(mt)

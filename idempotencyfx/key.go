@@ -73,8 +73,7 @@ func invalidKey(msg string) error {
 }
 
 // keyFromRequest reads the key header (header: its canonical name) in every
-// spelling: a request built in process may hold the name in any case, or in
-// two, and must be neither let through nor taken for one with a single key.
+// spelling, as a request built in process may hold it.
 func keyFromRequest(r *http.Request, header string) (key string, present bool, err error) {
 	values, ok := r.Header[header]
 	for name, vs := range r.Header {
@@ -90,10 +89,8 @@ func keyFromRequest(r *http.Request, header string) (key string, present bool, e
 	return key, true, err
 }
 
-// storeKey is the Redis key of (scope, key): prefix + escapedKey, or prefix +
-// url.QueryEscape(scope) + ":" + escapedKey, where escapedKey writes '%' as
-// %25 and ':' as %3A. The only ':' after the prefix separates the scope, so
-// a key can never pose as a scope.
+// storeKey is the Redis key of (scope, key) (docs/idempotency.md, "The
+// Redis key"): a key can never pose as a scope.
 func storeKey(prefix, scope, key string) string {
 	key = keyEscaper.Replace(key)
 	if scope == "" {

@@ -11,13 +11,8 @@ import (
 	"github.com/redisfx/redisfx/internal/durations"
 )
 
-// An outcome that its request could not record within its two tries is
-// tried again in the background while the record can live (2×LockTimeout
-// after the last renewal); meanwhile a retry waits or gets 409. Only the
-// record's owner can complete it, so a late outcome never overwrites a newer
-// one.
-//
-// lateCompletions are those background tries.
+// lateCompletions are the background tries of outcomes that their request
+// could not record, and of claim withdrawals.
 type lateCompletions struct {
 	stop    context.Context // cancelled when Shutdown's grace ends: the tries give up
 	cancel  context.CancelFunc
@@ -31,9 +26,8 @@ func newLateCompletions() *lateCompletions {
 	return &lateCompletions{stop: stop, cancel: cancel}
 }
 
-// start runs try in the background with parent's values (a request that
-// has ended: its trace goes on), cancelled when Shutdown's grace ends;
-// false once the Service is closing.
+// start runs try in the background with parent's values, until Shutdown's
+// grace ends; false once the Service is closing.
 func (lc *lateCompletions) start(parent context.Context, try func(ctx context.Context)) bool {
 	lc.mu.Lock()
 	defer lc.mu.Unlock()
@@ -70,8 +64,7 @@ func (lc *lateCompletions) shutdown(ctx context.Context) {
 }
 
 // completeLate retries the completion of l until it lands or is refused,
-// the record's life is over, or the Service closes: at once, then backing
-// off up to a tenth of the lease.
+// the record's life is over, or the Service closes.
 func (s *Service) completeLate(ctx context.Context, l *lease, state State, resp []byte, ttl time.Duration) {
 	// The record expires before this: its owner's last renewal was earlier.
 	end := time.Now().Add(durations.Mul(s.cfg.LockTimeout, 2))

@@ -17,17 +17,14 @@ import (
 var renewalContext = plugintrace.WithoutCommandSpans(storefx.BypassBreaker(context.Background()))
 
 // lease is the ownership of an in-progress record, renewed every third of
-// LockTimeout while the work runs (by time.AfterFunc: no goroutine between
-// renewals); when the owner dies it runs out after LockTimeout.
+// LockTimeout by time.AfterFunc while the work runs.
 type lease struct {
 	s     *Service
 	key   string
 	owner string
 	token int64
 
-	// ended: the handler (or Do's function) returned, so the work no longer
-	// serves requests by this lease, though the outcome is not recorded yet.
-	ended atomic.Bool
+	ended atomic.Bool // the work returned; its outcome may not be recorded yet
 
 	mu      sync.Mutex
 	timer   *time.Timer
@@ -55,9 +52,7 @@ func (l *lease) renew() {
 	l.mu.Unlock()
 	defer l.running.Done()
 
-	// Each renewal waits at most a third of the lease, and the next goes out
-	// a third after this one was sent: one slow round trip must not push it
-	// past the lease's end.
+	// The next renewal goes out a third after this one was sent, whatever its round trip.
 	period := l.s.cfg.LockTimeout / 3
 	sent := time.Now()
 	ctx, cancel := context.WithTimeout(renewalContext, min(l.s.cfg.StoreTimeout, period))
@@ -108,9 +103,8 @@ func (l *lease) stop() {
 	l.running.Wait()
 }
 
-// complete stops renewing and writes the outcome if the lease still owns
-// the record, trying twice within StoreTimeout each (the script recognises a
-// retry of a write that landed); Service.finish goes on in the background.
+// complete stops renewing and writes the outcome, trying twice (the script
+// recognises a retry of a write that landed).
 func (l *lease) complete(parent context.Context, state State, resp []byte, ttl time.Duration) (done completion, err error) {
 	l.stop()
 	for attempt := 0; attempt < 2; attempt++ {
@@ -121,8 +115,7 @@ func (l *lease) complete(parent context.Context, state State, resp []byte, ttl t
 	return completionRefused, err
 }
 
-// try sends the completion once, past the circuit breaker: it ends a lease
-// that was granted.
+// try sends the completion once, past the circuit breaker.
 func (l *lease) try(parent context.Context, state State, resp []byte, ttl time.Duration) (completion, error) {
 	done, unreplicated, err := l.s.store.complete(l.s.calls.Context(storefx.BypassBreaker(parent)), l.key, l.owner, state, resp, ttl)
 	if unreplicated {

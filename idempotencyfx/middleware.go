@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"maps"
 	"net/http"
 	"slices"
 
@@ -16,9 +17,8 @@ import (
 
 type serviceKey struct{}
 
-// Install is the middleware that makes the Service reachable from
-// Idempotent() routes on a router of your own: r.Use(svc.Install). Module
-// needs none: it gives httpfx's router the Service as an httpfx.ContextValue.
+// Install makes the Service reachable from Idempotent() routes on a router
+// of your own: r.Use(svc.Install). Module does it for httpfx's router.
 func (s *Service) Install(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), serviceKey{}, s)))
@@ -104,8 +104,7 @@ func (s *Service) serveHTTP(w http.ResponseWriter, r *http.Request, next http.Ha
 	s.runOwned(w, r, next, g.lease)
 }
 
-// identify reads the body for the request's fingerprint and returns its
-// record's Redis key.
+// identify returns the request's record key and fingerprint.
 func (s *Service) identify(r *http.Request, key string) (record, fp string, err error) {
 	body, err := readBody(r, s.cfg.MaxBodyBytes)
 	if err != nil {
@@ -123,8 +122,7 @@ func (s *Service) identify(r *http.Request, key string) (record, fp string, err 
 	return s.StoreKey(scope, key), fp, nil
 }
 
-// refuse answers a request that may not run: an idempotency error, a store
-// error (by ErrorPolicy), or nothing when the client has gone.
+// refuse answers a request that may not run (or runs it, fail-open).
 func (s *Service) refuse(w http.ResponseWriter, r *http.Request, next http.Handler, g grant, err error) {
 	ctx := r.Context()
 	var storeErr *IdempotencyStoreError
@@ -135,7 +133,9 @@ func (s *Service) refuse(w http.ResponseWriter, r *http.Request, next http.Handl
 	case errors.As(err, &storeErr):
 		if s.cfg.ErrorPolicy == FailOpen {
 			s.obs.outcome(ctx, OutcomeFailOpen)
-			s.warnFailOpen(storeErr.Err)
+			if s.failOpenLog.Allow() {
+				s.log.Warn("idempotency: store unavailable, running the handler WITHOUT idempotency protection (fail-open)", zap.Error(storeErr.Err))
+			}
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -149,9 +149,8 @@ func (s *Service) refuse(w http.ResponseWriter, r *http.Request, next http.Handl
 	s.errors.Render(w, r, err)
 }
 
-// runOwned runs the handler under the lease, records its outcome, and only
-// then sends the response. A panic or runtime.Goexit records a failure
-// (a panic is re-raised).
+// runOwned runs the handler under the lease, records its outcome, then
+// sends the response. A panic or runtime.Goexit records a failure.
 func (s *Service) runOwned(w http.ResponseWriter, r *http.Request, next http.Handler, l *lease) {
 	rec := newRecorder(w, s.cfg.MaxResponseBytes)
 	outer := outerHeaders(rec.header)
@@ -164,12 +163,8 @@ func (s *Service) runOwned(w http.ResponseWriter, r *http.Request, next http.Han
 		panicked := recover() // nil: runtime.Goexit, which goes on after this
 		s.finish(ctx, l, failedUnlessAnswered(rec), nil)
 		if panicked != nil {
-			// The recovery middleware answers afresh: with the headers outer
-			// middleware set (a request id, CORS), none of the handler's.
-			clear(rec.header)
-			for k, vs := range outer {
-				rec.header[k] = vs
-			}
+			clear(rec.header) // the recovery middleware answers with the outer middleware's headers only
+			maps.Copy(rec.header, outer)
 			panic(panicked)
 		}
 	}()
@@ -181,9 +176,6 @@ func (s *Service) runOwned(w http.ResponseWriter, r *http.Request, next http.Han
 	var blob []byte
 	switch {
 	case rec.failed || rec.retryLater || failureStatus(rec.finishedStatus()):
-		// rec.failed: an error status after the answer began, which is how
-		// a returned error arrives after a partial write. rec.retryLater:
-		// the answer asks to retry later (see recorder.NoteError).
 		state = failedUnlessAnswered(rec)
 	case !rec.passing:
 		var ok bool
@@ -199,10 +191,9 @@ func (s *Service) runOwned(w http.ResponseWriter, r *http.Request, next http.Han
 	rec.send()
 }
 
-// failedUnlessAnswered is the outcome of a handler that failed: StateFailed
-// (the key may run again once it expires), unless part of a non-failure
-// answer already reached the client, who may have acted on it:
-// StateNotReplayable. A 499 passed through is a failure.
+// failedUnlessAnswered is the outcome of a handler that failed: StateFailed,
+// unless part of a non-failure answer already reached the client, who may
+// have acted on it.
 func failedUnlessAnswered(rec *recorder) State {
 	if rec.passing && !failureStatus(rec.finishedStatus()) {
 		return StateNotReplayable
@@ -211,9 +202,8 @@ func failedUnlessAnswered(rec *recorder) State {
 }
 
 // readBody reads the whole request body, at most limit bytes, and restores
-// it for the handler. Content-Length refuses a body announced too large and
-// sizes the first buffer up to 4 KiB only: past that the buffer grows with
-// the bytes that arrive, so a lying length costs little.
+// it for the handler. The first buffer is sized by Content-Length up to 4 KiB
+// only, so a lying length costs little.
 func readBody(r *http.Request, limit int64) ([]byte, error) {
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil, nil
@@ -256,9 +246,8 @@ func bodyTooLarge(limit int64) error {
 }
 
 // outerHeaders notes the response headers outer middleware set before the
-// handler ran (a request id): they belong to this request, so a replay does
-// not repeat them and an answer after a panic keeps them. A header the
-// handler left alone keeps its very value slice, which is what is compared.
+// handler ran (a request id): a replay does not repeat them, an answer after
+// a panic keeps them. handlerHeaders compares their value slices.
 func outerHeaders(h http.Header) http.Header {
 	if len(h) == 0 {
 		return nil

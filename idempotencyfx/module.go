@@ -41,8 +41,7 @@ func serviceValue(s *Service) httpfx.ContextValue {
 	return httpfx.ContextValue{Key: serviceKey{}, Value: s}
 }
 
-// loggerInGraph is optional here only so that a missing logger gets a
-// message naming what to add; NewFromParams requires it.
+// loggerInGraph lets a missing logger get a message naming what to add.
 type loggerInGraph struct {
 	fx.In
 	Log *zap.Logger `optional:"true"`

@@ -15,9 +15,7 @@ import (
 
 // notifier wakes waiting duplicates with the outcome the completion script
 // PUBLISHes on the record key's channel, through one subscription per
-// process. An optimisation only: waiters also poll. One goroutine (run) owns
-// the connection, opened at the first wait; a command unanswered within
-// StoreTimeout gets the connection replaced and every channel subscribed again.
+// process (waiters also poll). One goroutine, run, owns the connection.
 type notifier struct {
 	rdb     redis.UniversalClient
 	log     *zap.Logger
@@ -37,8 +35,7 @@ type notifier struct {
 	replacedLog throttle.Every
 }
 
-// pingAfter is the silence after which the connection is pinged, keeping NAT
-// state alive and proving that it answers.
+// pingAfter is the silence after which the connection is pinged.
 const pingAfter = 5 * time.Second
 
 // topic is the subscription to one record key's channel.
@@ -112,8 +109,7 @@ func (w *watch) signal() *signal {
 	return w.t.cur
 }
 
-// confirmed is closed once the subscription is in place on the current
-// connection (a new channel after the connection is replaced).
+// confirmed is closed once the subscription is in place on the current connection.
 func (w *watch) confirmed() <-chan struct{} {
 	if w.t == nil {
 		return nil
@@ -136,8 +132,7 @@ func (w *watch) release() {
 	}
 }
 
-// run owns the subscription connection until close: it opens one, serves it
-// until it breaks, and replaces it, backing off while Redis is away.
+// run serves subscription connections until close, replacing each that breaks.
 func (n *notifier) run() {
 	defer close(n.done)
 	pause := backoff.Backoff{Min: 50 * time.Millisecond, Max: 2 * time.Second}
@@ -191,8 +186,8 @@ func (c *conn) received() {
 	c.mu.Unlock()
 }
 
-// silent reports whether a command went unanswered for longer than timeout,
-// and whether the connection has been quiet for pingAfter.
+// silent reports whether a command went unanswered for timeout, and whether
+// the connection has been quiet for pingAfter.
 func (c *conn) silent(timeout time.Duration) (dead, idle bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -243,8 +238,7 @@ func (n *notifier) serve(ps *redis.PubSub) error {
 	}
 }
 
-// sync subscribes to the channels of new topics and unsubscribes from those
-// nobody waits on any more.
+// sync subscribes to new topics and unsubscribes from abandoned ones.
 func (n *notifier) sync(c *conn) error {
 	var sub, unsub []string
 	n.mu.Lock()
@@ -282,8 +276,7 @@ func (n *notifier) command(c *conn, send func(context.Context) error) error {
 	return send(ctx)
 }
 
-// receive dispatches what the connection delivers until it fails or is
-// closed.
+// receive dispatches what the connection delivers until it fails.
 func (n *notifier) receive(c *conn) {
 	for {
 		msg, err := c.ps.Receive(context.Background())

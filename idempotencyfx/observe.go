@@ -59,17 +59,14 @@ func (o *observer) count(oc Outcome) {
 // AttrOutcome is the span attribute that carries the Outcome.
 const AttrOutcome = "redisfx.idempotency.outcome"
 
-// Reasons of idempotency_notification_failures_total: what went wrong with
-// the pub/sub notification that wakes waiting duplicates. None loses an
-// outcome (waiters poll); each slows wake-ups down to PollInterval.
+// Reasons of idempotency_notification_failures_total.
 const (
 	notifySubscribeDenied    = "subscribe_denied"    // Redis refused a SUBSCRIBE (NOPERM: no channel permission)
 	notifyPublishFailed      = "publish_failed"      // a completion was recorded, but its PUBLISH failed
 	notifyConnectionReplaced = "connection_replaced" // the subscription connection failed or went silent and was replaced
 )
 
-// observer records outcomes as metrics and span attributes; parts not
-// configured are no-ops.
+// observer records outcomes as metrics and span attributes.
 type observer struct {
 	requests       *prometheus.CounterVec
 	wait           prometheus.Histogram
@@ -133,8 +130,7 @@ func (o *observer) outcome(ctx context.Context, oc Outcome) {
 // under, in ms.
 const AttrWaitTimeoutMS = "redisfx.idempotency.wait_timeout_ms"
 
-// startWait opens the idempotency.wait plugin span (its Redis operation is
-// the SUBSCRIBE that waits), when plugin tracing is on.
+// startWait opens the idempotency.wait plugin span, when plugin tracing is on.
 func (o *observer) startWait(ctx context.Context, timeout time.Duration) (context.Context, *plugintrace.Span) {
 	if o.tracer == nil {
 		return ctx, nil
@@ -143,8 +139,7 @@ func (o *observer) startWait(ctx context.Context, timeout time.Duration) (contex
 		attribute.Int64(AttrWaitTimeoutMS, timeout.Milliseconds()))
 }
 
-// waited records a wait's duration, and its span's outcome and status: OK
-// when it learnt the first request's fate, ERROR when it did not.
+// waited records a wait's duration, and its span's outcome and status.
 func (o *observer) waited(span *plugintrace.Span, d time.Duration, oc Outcome, err error) {
 	if o.wait != nil {
 		o.wait.Observe(d.Seconds())

@@ -13,9 +13,8 @@ import (
 )
 
 // recorder buffers the handler's response so that the record is written
-// before the client sees anything: an immediate retry is then a replay. A
-// response it cannot keep (flushed, hijacked, over the limit) is passed
-// through and marked not replayable.
+// before the client sees anything. One it cannot keep (flushed, hijacked,
+// over the limit) is passed through.
 type recorder struct {
 	w       http.ResponseWriter
 	limit   int
@@ -24,17 +23,13 @@ type recorder struct {
 	body    []byte
 	passing bool // streaming straight to w; nothing more is buffered
 	failed  bool // an error status came after the answer began
-	// retryLater: the answer renders an idempotency error of other work
-	// (Service.Do inside the handler) that asks the client to retry later;
-	// see NoteError.
-	retryLater bool
+	retryLater bool // see NoteError
 	reason     string
 }
 
 // NoteError implements httpfx.ErrorNoter. A 409 with Retry-After rendered
-// from idempotent work inside the handler (an earlier failed attempt, one
-// in progress) is recorded as this request's failure, not its answer: kept
-// as completed, it would be replayed to every retry it invites.
+// from idempotent work inside the handler is recorded as this request's
+// failure: kept as completed, it would be replayed to every retry it invites.
 func (rec *recorder) NoteError(err error) {
 	var failed *IdempotencyFailedError
 	var timeout *IdempotencyTimeoutError
@@ -52,7 +47,7 @@ func (rec *recorder) Header() http.Header { return rec.header }
 
 // WriteHeader implements http.ResponseWriter: it keeps the first status and
 // panics on an invalid one, as net/http does. An error status after the
-// answer began (a returned error after a partial write) records a failure.
+// answer began records a failure.
 func (rec *recorder) WriteHeader(code int) {
 	if rec.status != 0 || rec.passing {
 		rec.failed = rec.failed || failureStatus(code)
@@ -111,8 +106,7 @@ func (rec *recorder) Flush() {
 	_ = http.NewResponseController(rec.w).Flush()
 }
 
-// Hijack hands the connection to the handler; nothing is recorded. A failed
-// hijack changes nothing.
+// Hijack hands the connection to the handler; nothing is recorded.
 func (rec *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	conn, rw, err := http.NewResponseController(rec.w).Hijack()
 	if err == nil {
@@ -121,12 +115,10 @@ func (rec *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	return conn, rw, err
 }
 
-// Unwrap lets http.ResponseController reach the underlying writer for
-// deadlines; Flush and Hijack are intercepted above.
+// Unwrap lets http.ResponseController reach the underlying writer.
 func (rec *recorder) Unwrap() http.ResponseWriter { return rec.w }
 
-// failureStatus reports whether a status says the work failed: a 5xx, or
-// httpfx's 499 for a client that left.
+// failureStatus reports whether a status says the work failed (5xx, 499).
 func failureStatus(code int) bool {
 	return code >= 500 || code == httpfx.StatusClientClosedRequest
 }
@@ -147,9 +139,8 @@ func (rec *recorder) send() {
 	sendWithTrailers(rec.w, rec.finishedStatus(), rec.body, "")
 }
 
-// sendWithTrailers writes status and body (or bodyText) to w. Values of
-// declared trailers (Trailer: X-Sum) are held back until after the body, so
-// that they go out as trailers, as the handler meant.
+// sendWithTrailers writes status and body (or bodyText) to w, holding the
+// values of declared trailers back until after the body.
 func sendWithTrailers(w http.ResponseWriter, status int, body []byte, bodyText string) {
 	h := w.Header()
 	var held http.Header

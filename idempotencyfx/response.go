@@ -23,15 +23,14 @@ const (
 // compressAbove is the size from which a recorded response is compressed.
 const compressAbove = 512
 
-// maxRecordBytes is the largest encoded response recorded and read back: a
-// body of MaxResponseBytesLimit and 1 MiB of headers.
+// maxRecordBytes is the largest encoded response recorded and read back.
 const maxRecordBytes = MaxResponseBytesLimit + 1<<20
 
 var errBadRecord = errors.New("idempotencyfx: unreadable recorded response")
 
-// encodeResponse serialises a response: format byte, uvarint status, uvarint
-// header count, per header its name (uvarint length + bytes), uvarint value
-// count and values, then the body. ok is false above maxRecordBytes.
+// encodeResponse serialises a response: format byte, status, header count,
+// per header its name, value count and values (uvarints and length-prefixed
+// strings), then the body. ok is false above maxRecordBytes.
 func encodeResponse(status int, header http.Header, skip map[string]struct{}, body []byte) (blob []byte, ok bool) {
 	size := 1 + 3 + 2 + len(body)
 	n := 0
@@ -71,8 +70,7 @@ func encodeResponse(status int, header http.Header, skip map[string]struct{}, bo
 	return b, true
 }
 
-// skipped reports whether header k is not recorded, however the handler
-// spelled its name.
+// skipped reports whether header k is not recorded, however it is spelled.
 func skipped(skip map[string]struct{}, k string) bool {
 	_, s := skip[textproto.CanonicalMIMEHeaderKey(k)] // no allocation when k is canonical
 	return s
@@ -92,9 +90,8 @@ func decodeResponse(b []byte) (Response, error) {
 	return Response{Status: rp.status, Header: rp.headerMap(), Body: []byte(rp.body)}, nil
 }
 
-// replay is a recorded response decoded without copying: names, values and
-// body are substrings of the record, and every header's values share one
-// array whose last slot holds the replay marker.
+// replay is a recorded response decoded without copying: every header's
+// values share one array whose last slot holds the replay marker.
 type replay struct {
 	status int
 	header []headerField // in the record's order; a replay assigns them, no map is built
@@ -117,8 +114,8 @@ func (rp replay) headerMap() http.Header {
 	return h
 }
 
-// decodeRecord reads a record written by encodeResponse, as Redis returns
-// it. A record that is not well formed is refused (errBadRecord).
+// decodeRecord reads a record written by encodeResponse (errBadRecord if
+// it is not well formed).
 func decodeRecord(s string) (replay, error) {
 	if len(s) > 0 && s[0] == responseDeflated {
 		raw, err := inflate(s[1:])
@@ -157,8 +154,7 @@ func decodeRecord(s string) (replay, error) {
 	return replay{status: int(status), header: fields, marker: values[len(values)-1:], body: d.s}, nil
 }
 
-// recordableStatus: a final status (101 included). An informational status
-// in a record is corruption.
+// recordableStatus: a final status (101 included).
 func recordableStatus(status uint64) bool {
 	return status == http.StatusSwitchingProtocols || status >= 200 && status <= 999
 }

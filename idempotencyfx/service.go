@@ -89,9 +89,8 @@ func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Service, error
 	return s, nil
 }
 
-// Start preloads the scripts and warns about records that never expire, a
-// lease too short to keep under load, channels the Redis user may not use,
-// and an eviction policy that can drop records.
+// Start preloads the scripts and warns about settings that weaken the
+// protection (docs/operations.md).
 func (s *Service) Start(ctx context.Context) error {
 	if s.cfg.DefaultTTL == NeverExpire {
 		s.log.Warn("idempotency: DefaultTTL is NeverExpire, so completed records never expire and accumulate in Redis; set a TTL (payments: 24-48h)")
@@ -110,10 +109,9 @@ func (s *Service) Start(ctx context.Context) error {
 	return nil
 }
 
-// checkChannels publishes on a channel no record uses (KeyPrefix + ":") to
-// learn whether the Redis user may use the channels that wake waiting
-// duplicates (Redis 7 ACL users get none by default). Without them waiters
-// poll: slower, not wrong, so a warning.
+// checkChannels publishes on a channel no record uses to learn whether the
+// Redis user may use the channels that wake waiters (Redis 7 ACL users get
+// none by default): without them waiters poll, so a warning.
 func (s *Service) checkChannels(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.StoreTimeout)
 	defer cancel()
@@ -127,9 +125,8 @@ func (s *Service) checkChannels(ctx context.Context) {
 		s.cfg.KeyPrefix+"* (or allchannels, or acl-pubsub-default allchannels)", zap.Error(err))
 }
 
-// checkEviction warns when Redis may evict records (every record has a TTL,
-// so any volatile-* or allkeys-* policy can drop one, and a retry then runs
-// the handler again). INFO is allowed where CONFIG may not be.
+// checkEviction warns when Redis may evict records (all have a TTL). INFO is
+// allowed where CONFIG may not be.
 func (s *Service) checkEviction(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.StoreTimeout)
 	defer cancel()
@@ -152,8 +149,7 @@ func (s *Service) checkEviction(ctx context.Context) {
 }
 
 // Shutdown gives outcomes still being recorded in the background until ctx
-// is done, then gives up the rest and stops the completion subscription.
-// Drain in-flight requests first (httpfx stops the server before this runs).
+// is done, then stops. Drain in-flight requests first (httpfx does).
 func (s *Service) Shutdown(ctx context.Context) error {
 	s.late.shutdown(ctx)
 	s.notify.close()
@@ -188,9 +184,8 @@ func (s *Service) StoreKey(scope, key string) string {
 	return storeKey(s.cfg.KeyPrefix, scope, key)
 }
 
-// newOwner is a claim's owner token: 96 random bits, so that a subscriber to
-// completion messages cannot predict the owner of a running record and forge
-// its outcome for its waiters.
+// newOwner is a claim's owner token: 96 random bits, so that no subscriber
+// can forge a completion message for a record's waiters.
 func (s *Service) newOwner() string { return randid.Hex(12) }
 
 // grant is the result of acquire: a lease (run the work) or a response to replay.
@@ -201,8 +196,7 @@ type grant struct {
 }
 
 // acquire claims the record for fingerprint fp, waiting for an in-flight
-// duplicate if there is one. Errors are idempotency errors, a store error or
-// the context's error.
+// duplicate if there is one.
 func (s *Service) acquire(ctx context.Context, storeKey, key, fp string) (grant, error) {
 	owner := s.newOwner()
 	waiting := s.cfg.WaitTimeout > 0
@@ -219,9 +213,9 @@ func (s *Service) acquire(ctx context.Context, storeKey, key, fp string) (grant,
 	return s.wait(ctx, storeKey, key, fp, owner, c)
 }
 
-// claimOnce sends one claim. Once sent it runs to its end (StoreTimeout) even
-// if the client leaves: cut off in flight it could still land and leave a
-// record no one owns. A claim whose answer is lost is withdrawn.
+// claimOnce sends one claim, which runs to its end (StoreTimeout) even if the
+// client leaves: cut off, it could still land. One whose answer is lost is
+// withdrawn.
 func (s *Service) claimOnce(ctx context.Context, storeKey, fp, owner string, waiting bool) (claim, error) {
 	if err := ctx.Err(); err != nil {
 		return claim{}, err // the client has gone: claim nothing for it
@@ -242,8 +236,7 @@ func (s *Service) claimOnce(ctx context.Context, storeKey, fp, owner string, wai
 	return c, nil
 }
 
-// wait waits for the in-flight request of the claim reply running, within
-// WaitTimeout (plus a claim in flight), under the idempotency.wait span.
+// wait is awaitOutcome under the idempotency.wait span.
 func (s *Service) wait(ctx context.Context, storeKey, key, fp, owner string, running claim) (grant, error) {
 	began := time.Now()
 	ctx, span := s.obs.startWait(ctx, s.cfg.WaitTimeout)
@@ -253,9 +246,8 @@ func (s *Service) wait(ctx context.Context, storeKey, key, fp, owner string, run
 }
 
 // awaitOutcome is woken by a completion message naming the owner last seen
-// running (the channel is shared by every database, and the record may
-// have been taken anew), or polls: when its subscription is confirmed and
-// every PollInterval. A poll also takes over a lease that ran out.
+// running, or polls: when its subscription is confirmed and every
+// PollInterval. A poll also takes over a lease that ran out.
 func (s *Service) awaitOutcome(ctx context.Context, storeKey, key, fp, owner string, running claim) (grant, error) {
 	leaseLeft, holder := running.wait, running.owner
 	deadline := time.NewTimer(s.cfg.WaitTimeout)
@@ -328,9 +320,8 @@ func (s *Service) grantFor(c claim, storeKey, key, owner string, waited bool) (g
 	return grant{}, newStoreError(fmt.Errorf("unexpected claim reply %q", c.kind))
 }
 
-// grantFromMessage reads a completion message (idemscript.Complete). ok is
-// false for one this waiter cannot use (malformed, of an older version, or
-// another owner's than holder): the waiter then asks its own record.
+// grantFromMessage reads a completion message (idemscript.Complete); ok is
+// false for one that is not holder's outcome.
 func (s *Service) grantFromMessage(payload, key, holder string) (g grant, ok bool, err error) {
 	if len(payload) < 2 || payload[1] != 'o' || holder == "" {
 		return grant{}, false, nil
@@ -359,8 +350,7 @@ func replayOutcome(waited bool) Outcome {
 	return OutcomeReplay
 }
 
-// finish records the outcome of owned work; failures to record are logged
-// and counted, and retried in the background. The response is not affected.
+// finish records the outcome of owned work, in the background if it must.
 func (s *Service) finish(ctx context.Context, l *lease, state State, resp []byte) {
 	ttl := s.cfg.DefaultTTL
 	switch {
@@ -386,8 +376,7 @@ func (s *Service) finish(ctx context.Context, l *lease, state State, resp []byte
 	s.reportCompletion(ctx, l, done)
 }
 
-// reportCompletion logs and counts a completion that reached Redis but did
-// not simply record the outcome.
+// reportCompletion logs and counts a completion refused or not published.
 func (s *Service) reportCompletion(ctx context.Context, l *lease, done completion) {
 	switch done {
 	case completionRefused:
@@ -404,19 +393,10 @@ func (s *Service) reportCompletion(ctx context.Context, l *lease, done completio
 	}
 }
 
-// warnFailOpen logs that a request runs unprotected, at most every 10s.
-func (s *Service) warnFailOpen(err error) {
-	if !s.failOpenLog.Allow() {
-		return
-	}
-	s.log.Warn("idempotency: store unavailable, running the handler WITHOUT idempotency protection (fail-open)", zap.Error(err))
-}
-
 type fenceKey struct{}
 
-// leaseMark is what idempotent work carries in its context: its fencing
-// token and lease. Inside the work, a request or Do call for the record it
-// holds is served by that lease: claiming it again could only wait for itself.
+// leaseMark is what idempotent work carries in its context: inside it, a
+// request or Do call for the record it holds is served by its lease.
 type leaseMark struct {
 	token int64
 	lease *lease
@@ -429,11 +409,10 @@ func newLeaseMark(ctx context.Context, l *lease) *leaseMark {
 	return &leaseMark{token: l.token, lease: l, outer: outer}
 }
 
-// holdsRecord reports whether ctx is running work of this Service, or work
-// it runs in, whose lease holds record.
+// holdsRecord reports whether work of this Service that ctx runs in holds record.
 func (s *Service) holdsRecord(ctx context.Context, record string) bool {
 	m, _ := ctx.Value(fenceKey{}).(*leaseMark)
-	for ; m != nil; m = m.outer { // any work this one runs in: A's key sent from B inside A waits for A too
+	for ; m != nil; m = m.outer {
 		if m.lease.s == s && m.lease.key == record && m.lease.working() {
 			return true
 		}

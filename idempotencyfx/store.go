@@ -15,8 +15,7 @@ import (
 // State is the state of an idempotency record.
 type State string
 
-// Record states: none, in progress, completed and failed; NotReplayable is a completed outcome whose response could not be
-// recorded.
+// Record states; NotReplayable is a completed outcome whose response could not be recorded.
 const (
 	StateNone          State = ""
 	StateInProgress    State = "p"
@@ -116,9 +115,8 @@ func (s store) claim(ctx context.Context, key, fp, owner string, lease time.Dura
 	return c, unreplicated, nil
 }
 
-// scriptCall is a script's key and arguments in one allocation: go-redis
-// writes a *string or *int64 argument as its value, and an interface holding
-// a pointer does not allocate a copy as one holding a string would.
+// scriptCall is a script's key and arguments in one allocation (go-redis
+// writes a *string or *int64 as its value).
 type scriptCall struct {
 	keys [1]string
 	args [4]any
@@ -126,11 +124,9 @@ type scriptCall struct {
 	num  int64     // the number argument args points to
 }
 
-// run runs the script call. With ReplicaAcks it runs on a dedicated
-// connection to the key's master and, when wrote says the script wrote, WAITs
-// there (WAIT covers its own connection's writes only). On that connection it
-// follows MOVED and ASK as the Cluster client would, up to maxRedirects: a
-// redirected script did not run, so running it elsewhere runs it once.
+// run runs the script call. With ReplicaAcks it runs on a connection to the
+// key's master, following MOVED and ASK, and WAITs there when wrote says the
+// script wrote (WAIT covers its own connection's writes only).
 func (s store) run(ctx context.Context, script *redis.Script, call *scriptCall, wrote func(*redis.Cmd) bool) (cmd *redis.Cmd, unreplicated bool, err error) {
 	key, keys, args := call.keys[0], call.keys[:], call.args[:]
 	if s.acks == 0 {
@@ -229,9 +225,7 @@ const (
 	completionUnpublished completion = 2 // recorded; the notification to waiters failed
 )
 
-// complete runs the Complete script. With ReplicaAcks a recorded outcome
-// waits for the replicas as a claim does, so that a failover cannot bring
-// back the in-progress record.
+// complete runs the Complete script, WAITing as a claim does.
 func (s store) complete(ctx context.Context, key, owner string, state State, resp []byte, ttl time.Duration) (done completion, unreplicated bool, err error) {
 	wrote := func(cmd *redis.Cmd) bool {
 		n, _ := cmd.Int()

@@ -17,10 +17,9 @@ import (
 // held up for minutes) may still take the record for one lease.
 const withdrawnMarkerLife = time.Minute
 
-// answerLost reports whether a failed claim may have been run by Redis:
-// any error but a breaker refusal (nothing was sent) or a closed client
-// (nothing can be withdrawn), since go-redis re-sends a command whose
-// connection failed and its last error says nothing of the first send.
+// answerLost reports whether a failed claim may have been run by Redis: any
+// error but a breaker refusal or a closed client (go-redis re-sends a command
+// whose connection failed, so its last error says nothing of the first send).
 func answerLost(err error) bool {
 	return !errors.Is(err, storefx.ErrCircuitOpen) && !errors.Is(err, redis.ErrClosed)
 }
@@ -30,8 +29,7 @@ func answerLost(err error) bool {
 const maxWithdrawals = 1024
 
 // withdrawClaim withdraws owner's claim of key in the background, so that a
-// retry of the request, answered 500 without running, does not wait for a
-// lease nobody holds (idemscript.Abandon).
+// retry does not wait for a lease nobody holds.
 func (s *Service) withdrawClaim(parent context.Context, key, owner string) {
 	if s.withdrawing.Add(1) > maxWithdrawals {
 		s.withdrawing.Add(-1)
@@ -49,12 +47,10 @@ func (s *Service) withdrawClaim(parent context.Context, key, owner string) {
 	}
 }
 
-// withdraw runs the Abandon script until Redis answers it, each try bounded
-// by StoreTimeout. The first goes past the circuit breaker (the failure that
-// lost the reply may have opened it); a try that timed out is followed at
-// once by the next, so that one is queued when a stalled Redis resumes.
-// Later tries wait while the breaker is open. It gives up after LockTimeout
-// + withdrawnMarkerLife, or when the Service closes.
+// withdraw runs the Abandon script until Redis answers it. The first try
+// goes past the circuit breaker (the lost reply may have opened it); one
+// that timed out is followed at once, so that one is queued when a stalled
+// Redis resumes. It gives up after LockTimeout + withdrawnMarkerLife.
 func (s *Service) withdraw(ctx context.Context, key, owner string) {
 	end := time.Now().Add(s.cfg.LockTimeout + withdrawnMarkerLife)
 	pause, longest := 10*time.Millisecond, min(max(s.cfg.LockTimeout/10, 10*time.Millisecond), time.Second)

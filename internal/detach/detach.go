@@ -1,12 +1,7 @@
-// Package detach gives Redis calls on a request's path a context of their
-// own: the request's values (its trace), none of its cancellation, and a
-// deadline a fixed timeout away.
-//
-// context.WithTimeout(context.WithoutCancel(ctx), d) costs six allocations
-// and a timer per call, a tenth of what a replayed request allocates. Calls
-// that start within one grain (a sixty-fourth of the timeout) share one
-// deadline here, rounded down to its grain, and with it one Done channel and
-// one timer: a call gets at least the timeout minus a grain, never more.
+// Package detach gives Redis calls on a request's path the request's values,
+// none of its cancellation, and a deadline a fixed timeout away, cheaper than
+// context.WithTimeout(context.WithoutCancel(ctx), d): calls that start within
+// a sixty-fourth of the timeout share one rounded-down deadline and timer.
 package detach
 
 import (
@@ -15,12 +10,10 @@ import (
 	"time"
 )
 
-// grains is how many shared deadlines one timeout spans: the share of the
-// timeout a call may lose to rounding is 1/grains.
+// grains is how many shared deadlines one timeout spans.
 const grains = 64
 
-// Timeouts hands out detached contexts that end one timeout after they are
-// made (rounded down to a grain). It is safe for concurrent use.
+// Timeouts hands out detached contexts. It is safe for concurrent use.
 type Timeouts struct {
 	timeout time.Duration
 	grain   time.Duration
@@ -36,29 +29,22 @@ func New(timeout time.Duration) *Timeouts {
 	return &Timeouts{timeout: timeout, grain: max(timeout/grains, time.Nanosecond), epoch: time.Now()}
 }
 
-// Context returns a context with parent's values that parent's cancellation
-// does not reach, done when its grain's deadline passes. Nothing needs
-// releasing.
+// Context returns a context with parent's values, done when its grain's
+// deadline passes. Nothing needs releasing.
 func (t *Timeouts) Context(parent context.Context) context.Context {
 	d := t.deadline()
-	// The values are looked up through a WithValue over the WithoutCancel:
-	// its Value runs the context package's own lookup loop, which knows
-	// WithoutCancel and allocates nothing, where calling a WithoutCancel's
-	// Value directly allocates on every lookup.
+	// A WithValue over the WithoutCancel: its lookup loop knows WithoutCancel
+	// and allocates nothing, where WithoutCancel's own Value allocates.
 	return &detached{Context: context.WithValue(context.WithoutCancel(parent), deadlineKey{}, d), d: d}
 }
 
-// deadlineKey is the key of a detached context's own value (its deadline),
-// which is what the values' WithValue needs a key for.
+// deadlineKey is the key of a detached context's own value.
 type deadlineKey struct{}
 
-// deadline is the shared deadline of the calls made now: the current one
-// when it is this grain's, else a new one (the first call of a grain makes
-// it; racing calls may each make one, and all are correct).
+// deadline is the shared deadline of the calls made now (racing calls may
+// each make one, and all are correct).
 func (t *Timeouts) deadline() *deadline {
-	// Time arithmetic, not Durations: Sub saturates where a sum of
-	// Durations would overflow, so a timeout too long to count from the
-	// epoch (near math.MaxInt64) ends about 292 years after it.
+	// Sub saturates where a sum of Durations would overflow.
 	n := int64(time.Now().Add(t.timeout).Sub(t.epoch) / t.grain)
 	cur := t.current.Load()
 	if cur != nil && cur.grain == n {
@@ -80,9 +66,7 @@ type deadline struct {
 	done  chan struct{} // closed at at, by a timer
 }
 
-// detached is a context of Timeouts. Its embedded Context holds the
-// parent's values over a context.WithoutCancel, which keeps the parent's
-// cancellation out of every lookup (context.Cause's included).
+// detached is a context of Timeouts.
 type detached struct {
 	context.Context
 	d *deadline

@@ -1,15 +1,12 @@
 // Package idemscript holds the Lua scripts of the idempotency record, shared
-// by idempotencyfx and the store-path limit server of the benchmarks (which
-// must run exactly the same scripts without the middleware around them).
+// by idempotencyfx and the benchmarks' store-path limit server.
 package idemscript
 
 import "github.com/redis/go-redis/v9"
 
-// The record of one key is a Redis hash (its fields: docs/idempotency.md,
-// "The record in Redis"), so every script touches one key and is Cluster
-// safe. Lease arithmetic uses Redis TIME only. An in-progress key expires at
-// twice the lease, so a dead owner's record is still there to be taken over
-// for one more lease.
+// The record of one key is a Redis hash (docs/idempotency.md, "The record in
+// Redis"). An in-progress key expires at twice the lease, so a dead owner's
+// record is still there to be taken over.
 
 // Claim is the claim script. KEYS[1] record; ARGV fingerprint, owner, lease ms, wait (0|1).
 // Replies: {"n", token} new owner; {"t", token} takeover of an expired
@@ -85,19 +82,11 @@ return 1
 
 // Complete is the outcome script. KEYS[1] record; ARGV owner, state (c|f|u), response,
 // ttl ms (0: no expiry). Writes the outcome only if the caller still owns
-// the record: a stale owner whose lease was taken over gets 0 and changes
-// nothing. The owner stays in the record, so a completion retried after its
-// reply was lost is recognised (1) instead of being taken for a stale one.
-//
-// When a duplicate is waiting, it PUBLISHes the outcome on the record key's
-// channel, so waiters wake without polling and without another round trip:
-// state, 'o', the owner token's length in decimal, ':', the owner token,
-// then the response. A waiter replays only the outcome of the owner its
-// claim saw running: the channel is shared by every database of the server
-// (and by anything else that writes the same key name), the owner token is
-// unique to one claim of one record. The PUBLISH cannot undo the write: when
-// it fails (no channel permission, say) the reply is 2, and waiters find the
-// outcome by polling.
+// the record (else 0); the owner stays, so a completion retried after its
+// reply was lost is recognised (1). When a duplicate is waiting, it
+// PUBLISHes on the record key's channel: state, 'o', the owner token's
+// length in decimal, ':', the owner token, then the response; a failed
+// PUBLISH replies 2.
 var Complete = redis.NewScript(`
 local k = KEYS[1]
 local rec = redis.call('HMGET', k, 'o', 'w', 's')
