@@ -16,13 +16,13 @@ import (
 // before the client sees anything. One it cannot keep (flushed, hijacked,
 // over the limit) is passed through.
 type recorder struct {
-	w       http.ResponseWriter
-	limit   int
-	header  http.Header // the handler's view of the headers
-	status  int
-	body    []byte
-	passing bool // streaming straight to w; nothing more is buffered
-	failed  bool // an error status came after the answer began
+	w          http.ResponseWriter
+	limit      int
+	header     http.Header // the handler's view of the headers
+	status     int
+	body       []byte
+	passing    bool // streaming straight to w; nothing more is buffered
+	failed     bool // an error status came after the answer began
 	retryLater bool // see NoteError
 	reason     string
 }
