@@ -22,23 +22,20 @@ const (
 	FailOpen ErrorPolicy = "fail-open"
 )
 
-// FingerprintGenerator computes the fingerprint of a request. body is the
-// whole request body (already read, and restored for the handler). Two
-// requests with the same key count as one only if their fingerprints are
-// equal.
+// FingerprintGenerator computes the fingerprint of a request from it and its
+// whole body (restored for the handler). Two requests with the same key
+// count as one only if their fingerprints are equal.
 type FingerprintGenerator func(r *http.Request, body []byte) (string, error)
 
-// ScopeFunc returns the scope of a request, for example the tenant or the
-// authenticated user. The scope becomes part of the store key, so one
-// tenant can never replay another's response even with the same key.
+// ScopeFunc returns the scope of a request (the tenant, the authenticated
+// user): one scope never replays another's response.
 type ScopeFunc func(r *http.Request) (string, error)
 
 // Config holds the options of the idempotency module. Zero fields take
 // their defaults.
 type Config struct {
 	// DefaultTTL is how long a completed record lives. Default 24h; NeverExpire
-	// keeps records for ever (warned about at start). Guidance: payments 24-48h,
-	// orders 4-24h, webhooks 24-72h.
+	// keeps records for ever (warned about at start).
 	DefaultTTL time.Duration
 	// HeaderName carries the key (matched case-insensitively). Default "Idempotency-Key".
 	HeaderName string
@@ -55,8 +52,7 @@ type Config struct {
 	NoWait bool
 	// ErrorPolicy: FailClosed (default) or FailOpen.
 	ErrorPolicy ErrorPolicy
-	// FingerprintGenerator replaces the default fingerprint (SHA-256 over
-	// method, path, canonical query and canonical JSON body).
+	// FingerprintGenerator replaces DefaultFingerprint.
 	FingerprintGenerator FingerprintGenerator
 	// Scope, if set, scopes keys per tenant or user (see ScopeFunc).
 	Scope ScopeFunc
@@ -73,14 +69,11 @@ type Config struct {
 	// SkipHeaders are response headers that are not recorded. Default: Date,
 	// Content-Length, Set-Cookie. Hop-by-hop headers are never recorded.
 	SkipHeaders []string
-	// StoreTimeout bounds each Redis call on the request path. Default 2s.
-	// Calls that start within a sixty-fourth of it share one deadline: each gets
-	// at least 63/64 of it and never more.
+	// StoreTimeout bounds each Redis call on the request path (at least 63/64
+	// of it, see docs/configuration.md). Default 2s.
 	StoreTimeout time.Duration
 	// ReplicaAcks, above 0, makes every claim that takes a record and every
-	// recorded outcome WAIT for that many replicas (at most ReplicaAckTimeout),
-	// narrowing the failover window in which a retry could run the handler
-	// again; two more round trips per new key. Off by default (docs/operations.md).
+	// recorded outcome WAIT for that many replicas (docs/operations.md).
 	ReplicaAcks int
 	// ReplicaAckTimeout bounds that wait. Default 50ms.
 	ReplicaAckTimeout time.Duration

@@ -15,16 +15,10 @@ import (
 )
 
 // DefaultFingerprint is a hex SHA-256 over the method, the path and query
-// the client sent (r.RequestURI, even when a middleware such as
-// http.StripPrefix rewrote r.URL), with the query's parameters sorted by
-// name, and the body. A JSON body (application/json or +json) is
-// canonicalised first: key order, whitespace and string escapes do not
-// count, array order and number text do. The order of object keys that
-// differ only in case, or that are one integer written differently ("1",
-// "01"), counts, as it changes what encoding/json decodes. A body that does
-// not parse as JSON is hashed as bytes; one nested deeper than MaxJSONDepth
-// gets IdempotencyBodyTooDeepError (400). Maps keyed by an
-// encoding.TextUnmarshaler need a FingerprintGenerator of their own.
+// the client sent (parameters sorted by name), and the body, canonicalised
+// if it is JSON: key order, whitespace and string escapes do not count
+// (docs/idempotency.md, "Fingerprint"). A JSON body nested deeper than
+// MaxJSONDepth gets IdempotencyBodyTooDeepError (400).
 func DefaultFingerprint(r *http.Request, body []byte) (string, error) {
 	return fingerprint(r, body, nil)
 }
@@ -147,10 +141,7 @@ func isJSON(contentType string) bool {
 
 // CanonicalJSON returns the canonical form of a JSON document as hashed by
 // DefaultFingerprint, or false if data is not JSON or nests deeper than
-// MaxJSONDepth. Two documents share it exactly when they differ only in key
-// order, whitespace and string escapes, except for the order of keys that
-// collide under case folding or as one integer; invalid UTF-8 and lone
-// surrogates read as U+FFFD, as encoding/json decodes them.
+// MaxJSONDepth.
 func CanonicalJSON(data []byte) ([]byte, bool) {
 	var b bytes.Buffer
 	if canonical(&b, data, nil) != nil {

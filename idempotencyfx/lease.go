@@ -24,13 +24,12 @@ type lease struct {
 	owner string
 	token int64
 
-	ended atomic.Bool // the work returned; its outcome may not be recorded yet
+	ended atomic.Bool // the work returned, or the lease stopped
 
 	mu      sync.Mutex
 	timer   *time.Timer
 	stopped bool
 	running sync.WaitGroup // an in-flight renewal
-	lost    bool           // a renewal found another owner
 }
 
 func (s *Service) newLease(key, owner string, token int64) *lease {
@@ -64,11 +63,7 @@ func (l *lease) renew() {
 		l.s.log.Warn("idempotency: lease renewal failed; retrying", zap.String("record", l.key), zap.Error(err))
 		next = l.s.cfg.LockTimeout / 10
 	case !ok:
-		l.mu.Lock()
-		l.lost = true
-		stopped := l.stopped
-		l.mu.Unlock()
-		if !stopped {
+		if l.working() {
 			l.s.log.Warn("idempotency: lease lost while the handler runs; its outcome will not be recorded",
 				zap.String("record", l.key))
 		}
@@ -82,20 +77,14 @@ func (l *lease) renew() {
 }
 
 // working reports whether the work under the lease has not returned.
-func (l *lease) working() bool {
-	if l.ended.Load() {
-		return false
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return !l.stopped
-}
+func (l *lease) working() bool { return !l.ended.Load() }
 
 // endWork says the handler (or function) under the lease returned.
 func (l *lease) endWork() { l.ended.Store(true) }
 
 // stop ends renewals and waits for one in flight.
 func (l *lease) stop() {
+	l.ended.Store(true)
 	l.mu.Lock()
 	l.stopped = true
 	l.timer.Stop()

@@ -25,7 +25,6 @@ type notifier struct {
 	mu      sync.Mutex
 	topics  map[string]*topic
 	running bool
-	closed  bool
 	wake    chan struct{} // (buffered) topics changed: subscribe or unsubscribe
 	stop    context.Context
 	cancel  context.CancelFunc // called by close
@@ -50,7 +49,7 @@ type topic struct {
 // signal is one message on a channel, shared by every waiter of its key.
 type signal struct {
 	fired   chan struct{}
-	payload string // see decodeCompletion
+	payload string // see grantFromMessage
 }
 
 func newNotifier(rdb redis.UniversalClient, log *zap.Logger, obs *observer, timeout time.Duration) *notifier {
@@ -64,15 +63,15 @@ func newNotifier(rdb redis.UniversalClient, log *zap.Logger, obs *observer, time
 // watch is one waiter's interest in a key's channel.
 type watch struct {
 	n *notifier
-	t *topic // nil once the notifier is closed: nothing will come
+	t *topic // one nobody serves once the notifier is closed
 }
 
 // watch registers interest in key's channel; it never waits for the network.
 func (n *notifier) watch(key string) *watch {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.closed {
-		return &watch{n: n}
+	if n.stop.Err() != nil { // closed: nothing will come
+		return &watch{n: n, t: &topic{confirmed: make(chan struct{})}}
 	}
 	t := n.topics[key]
 	if t == nil {
@@ -98,9 +97,6 @@ func (n *notifier) kick() {
 
 // signal returns the signal of the next message on the channel.
 func (w *watch) signal() *signal {
-	if w.t == nil {
-		return &signal{fired: make(chan struct{})}
-	}
 	w.n.mu.Lock()
 	defer w.n.mu.Unlock()
 	if w.t.cur == nil {
@@ -111,9 +107,6 @@ func (w *watch) signal() *signal {
 
 // confirmed is closed once the subscription is in place on the current connection.
 func (w *watch) confirmed() <-chan struct{} {
-	if w.t == nil {
-		return nil
-	}
 	w.n.mu.Lock()
 	defer w.n.mu.Unlock()
 	return w.t.confirmed
@@ -121,9 +114,6 @@ func (w *watch) confirmed() <-chan struct{} {
 
 // release ends the interest; the last waiter's release lets run unsubscribe.
 func (w *watch) release() {
-	if w.t == nil {
-		return
-	}
 	w.n.mu.Lock()
 	defer w.n.mu.Unlock()
 	w.t.refs--
@@ -328,11 +318,6 @@ func (n *notifier) refused(err error) {
 // close ends the subscription and waits for run; waiters go on polling.
 func (n *notifier) close() {
 	n.mu.Lock()
-	if n.closed {
-		n.mu.Unlock()
-		return
-	}
-	n.closed = true
 	n.cancel()
 	running := n.running
 	n.mu.Unlock()

@@ -32,21 +32,12 @@ const (
 	OutcomeFailOpen       Outcome = "fail_open"       // Redis unavailable; the handler ran unprotected
 	OutcomeInvalidKey     Outcome = "invalid_key"     // malformed key: 400
 	OutcomeKeyRequired    Outcome = "key_required"    // missing required key: 400
-	// OutcomeUnreplicated counts claims that missed ReplicaAcks in time (besides the request's outcome).
-	OutcomeUnreplicated Outcome = "unreplicated_claim"
-	// OutcomeUnreplicatedCompletion counts recorded outcomes that missed
-	// ReplicaAcks in time (besides the request's outcome, not on its span).
-	OutcomeUnreplicatedCompletion Outcome = "unreplicated_completion"
-	// OutcomePendingCompletion counts outcomes their request could not record
-	// in its two tries (besides the request's outcome); each ends late or lost.
-	OutcomePendingCompletion Outcome = "pending_completion"
-	// OutcomeLateCompletion counts outcomes recorded in the background.
-	OutcomeLateCompletion Outcome = "late_completion"
-	// OutcomeLostCompletion counts outcomes whose recording was never confirmed
-	// (Redis out of reach while the record lived, a takeover, or the Service
-	// closed): a retry may run the handler again. Service.Get tells whether a
-	// timed-out try landed.
-	OutcomeLostCompletion Outcome = "lost_completion"
+	// Counted besides the request's outcome:
+	OutcomeUnreplicated           Outcome = "unreplicated_claim"      // a claim missed ReplicaAcks in time
+	OutcomeUnreplicatedCompletion Outcome = "unreplicated_completion" // a recorded outcome missed ReplicaAcks in time
+	OutcomePendingCompletion      Outcome = "pending_completion"      // the request could not record its outcome; it ends late or lost
+	OutcomeLateCompletion         Outcome = "late_completion"         // recorded in the background
+	OutcomeLostCompletion         Outcome = "lost_completion"         // never confirmed recorded: a retry may run the handler again
 )
 
 // count counts oc without touching a span.

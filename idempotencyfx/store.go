@@ -89,13 +89,7 @@ func (s store) claim(ctx context.Context, key, fp, owner string, lease time.Dura
 	if err != nil {
 		return claim{}, false, err
 	}
-	var kind string
-	if len(v) > 0 {
-		kind, _ = v[0].(string)
-	}
-	if len(kind) != 1 {
-		return claim{}, false, fmt.Errorf("idempotencyfx: bad claim reply %v", v)
-	}
+	kind, _ := v[0].(string) // the script's: one letter first
 	c = claim{kind: claimKind(kind[0])}
 	if len(v) > 1 {
 		switch x := v[1].(type) {
@@ -181,8 +175,8 @@ func (s store) runFollowingRedirects(ctx context.Context, node *redis.Client, sc
 		if !moved && !asked || redirects == maxRedirects {
 			return cmd, conn, release
 		}
-		if moved {
-			reloadSlots(s.rdb)
+		if c := nodeclient.Cluster(s.rdb); moved && c != nil {
+			c.ReloadState(context.Background()) // a MOVED the Cluster client did not see
 		}
 		release()
 		to := movedTo
@@ -196,13 +190,6 @@ func (s store) runFollowingRedirects(ctx context.Context, node *redis.Client, sc
 
 // maxRedirects is go-redis's ClusterOptions.MaxRedirects default.
 const maxRedirects = 3
-
-// reloadSlots has a Cluster client reload its slot map after a MOVED it did not see.
-func reloadSlots(rdb redis.UniversalClient) {
-	if c := nodeclient.Cluster(rdb); c != nil {
-		c.ReloadState(context.Background())
-	}
-}
 
 // abandon runs the Abandon script: true when the claim had landed and was
 // withdrawn, false when a marker now refuses it.
