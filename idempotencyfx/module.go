@@ -83,14 +83,7 @@ func NewFromParams(p Params) (*Service, error) {
 	if errs == nil && p.Filter != nil { // no httpfx: a chain of our own filter
 		errs = httpfx.NewErrors(p.Log, httpfx.RegisteredErrorFilter{Name: "idempotency", Filter: httpfx.ErrorFilter(p.Filter)})
 	}
-	opts := []Option{WithLogger(p.Log), WithErrors(errs)}
-	if p.Registerer != nil {
-		opts = append(opts, WithRegisterer(p.Registerer))
-	}
-	if p.Tracer != nil {
-		opts = append(opts, WithTracerProvider(p.Tracer))
-	}
-	s, err := New(p.Redis, cfg, opts...)
+	s, err := New(p.Redis, cfg, WithLogger(p.Log), WithErrors(errs), WithRegisterer(p.Registerer), WithTracerProvider(p.Tracer))
 	if err != nil {
 		return nil, err
 	}

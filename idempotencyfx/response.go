@@ -32,19 +32,13 @@ var errBadRecord = errors.New("idempotencyfx: unreadable recorded response")
 // per header its name, value count and values (uvarints and length-prefixed
 // strings), then the body. ok is false above maxRecordBytes.
 func encodeResponse(status int, header http.Header, skip map[string]struct{}, body []byte) (blob []byte, ok bool) {
-	size := 1 + 3 + 2 + len(body)
 	n := 0
-	for k, vs := range header {
-		if skipped(skip, k) {
-			continue
-		}
-		n++
-		size += 2 + len(k) + 2
-		for _, v := range vs {
-			size += 2 + len(v)
+	for k := range header {
+		if !skipped(skip, k) {
+			n++
 		}
 	}
-	b := make([]byte, 0, size)
+	b := make([]byte, 0, 512+len(body)) // room for the usual headers: one allocation
 	b = append(b, responseFormat)
 	b = binary.AppendUvarint(b, uint64(status))
 	b = binary.AppendUvarint(b, uint64(n))
