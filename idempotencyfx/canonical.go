@@ -71,10 +71,7 @@ func canonical(w io.Writer, data []byte, ignore *ignoreSet) error {
 	if len(data) > math.MaxInt32 {
 		return errNotJSON
 	}
-	c, ok := canonicalizers.Get().(*canonicalizer)
-	if !ok {
-		c = new(canonicalizer)
-	}
+	c, _ := canonicalizers.Get().(*canonicalizer)
 	defer c.release()
 	c.data, c.ignore = data, ignore
 	c.nodes = slices.Grow(c.nodes[:0], 16+len(data)/8)
@@ -103,8 +100,7 @@ func (c *canonicalizer) release() {
 	if cap(c.out) > 64<<10 || cap(c.nodes) > 8<<10 {
 		return
 	}
-	*c = canonicalizer{nodes: c.nodes[:0], buf: c.buf[:0], members: c.members[:0], folds: c.folds[:0],
-		foldBuf: c.foldBuf[:0], scratch: c.scratch[:0], out: c.out[:0]}
+	c.data, c.ignore, c.buf = nil, nil, c.buf[:0] // the other buffers are emptied where they are used
 	canonicalizers.Put(c)
 }
 

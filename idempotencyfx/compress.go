@@ -33,10 +33,7 @@ func deflate(payload []byte) []byte {
 	var buf bytes.Buffer
 	buf.Grow(len(payload)/2 + 16)
 	buf.WriteByte(responseDeflated)
-	w, ok := writers.Get().(*flate.Writer)
-	if !ok {
-		w, _ = flate.NewWriter(nil, flate.BestSpeed)
-	}
+	w, _ := writers.Get().(*flate.Writer)
 	w.Reset(&buf)
 	_, _ = w.Write(payload)
 	_ = w.Close()
@@ -46,10 +43,7 @@ func deflate(payload []byte) []byte {
 
 // inflate decompresses a stored response; more than maxRecordBytes is refused.
 func inflate(z string) ([]byte, error) {
-	r, ok := readers.Get().(inflater)
-	if !ok {
-		r, _ = flate.NewReader(bytes.NewReader(nil)).(inflater)
-	}
+	r, _ := readers.Get().(inflater)
 	defer readers.Put(r)
 	if err := r.Reset(strings.NewReader(z), nil); err != nil {
 		return nil, err

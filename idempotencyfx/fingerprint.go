@@ -38,10 +38,7 @@ func IgnoreJSONFields(paths ...string) FingerprintGenerator {
 }
 
 func fingerprint(r *http.Request, body []byte, ignore *ignoreSet) (string, error) {
-	f, ok := fingerprinters.Get().(*fingerprinter)
-	if !ok {
-		f = &fingerprinter{h: sha256.New()}
-	}
+	f, _ := fingerprinters.Get().(*fingerprinter)
 	defer fingerprinters.Put(f)
 	f.h.Reset()
 	path, query := requestTarget(r)

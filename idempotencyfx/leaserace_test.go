@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redisfx/redisfx/internal/randid"
 	"github.com/redisfx/redisfx/internal/redistest"
 )
 
@@ -20,7 +21,7 @@ func TestLease_FirstRenewalSeesItsTimer(t *testing.T) {
 	ctx := context.Background()
 	key := e.svc.StoreKey("", "lease-race")
 	for i := range 20 {
-		owner := e.svc.newOwner()
+		owner := randid.Hex(12)
 		c, err := e.svc.claimOnce(ctx, key, "fp", owner, false)
 		if err != nil || (c.kind != claimNew && c.kind != claimTakeover) {
 			t.Fatalf("claim %d: %+v, %v", i, c, err)

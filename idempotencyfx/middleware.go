@@ -152,7 +152,7 @@ func (s *Service) refuse(w http.ResponseWriter, r *http.Request, next http.Handl
 // runOwned runs the handler under the lease, records its outcome, then
 // sends the response. A panic or runtime.Goexit records a failure.
 func (s *Service) runOwned(w http.ResponseWriter, r *http.Request, next http.Handler, l *lease) {
-	rec := newRecorder(w, s.cfg.MaxResponseBytes)
+	rec := &recorder{w: w, limit: s.cfg.MaxResponseBytes, header: w.Header()}
 	outer := outerHeaders(rec.header)
 	ctx := context.WithValue(r.Context(), fenceKey{}, newLeaseMark(r.Context(), l))
 	returned := false

@@ -68,8 +68,7 @@ type observer struct {
 }
 
 func newObserver(reg prometheus.Registerer, tp trace.TracerProvider) (*observer, error) {
-	o := &observer{outcomes: map[Outcome]prometheus.Counter{}}
-	o.tracer = tp
+	o := &observer{outcomes: map[Outcome]prometheus.Counter{}, tracer: tp}
 	if reg == nil {
 		return o, nil
 	}

@@ -38,10 +38,6 @@ func (rec *recorder) NoteError(err error) {
 	}
 }
 
-func newRecorder(w http.ResponseWriter, limit int) *recorder {
-	return &recorder{w: w, limit: limit, header: w.Header()}
-}
-
 // Header implements http.ResponseWriter.
 func (rec *recorder) Header() http.Header { return rec.header }
 

@@ -76,13 +76,13 @@ func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Service, error
 		log:            o.log,
 		late:           newLateCompletions(),
 		calls:          detach.New(st.StoreTimeout),
+		errors:         o.errors,
 	}
 	s.obs, err = newObserver(o.registerer, o.tracer)
 	if err != nil {
 		return nil, err
 	}
 	s.notify = newNotifier(rdb, o.log, s.obs, st.StoreTimeout)
-	s.errors = o.errors
 	if s.errors == nil {
 		s.errors = httpfx.NewErrors(o.log, httpfx.RegisteredErrorFilter{Name: "idempotency", Filter: httpfx.ErrorFilter(DefaultErrorFilter)})
 	}
@@ -184,10 +184,6 @@ func (s *Service) StoreKey(scope, key string) string {
 	return storeKey(s.cfg.KeyPrefix, scope, key)
 }
 
-// newOwner is a claim's owner token: 96 random bits, so that no subscriber
-// can forge a completion message for a record's waiters.
-func (s *Service) newOwner() string { return randid.Hex(12) }
-
 // grant is the result of acquire: a lease (run the work) or a response to replay.
 type grant struct {
 	outcome Outcome
@@ -198,7 +194,7 @@ type grant struct {
 // acquire claims the record for fingerprint fp, waiting for an in-flight
 // duplicate if there is one.
 func (s *Service) acquire(ctx context.Context, storeKey, key, fp string) (grant, error) {
-	owner := s.newOwner()
+	owner := randid.Hex(12) // 96 random bits: no subscriber can forge a completion message for its waiters
 	waiting := s.cfg.WaitTimeout > 0
 	c, err := s.claimOnce(ctx, storeKey, fp, owner, waiting)
 	if err != nil {
@@ -309,7 +305,10 @@ func (s *Service) grantFor(c claim, storeKey, key, owner string, waited bool) (g
 	case claimTakeover:
 		return grant{outcome: OutcomeTakeover, lease: s.newLease(storeKey, owner, c.token)}, nil
 	case claimCompleted:
-		return grant{outcome: replayOutcome(waited), resp: c.resp}, nil
+		if waited {
+			return grant{outcome: OutcomeWaitedReplay, resp: c.resp}, nil
+		}
+		return grant{outcome: OutcomeReplay, resp: c.resp}, nil
 	case claimFailed:
 		return grant{outcome: OutcomePreviousFailed}, newFailed(key, c.wait)
 	case claimNotReplayable:
@@ -341,13 +340,6 @@ func (s *Service) grantFromMessage(payload, key, holder string) (g grant, ok boo
 	}
 	g, err = s.grantFor(c, "", key, "", true)
 	return g, true, err
-}
-
-func replayOutcome(waited bool) Outcome {
-	if waited {
-		return OutcomeWaitedReplay
-	}
-	return OutcomeReplay
 }
 
 // finish records the outcome of owned work, in the background if it must.

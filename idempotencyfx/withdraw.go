@@ -76,14 +76,10 @@ func (s *Service) withdraw(ctx context.Context, key, owner string) {
 		case time.Since(began) >= s.cfg.StoreTimeout:
 			continue // timed out on a stalled Redis: try again at once
 		case errors.Is(err, storefx.ErrCircuitOpen):
-			ctxsleep.Sleep(ctx, refusedPause) // stopped: reported on the next turn
+			ctxsleep.Sleep(ctx, 50*time.Millisecond) // stopped: reported on the next turn
 			continue
 		}
 		ctxsleep.Sleep(ctx, min(pause, time.Until(end)))
 		pause = min(2*pause, longest)
 	}
 }
-
-// refusedPause is how often a withdrawal asks again while the circuit
-// breaker refuses it.
-const refusedPause = 50 * time.Millisecond

@@ -23,9 +23,6 @@ type Timeouts struct {
 
 // New returns Timeouts for timeout, which must be positive.
 func New(timeout time.Duration) *Timeouts {
-	if timeout <= 0 {
-		panic("detach: timeout must be positive")
-	}
 	return &Timeouts{timeout: timeout, grain: max(timeout/grains, time.Nanosecond), epoch: time.Now()}
 }
 

@@ -123,15 +123,6 @@ func TestContext_Concurrent(t *testing.T) {
 	}
 }
 
-func TestNew_RefusesANonPositiveTimeout(t *testing.T) {
-	defer func() {
-		if recover() == nil {
-			t.Fatal("New(0) did not panic")
-		}
-	}()
-	New(0)
-}
-
 // A timeout too long to add to the time since New without overflowing a
 // Duration (math.MaxInt64, as a configuration may say for "no limit") still
 // gives a deadline in the future and a live context. Found by an
