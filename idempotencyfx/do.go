@@ -67,7 +67,7 @@ func (s *Service) runDo(ctx context.Context, l *lease, fn func(context.Context) 
 		}
 	}()
 	out, err := fn(context.WithValue(ctx, fenceKey{}, newLeaseMark(ctx, l)))
-	l.endWork()
+	l.ended.Store(true)
 	returned = true
 	if err != nil {
 		s.finish(ctx, l, StateFailed, nil)

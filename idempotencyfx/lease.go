@@ -8,6 +8,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/redisfx/redisfx/internal/idemscript"
 	"github.com/redisfx/redisfx/plugintrace"
 	"github.com/redisfx/redisfx/storefx"
 )
@@ -55,15 +56,15 @@ func (l *lease) renew() {
 	period := l.s.cfg.LockTimeout / 3
 	sent := time.Now()
 	ctx, cancel := context.WithTimeout(renewalContext, min(l.s.cfg.StoreTimeout, period))
-	ok, err := l.s.store.renew(ctx, l.key, l.owner, l.s.cfg.LockTimeout)
+	n, err := idemscript.Renew.Run(ctx, l.s.store.rdb, []string{l.key}, l.owner, l.s.cfg.LockTimeout.Milliseconds()).Int()
 	cancel()
 	next := max(period-time.Since(sent), time.Millisecond)
 	switch {
 	case err != nil:
 		l.s.log.Warn("idempotency: lease renewal failed; retrying", zap.String("record", l.key), zap.Error(err))
 		next = l.s.cfg.LockTimeout / 10
-	case !ok:
-		if l.working() {
+	case n != 1: // another owner
+		if !l.ended.Load() {
 			l.s.log.Warn("idempotency: lease lost while the handler runs; its outcome will not be recorded",
 				zap.String("record", l.key))
 		}
@@ -75,12 +76,6 @@ func (l *lease) renew() {
 	}
 	l.mu.Unlock()
 }
-
-// working reports whether the work under the lease has not returned.
-func (l *lease) working() bool { return !l.ended.Load() }
-
-// endWork says the handler (or function) under the lease returned.
-func (l *lease) endWork() { l.ended.Store(true) }
 
 // stop ends renewals and waits for one in flight.
 func (l *lease) stop() {

@@ -169,7 +169,7 @@ func (s *Service) runOwned(w http.ResponseWriter, r *http.Request, next http.Han
 		}
 	}()
 	next.ServeHTTP(rec, r.WithContext(ctx))
-	l.endWork()
+	l.ended.Store(true)
 	returned = true
 
 	state := StateCompleted

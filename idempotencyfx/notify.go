@@ -198,9 +198,8 @@ func (n *notifier) serve(ps *redis.PubSub) error {
 		}
 	}
 	n.mu.Unlock()
-	received := make(chan struct{})
-	go func() { defer close(received); n.receive(c) }()
-	defer func() { _ = ps.Close(); <-received }()
+	go n.receive(c)
+	defer func() { _ = ps.Close(); <-c.broken }() // receive closes broken as it returns
 
 	tick := time.NewTicker(min(max(n.timeout/4, 10*time.Millisecond), 250*time.Millisecond))
 	defer tick.Stop()

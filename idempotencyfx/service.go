@@ -405,7 +405,7 @@ func newLeaseMark(ctx context.Context, l *lease) *leaseMark {
 func (s *Service) holdsRecord(ctx context.Context, record string) bool {
 	m, _ := ctx.Value(fenceKey{}).(*leaseMark)
 	for ; m != nil; m = m.outer {
-		if m.lease.s == s && m.lease.key == record && m.lease.working() {
+		if m.lease.s == s && m.lease.key == record && !m.lease.ended.Load() {
 			return true
 		}
 	}

@@ -198,11 +198,6 @@ func (s store) abandon(ctx context.Context, key, owner string, keep time.Duratio
 	return n == 1, err
 }
 
-func (s store) renew(ctx context.Context, key, owner string, lease time.Duration) (bool, error) {
-	n, err := idemscript.Renew.Run(ctx, s.rdb, []string{key}, owner, lease.Milliseconds()).Int()
-	return n == 1, err
-}
-
 // completion is the reply of the Complete script.
 type completion int
 
