@@ -34,12 +34,7 @@ type dropGate struct {
 	mu       sync.RWMutex
 	stopped  bool
 	flushing chan struct{} // a slot per marker in the SDK's queue
-	// flushes ends the SDK ForceFlush calls still waiting for their marker
-	// once Shutdown is over; flushWait waits for them.
-	flushes    context.Context
-	endFlushes context.CancelFunc
-	flushWait  sync.WaitGroup
-	drops      *dropReport
+	drops    *dropReport
 }
 
 var _ sdktrace.SpanProcessor = (*dropGate)(nil)
@@ -57,9 +52,7 @@ func newDropGate(b BatchConfig, drops *dropReport, exp *spanExporter) *dropGate 
 
 // gateOf is a gate in front of next, handing on at most limit spans.
 func gateOf(next sdktrace.SpanProcessor, limit int, drops *dropReport) *dropGate {
-	g := &dropGate{next: next, max: int64(limit), flushing: make(chan struct{}, flushSlack), drops: drops}
-	g.flushes, g.endFlushes = context.WithCancel(context.Background())
-	return g
+	return &dropGate{next: next, max: int64(limit), flushing: make(chan struct{}, flushSlack), drops: drops}
 }
 
 // OnStart implements sdktrace.SpanProcessor.
@@ -88,7 +81,7 @@ func (g *dropGate) OnEnd(s sdktrace.ReadOnlySpan) {
 func (g *dropGate) exported(n int) { g.outstanding.Add(-int64(n)) }
 
 // ForceFlush implements sdktrace.SpanProcessor. The SDK's ForceFlush runs
-// until its marker has been processed (or Shutdown is over), holding its
+// until its marker has been processed (or Shutdown began), holding its
 // slot, even if ctx ends first; this call returns when either ends.
 func (g *dropGate) ForceFlush(ctx context.Context) error {
 	select {
@@ -97,11 +90,9 @@ func (g *dropGate) ForceFlush(ctx context.Context) error {
 		return ctx.Err()
 	}
 	done := make(chan error, 1)
-	g.flushWait.Add(1)
 	go func() {
-		defer g.flushWait.Done()
 		defer func() { <-g.flushing }()
-		done <- g.next.ForceFlush(g.flushes)
+		done <- g.next.ForceFlush(context.WithoutCancel(ctx))
 	}()
 	select {
 	case err := <-done:
@@ -118,10 +109,7 @@ func (g *dropGate) Shutdown(ctx context.Context) error {
 	g.mu.Lock()
 	g.stopped = true
 	g.mu.Unlock()
-	err := g.next.Shutdown(ctx)
-	g.endFlushes()
-	g.flushWait.Wait() // at once: their context has ended
-	return err
+	return g.next.Shutdown(ctx)
 }
 
 // dropInterval is the least time between two warnings about dropped spans.

@@ -303,7 +303,7 @@ func TestDroppedSpans_WarnedAtIntervalEndAndAtStop(t *testing.T) {
 // The gate's cost on the path of an ended span (the next processor does
 // nothing; the exporter side is simulated by releasing every slot).
 func BenchmarkDropGate_OnEnd(b *testing.B) {
-	g := &dropGate{next: &heldProcessor{}, max: 1 << 30, flushing: make(chan struct{}, flushSlack), drops: newDropReport()}
+	g := gateOf(&heldProcessor{}, 1<<30, newDropReport())
 	s := endedSpan(true)
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
