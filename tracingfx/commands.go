@@ -1,6 +1,7 @@
 package tracingfx
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"net"
@@ -64,9 +65,7 @@ func Instrumentation(tp trace.TracerProvider, spans SpanConfig, metrics *Command
 	for _, c := range spans.ExcludeCommands {
 		exclude[strings.ToLower(c)] = true
 	}
-	if spans.MaxArgLength == 0 {
-		spans.MaxArgLength = 256
-	}
+	spans.MaxArgLength = cmp.Or(max(spans.MaxArgLength, 0), 256)
 	return func(ci storefx.ClientInfo) redis.Hook {
 		if tp == nil && metrics == nil {
 			return nil

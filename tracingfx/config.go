@@ -164,24 +164,17 @@ func bad(opt, format string, args ...any) error {
 }
 
 // normalize validates c, one field after another in declaration order, and
-// applies the defaults that do not depend on the environment.
+// applies the defaults that do not depend on the environment. A negative
+// number or duration takes the default, as zero does.
 func (c Config) normalize() (Config, error) {
 	c.Exporter.Type = strings.ToLower(c.Exporter.Type)
 	err := c.Exporter.check()
 	if err == nil {
 		err = c.Sampling.check()
 	}
-	if err == nil && c.Spans.MaxArgLength < 0 {
-		err = bad("Spans.MaxArgLength", "%d is negative", c.Spans.MaxArgLength)
-	}
-	if err == nil {
-		err = c.Batch.check()
-	}
-	if err == nil && c.ShutdownTimeout < 0 {
-		err = bad("ShutdownTimeout", "%v is negative", c.ShutdownTimeout)
-	}
-	c.Spans.MaxArgLength = cmp.Or(c.Spans.MaxArgLength, 256)
-	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, 5*time.Second)
+	c.Spans.MaxArgLength = cmp.Or(max(c.Spans.MaxArgLength, 0), 256)
+	c.ShutdownTimeout = cmp.Or(max(c.ShutdownTimeout, 0), 5*time.Second)
+	c.Batch.MaxQueueSize = max(c.Batch.MaxQueueSize, 0)
 	return c, err
 }
 
@@ -215,24 +208,6 @@ func (s SamplingConfig) check() error {
 	case s.Ratio != 0 && s.Strategy != SampleRatio && s.Strategy != SampleParent:
 		// A ratio the strategy does not read is a mistake, not a setting.
 		return bad("Sampling.Ratio", "%v is set, but only Strategy %q or %q reads it (Strategy is %q)", s.Ratio, SampleRatio, SampleParent, s.Strategy)
-	case s.KeepSlowerThan < 0:
-		return bad("Sampling.KeepSlowerThan", "%v is negative", s.KeepSlowerThan)
-	}
-	return nil
-}
-
-func (b BatchConfig) check() error {
-	switch {
-	case b.MaxQueueSize < 0:
-		return bad("Batch.MaxQueueSize", "%d is negative", b.MaxQueueSize)
-	case b.MaxExportBatchSize < 0:
-		return bad("Batch.MaxExportBatchSize", "%d is negative", b.MaxExportBatchSize)
-	case b.MaxExportBatchSize > 0 && b.MaxQueueSize > 0 && b.MaxExportBatchSize > b.MaxQueueSize:
-		return bad("Batch.MaxExportBatchSize", "%d is larger than Batch.MaxQueueSize %d", b.MaxExportBatchSize, b.MaxQueueSize)
-	case b.ScheduleDelay < 0:
-		return bad("Batch.ScheduleDelay", "%v is negative", b.ScheduleDelay)
-	case b.ExportTimeout < 0:
-		return bad("Batch.ExportTimeout", "%v is negative", b.ExportTimeout)
 	}
 	return nil
 }

@@ -46,6 +46,7 @@ func newDropGate(b BatchConfig, drops *dropReport, exp *spanExporter) *dropGate 
 	g := gateOf(nil, limit, drops)
 	exp.gate = g
 	b.MaxQueueSize = limit + flushSlack
+	b.MaxExportBatchSize = min(b.MaxExportBatchSize, limit) // a larger batch would never fill
 	g.next = sdktrace.NewBatchSpanProcessor(exp, batchOptions(b)...)
 	return g
 }
