@@ -2,6 +2,7 @@ package metricsfx
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 	"time"
 )
@@ -154,26 +155,17 @@ func promDuration(d time.Duration) string {
 // then the job (last, so that "api[eu]" is not read as a window), escaped
 // as a PromQL string.
 func (p Profile) Expr(e string) string {
-	e = withPrefix(e, p.Prefix)
-	var out strings.Builder
-	for {
-		open := strings.Index(e, "[")
-		if open < 0 {
-			out.WriteString(e)
-			break
+	e = window.ReplaceAllStringFunc(withPrefix(e, p.Prefix), func(w string) string {
+		if rng, step, sub := strings.Cut(w[1:len(w)-1], ":"); sub { // a subquery, [range:step]
+			return "[" + p.scale(rng) + ":" + p.scale(step) + "]"
 		}
-		end := strings.Index(e[open:], "]")
-		window := e[open+1 : open+end]
-		if rng, step, sub := strings.Cut(window, ":"); sub { // a subquery, [range:step]
-			window = p.scale(rng) + ":" + p.scale(step)
-		} else {
-			window = p.scale(window)
-		}
-		out.WriteString(e[:open+1] + window + "]")
-		e = e[open+end+1:]
-	}
-	return strings.ReplaceAll(out.String(), "$job", promString.Replace(p.job()))
+		return "[" + p.scale(w[1:len(w)-1]) + "]"
+	})
+	return strings.ReplaceAll(e, "$job", promString.Replace(p.job()))
 }
+
+// window is a range or subquery window, [5m] or [1h:5s].
+var window = regexp.MustCompile(`\[[^\]]*\]`)
 
 // promString escapes the inside of a double-quoted PromQL string.
 var promString = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
