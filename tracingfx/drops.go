@@ -133,7 +133,6 @@ type dropReport struct {
 	last     time.Time   // of the last warning
 	timer    *time.Timer // armed: its warning is due, and it is not stopped yet
 	stopped  bool
-	fired    sync.WaitGroup // the timer's function, once it may run
 }
 
 func newDropReport() *dropReport { return &dropReport{interval: dropInterval} }
@@ -167,13 +166,11 @@ func (r *dropReport) drop(reason *atomic.Int64) {
 	if r.stopped {
 		return // no timer outlives stop: the next warning carries it
 	}
-	r.fired.Add(1)
 	r.timer = time.AfterFunc(r.last.Add(r.interval).Sub(now), r.fire)
 }
 
 // fire is the timer's: it warns about the drops since the last warning.
 func (r *dropReport) fire() {
-	defer r.fired.Done()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.stopped {
@@ -183,22 +180,18 @@ func (r *dropReport) fire() {
 	r.warn(time.Now())
 }
 
-// stop ends the timer (waiting for it if it runs) and warns about the drops
-// not reported yet, so nothing of the report outlives Shutdown.
+// stop ends the timer (a fire already running returns at once) and warns
+// about the drops not reported yet, so nothing of the report outlives
+// Shutdown.
 func (r *dropReport) stop() {
 	r.mu.Lock()
-	r.stopped = true
-	if r.timer != nil && r.timer.Stop() {
-		r.fired.Done() // fire will not run
-	}
-	r.timer = nil
-	r.mu.Unlock()
-	r.fired.Wait()
-	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.log.Load() != nil {
-		r.warn(time.Now())
+	r.stopped = true
+	if r.timer != nil {
+		r.timer.Stop()
+		r.timer = nil
 	}
+	r.warn(time.Now())
 }
 
 // warn logs the counts since the last warning, if any; r.mu is held.
