@@ -151,19 +151,13 @@ func (h *commandHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			return err
 		}
 		if span.IsRecording() {
-			buf := getAttrs()
-			attrs := append(h.common(*buf),
-				dbOperationKey.String(names.operation), semconv.DBOperationName(names.operation),
-				dbStatementKey.String(h.statement(names.operation, cmd)),
-				plugintrace.DurationMS.Float64(float64(took.Microseconds())/1000))
+			h.describe(span, names.operation, h.statement(names.operation, cmd), took)
 			if h.showsArgs(cmd) {
-				attrs = append(attrs, dbStatementArgsKey.String(h.cut(joinArgs(cmd.Args()[1:]))))
+				span.SetAttributes(dbStatementArgsKey.String(h.cut(joinArgs(cmd.Args()[1:]))))
 			}
 			if h.showsResult(cmd) && err == nil {
-				attrs = append(attrs, dbStatementResultKey.String(h.cut(resultString(cmd))))
+				span.SetAttributes(dbStatementResultKey.String(h.cut(resultString(cmd))))
 			}
-			span.SetAttributes(attrs...)
-			putAttrs(buf, attrs)
 			h.record(span, out, err, cmd)
 		}
 		span.End()
@@ -201,7 +195,8 @@ func (h *commandHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 			return err
 		}
 		if span.IsRecording() {
-			h.describePipeline(span, op, cmds, took)
+			stmt, batch := h.pipelineStatement(cmds)
+			h.describe(span, op, stmt, took, semconv.DBOperationBatchSize(batch))
 			h.record(span, out, cause, culprits...)
 		}
 		span.End()
@@ -209,34 +204,32 @@ func (h *commandHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 	}
 }
 
-// describePipeline sets the attributes of a pipeline's span: one statement
-// line per command, and the batch size without MULTI and EXEC.
-func (h *commandHook) describePipeline(span trace.Span, op string, cmds []redis.Cmder, took time.Duration) {
-	stmts := make([]string, 0, len(cmds))
-	batch := 0
-	for _, c := range cmds {
-		n := commandNames(c.Name(), c.Args())
-		stmts = append(stmts, h.statement(n.operation, c))
-		if !wrapper[c.Name()] {
-			batch++
-		}
-	}
+// describe sets the attributes every command span carries, then extra.
+func (h *commandHook) describe(span trace.Span, op, stmt string, took time.Duration, extra ...attribute.KeyValue) {
 	buf := getAttrs()
-	attrs := append(h.common(*buf),
-		dbOperationKey.String(op), semconv.DBOperationName(op), semconv.DBOperationBatchSize(batch),
-		dbStatementKey.String(strings.Join(stmts, "\n")),
+	attrs := append(*buf, h.base...)
+	if server := h.server.Load(); server != nil {
+		attrs = append(attrs, *server...)
+	}
+	attrs = append(attrs, dbOperationKey.String(op), semconv.DBOperationName(op), dbStatementKey.String(stmt),
 		plugintrace.DurationMS.Float64(float64(took.Microseconds())/1000))
+	attrs = append(attrs, extra...)
 	span.SetAttributes(attrs...)
 	putAttrs(buf, attrs)
 }
 
-// common appends to buf the attributes every span of the hook carries.
-func (h *commandHook) common(buf []attribute.KeyValue) []attribute.KeyValue {
-	buf = append(buf, h.base...)
-	if server := h.server.Load(); server != nil {
-		buf = append(buf, *server...)
+// pipelineStatement is a pipeline's statement, one line per command, and
+// its batch size without MULTI and EXEC.
+func (h *commandHook) pipelineStatement(cmds []redis.Cmder) (string, int) {
+	stmts := make([]string, len(cmds))
+	batch := 0
+	for i, c := range cmds {
+		stmts[i] = h.statement(commandNames(c.Name(), c.Args()).operation, c)
+		if !wrapper[c.Name()] {
+			batch++
+		}
 	}
-	return buf
+	return strings.Join(stmts, "\n"), batch
 }
 
 // attrBuffers recycles the attribute slices of command spans: the SDK
