@@ -19,31 +19,23 @@ import (
 // traceparent as with an exporter, so that service samples alike.
 type idsOnly struct {
 	embedded.TracerProvider
-	tracer *idsTracer
+	tracer  // idsOnly is its own Tracer
+	sampler sdktrace.Sampler
 }
 
-func newIDsOnly(sampler sdktrace.Sampler) *idsOnly {
-	p := &idsOnly{}
-	p.tracer = &idsTracer{sampler: sampler, provider: p}
-	return p
-}
+// tracer names embedded.Tracer apart from the method Tracer.
+type tracer = embedded.Tracer
 
 // Tracer implements trace.TracerProvider.
-func (p *idsOnly) Tracer(string, ...trace.TracerOption) trace.Tracer { return p.tracer }
-
-type idsTracer struct {
-	embedded.Tracer
-	sampler  sdktrace.Sampler
-	provider trace.TracerProvider
-}
+func (p *idsOnly) Tracer(string, ...trace.TracerOption) trace.Tracer { return p }
 
 // Start implements trace.Tracer: a span that records nothing.
-func (t *idsTracer) Start(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
+func (p *idsOnly) Start(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
 	cfg := trace.NewSpanStartConfig(opts...)
 	if ctx == nil {
 		ctx = context.Background() // as the SDK: a nil context is no parent, not a panic
 	}
-	s := &idSpan{sc: decide(ctx, name, &cfg, t.sampler), provider: t.provider}
+	s := &idSpan{sc: decide(ctx, name, &cfg, p.sampler), provider: p}
 	return trace.ContextWithSpan(ctx, s), s
 }
 

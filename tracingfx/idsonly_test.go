@@ -13,7 +13,7 @@ import (
 // trace id and decision, and every span has its own span id.
 func TestIDsOnly_SamplesLikeTheSDK(t *testing.T) {
 	sampler := sdktrace.ParentBased(sdktrace.TraceIDRatioBased(0.25))
-	provider := newIDsOnly(sampler)
+	provider := &idsOnly{sampler: sampler}
 	tr := provider.Tracer("t")
 	sampled := 0
 	const n = 4000
@@ -58,7 +58,7 @@ func TestIDsOnly_SamplesLikeTheSDK(t *testing.T) {
 // sampler: the same trace id and the same sampled flag.
 func TestIDsOnly_OddParents_AsTheSDK(t *testing.T) {
 	for _, sampler := range []sdktrace.Sampler{sdktrace.TraceIDRatioBased(0.5), sdktrace.ParentBased(sdktrace.TraceIDRatioBased(0.5))} {
-		ids := newIDsOnly(sampler).Tracer("t")
+		ids := (&idsOnly{sampler: sampler}).Tracer("t")
 		sdk := sdktrace.NewTracerProvider(sdktrace.WithSampler(sampler))
 		ref := sdk.Tracer("t")
 		for i := 0; i < 200; i++ {
@@ -87,7 +87,7 @@ func TestIDsOnly_OddParents_AsTheSDK(t *testing.T) {
 // decided alike, and its trace state.
 func TestIDsOnly_DecidesAsTheDefaultSampler(t *testing.T) {
 	sampler := sdktrace.ParentBased(sdktrace.AlwaysSample())
-	provider := newIDsOnly(sampler)
+	provider := &idsOnly{sampler: sampler}
 	sdk := sdktrace.NewTracerProvider(sdktrace.WithSampler(sampler))
 	defer func() { _ = sdk.Shutdown(context.Background()) }()
 	ids, ref := provider.Tracer("t"), sdk.Tracer("t")

@@ -93,7 +93,7 @@ func NewProvider(ctx context.Context, cfg Config) (*Provider, error) {
 	p.Tracer = sdktrace.NewTracerProvider(opts...)
 	p.traces = p.Tracer
 	if proc == nil { // the exporter none: spans with ids and nothing recorded
-		p.traces = newIDsOnly(s.sampler)
+		p.traces = &idsOnly{sampler: s.sampler}
 	}
 	return p, nil
 }
