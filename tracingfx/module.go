@@ -35,7 +35,6 @@ import (
 // the instrumentation, and WithLogBridge, SetGlobals and the app (for
 // DroppedSpans) the provider.
 var Module = fx.Module("redisfx.tracing",
-	fx.Invoke(checkCollaborators),
 	fx.Provide(
 		NewFromParams,
 		(*Provider).TracerProvider,
@@ -46,21 +45,6 @@ var Module = fx.Module("redisfx.tracing",
 	),
 	fx.Invoke(logOTelErrors, logConfiguration),
 )
-
-// collaborators are optional here only so that a missing logger gets a
-// message naming what to add.
-type collaborators struct {
-	fx.In
-	Log *zap.Logger `optional:"true"`
-}
-
-// checkCollaborators runs before the module's other invokes.
-func checkCollaborators(c collaborators) error {
-	if c.Log == nil {
-		return errors.New("tracingfx.Module needs a *zap.Logger: provide one, e.g. fx.Provide(zap.NewProduction)")
-	}
-	return nil
-}
 
 // AppTracerProviderName is the Fx name of the application's own
 // TracerProvider, which UseTracerProvider provides.
@@ -160,7 +144,9 @@ func newInstrumentation(p instrumentationParams) (storefx.Instrumentation, error
 
 type errorLogParams struct {
 	fx.In
-	Log      *zap.Logger
+	// Log is optional only so that a missing logger gets a message naming
+	// what to add.
+	Log      *zap.Logger `optional:"true"`
 	Provider *Provider
 	// Registerer receives tracing_export_errors_total (from metricsfx).
 	Registerer prometheus.Registerer `optional:"true"`
@@ -171,6 +157,9 @@ type errorLogParams struct {
 // counts errors and dropped spans in tracing_export_errors_total when the
 // app has a metrics registry.
 func logOTelErrors(p errorLogParams) error {
+	if p.Log == nil {
+		return errors.New("tracingfx.Module needs a *zap.Logger: provide one, e.g. fx.Provide(zap.NewProduction)")
+	}
 	var count func()
 	if p.Registerer != nil {
 		failures := prometheus.NewCounter(prometheus.CounterOpts{Name: "tracing_export_errors_total",
