@@ -214,14 +214,18 @@ func (s *settings) readSampler(context.Context) error {
 	} else if arg != "" {
 		ratio = f
 	}
+	name := os.Getenv(envSampler)
+	if c := s.Sampling; c.Strategy != "" {
+		name, ratio = configSamplers[c.Strategy], c.Ratio
+		if c.Strategy == SampleParent && c.Ratio == 0 {
+			name = "parentbased_always_on" // 0 means all
+		}
+	}
 	samplers := map[string]sdktrace.Sampler{"": sdktrace.ParentBased(sdktrace.AlwaysSample()),
 		"always_on": sdktrace.AlwaysSample(), "always_off": sdktrace.NeverSample(),
 		"parentbased_always_on": sdktrace.ParentBased(sdktrace.AlwaysSample()), "parentbased_always_off": sdktrace.ParentBased(sdktrace.NeverSample()),
 		"traceidratio": sdktrace.TraceIDRatioBased(ratio), "parentbased_traceidratio": sdktrace.ParentBased(sdktrace.TraceIDRatioBased(ratio))}
-	s.sampler = samplers[os.Getenv(envSampler)]
-	if s.Sampling.Strategy != "" {
-		s.sampler = configSampler(s.Sampling)
-	} else if s.sampler == nil {
+	if s.sampler = samplers[name]; s.sampler == nil {
 		return envError(envSampler, "%q is not always_on, always_off, traceidratio, parentbased_always_on, parentbased_always_off or parentbased_traceidratio", os.Getenv(envSampler))
 	}
 	if keeps(s.Sampling) {

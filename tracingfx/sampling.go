@@ -65,18 +65,7 @@ func (k kept) SpanContext() trace.SpanContext {
 	return sc.WithTraceFlags(sc.TraceFlags().WithSampled(true))
 }
 
-// configSampler maps a Config strategy.
-func configSampler(c SamplingConfig) sdktrace.Sampler {
-	switch c.Strategy {
-	case SampleAlways:
-		return sdktrace.AlwaysSample()
-	case SampleNever:
-		return sdktrace.NeverSample()
-	case SampleRatio:
-		return sdktrace.TraceIDRatioBased(c.Ratio)
-	}
-	if c.Ratio > 0 {
-		return sdktrace.ParentBased(sdktrace.TraceIDRatioBased(c.Ratio))
-	}
-	return sdktrace.ParentBased(sdktrace.AlwaysSample())
-}
+// configSamplers names the sampler of each Config strategy as
+// OTEL_TRACES_SAMPLER does.
+var configSamplers = map[string]string{SampleAlways: "always_on", SampleNever: "always_off",
+	SampleRatio: "traceidratio", SampleParent: "parentbased_traceidratio"}
