@@ -1,6 +1,7 @@
 package metricsfx
 
 import (
+	"cmp"
 	"fmt"
 	"regexp"
 	"strings"
@@ -116,13 +117,6 @@ type Profile struct {
 	Speedup int
 }
 
-func (p Profile) job() string {
-	if p.Job != "" {
-		return p.Job
-	}
-	return p.Prefix
-}
-
 func (p Profile) speedup() int64 { return int64(max(p.Speedup, 1)) }
 
 // scale divides a duration written as Prometheus does ("5m", "1h", "0s").
@@ -161,7 +155,7 @@ func (p Profile) Expr(e string) string {
 		}
 		return "[" + p.scale(w[1:len(w)-1]) + "]"
 	})
-	return strings.ReplaceAll(e, "$job", promString.Replace(p.job()))
+	return strings.ReplaceAll(e, "$job", promString.Replace(cmp.Or(p.Job, p.Prefix)))
 }
 
 // window is a range or subquery window, [5m] or [1h:5s].
@@ -210,12 +204,8 @@ type Receivers struct{ Pager, Chat, Default string }
 // p.Speedup (see docs/monitoring.md for why each is what it is).
 func AlertmanagerConfig(p Profile, r Receivers) []byte {
 	d := func(v time.Duration) string { return promDuration(v / time.Duration(p.speedup())) }
-	if r.Pager == "" {
-		r.Pager = "http://pager.invalid/<API_KEY>"
-	}
-	if r.Chat == "" {
-		r.Chat = "http://chat.invalid/<ACCESS_TOKEN>"
-	}
+	r.Pager = cmp.Or(r.Pager, "http://pager.invalid/<API_KEY>")
+	r.Chat = cmp.Or(r.Chat, "http://chat.invalid/<ACCESS_TOKEN>")
 	var b strings.Builder
 	b.WriteString(p.header(" -alertmanager"))
 	b.WriteString("# Routing of the redisfx alerts: replace the receivers' endpoints.\n")

@@ -1,6 +1,7 @@
 package metricsfx
 
 import (
+	"cmp"
 	"fmt"
 	"regexp"
 
@@ -54,9 +55,7 @@ func New(cfg Config) (*Metrics, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if cfg.Prefix == "" {
-		cfg.Prefix = DefaultPrefix
-	}
+	cfg.Prefix = cmp.Or(cfg.Prefix, DefaultPrefix)
 	reg := cfg.Registry
 	if reg == nil {
 		reg = prometheus.NewRegistry()
