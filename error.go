@@ -69,6 +69,3 @@ func NewConfigError(pkg, field, reason string) *ConfigError {
 	msg := pkg + ": invalid " + field + ": " + reason
 	return &ConfigError{BaseError: BaseError{Code: CodeConfigInvalid, Message: msg}, Package: pkg, Field: field, Reason: reason}
 }
-
-// Error reads "<package>: invalid <field>: <reason>".
-func (e *ConfigError) Error() string { return e.Message }
