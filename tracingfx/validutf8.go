@@ -34,17 +34,9 @@ func isValid(v attribute.Value) bool {
 	case attribute.STRING:
 		return utf8.ValidString(v.AsString())
 	case attribute.STRINGSLICE:
-		for _, s := range v.AsStringSlice() {
-			if !utf8.ValidString(s) {
-				return false
-			}
-		}
+		return !slices.ContainsFunc(v.AsStringSlice(), func(s string) bool { return !utf8.ValidString(s) })
 	case attribute.SLICE:
-		for _, e := range v.AsSlice() {
-			if !isValid(e) {
-				return false
-			}
-		}
+		return !slices.ContainsFunc(v.AsSlice(), func(e attribute.Value) bool { return !isValid(e) })
 	case attribute.MAP:
 		return allValid(v.AsMap())
 	}
@@ -53,12 +45,7 @@ func isValid(v attribute.Value) bool {
 
 // allValid reports whether the keys and values of kvs are valid UTF-8.
 func allValid(kvs []attribute.KeyValue) bool {
-	for _, kv := range kvs {
-		if !utf8.ValidString(string(kv.Key)) || !isValid(kv.Value) {
-			return false
-		}
-	}
-	return true
+	return !slices.ContainsFunc(kvs, func(kv attribute.KeyValue) bool { return !utf8.ValidString(string(kv.Key)) || !isValid(kv.Value) })
 }
 
 // validValue is v with its strings made valid.
@@ -118,17 +105,8 @@ func spanValid(s sdktrace.ReadOnlySpan) bool {
 		!allValid(sc.Attributes.ToSlice()) {
 		return false
 	}
-	for _, e := range s.Events() {
-		if !utf8.ValidString(e.Name) || !allValid(e.Attributes) {
-			return false
-		}
-	}
-	for _, l := range s.Links() {
-		if !allValid(l.Attributes) {
-			return false
-		}
-	}
-	return true
+	return !slices.ContainsFunc(s.Events(), func(e sdktrace.Event) bool { return !utf8.ValidString(e.Name) || !allValid(e.Attributes) }) &&
+		!slices.ContainsFunc(s.Links(), func(l sdktrace.Link) bool { return !allValid(l.Attributes) })
 }
 
 // validSpan is a copy of s with every string made valid.
