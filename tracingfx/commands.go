@@ -89,11 +89,8 @@ func Instrumentation(tp trace.TracerProvider, spans SpanConfig, metrics *Command
 // serverAttributes are server.address and server.port of addr (a socket
 // path over unix, which has no port).
 func serverAttributes(network, addr string) []attribute.KeyValue {
-	if network == "unix" {
-		return []attribute.KeyValue{semconv.ServerAddress(addr)}
-	}
 	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
+	if network == "unix" || err != nil {
 		return []attribute.KeyValue{semconv.ServerAddress(addr)}
 	}
 	kv := []attribute.KeyValue{semconv.ServerAddress(host)}
