@@ -39,7 +39,7 @@ var Module = fx.Module("redisfx.tracing",
 		NewFromParams,
 		(*Provider).TracerProvider,
 		(*Provider).Propagator,
-		fx.Annotate(newTracingService, fx.ResultTags(`name:"`+TracingServiceName+`"`)),
+		fx.Annotate(NewTracingService, fx.As(new(ITracingService)), fx.ResultTags(`name:"`+TracingServiceName+`"`)),
 		fx.Annotate(newPluginTracerProvider, fx.ResultTags(`name:"`+plugintrace.TracerProviderName+`"`)),
 		storefx.AsInstrumentation(newInstrumentation),
 	),
@@ -102,8 +102,6 @@ func NewFromParams(p Params) (*Provider, error) {
 	}))
 	return prov, nil
 }
-
-func newTracingService(p *Provider) ITracingService { return NewTracingService(p.TracerProvider()) }
 
 // newPluginTracerProvider is the provider of the plugin spans: the app's
 // with Config.PluginTracing, else a no-op one.
