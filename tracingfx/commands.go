@@ -152,7 +152,7 @@ func (h *commandHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			if h.showsArgs(cmd) {
 				span.SetAttributes(dbStatementArgsKey.String(h.cut(joinArgs(cmd.Args()[1:]))))
 			}
-			if h.showsResult(cmd) && err == nil {
+			if h.spans.IncludeResult && !credentialCommands[name] && err == nil {
 				span.SetAttributes(dbStatementResultKey.String(h.cut(resultString(cmd))))
 			}
 			h.record(span, out, err, cmd)

@@ -23,11 +23,6 @@ func (h *commandHook) showsArgs(cmd redis.Cmder) bool {
 	return h.spans.IncludeArgs && !credentialCommands[cmd.Name()]
 }
 
-// showsResult reports whether a span may carry the reply of cmd.
-func (h *commandHook) showsResult(cmd redis.Cmder) bool {
-	return h.spans.IncludeResult && !credentialCommands[cmd.Name()]
-}
-
 // errorText is err's message as the spans of cmds may carry it: Redis
 // echoes arguments in some error replies. Unless every command's arguments
 // may be shown, a Redis error is cut before its first quote, and reduced to
