@@ -119,6 +119,5 @@ func WithoutCommandSpans(ctx context.Context) context.Context {
 
 // CommandSpansSuppressed reports whether ctx came from WithoutCommandSpans.
 func CommandSpansSuppressed(ctx context.Context) bool {
-	v, _ := ctx.Value(noCommandSpans{}).(bool)
-	return v
+	return ctx.Value(noCommandSpans{}) != nil
 }
