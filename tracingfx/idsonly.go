@@ -60,15 +60,13 @@ func decide(ctx context.Context, name string, cfg *trace.SpanConfig, sampler sdk
 	return trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: newSpanID(), TraceFlags: flags, TraceState: res.Tracestate})
 }
 
-func newTraceID() trace.TraceID {
-	var tid trace.TraceID
+func newTraceID() (tid trace.TraceID) {
 	binary.LittleEndian.PutUint64(tid[:8], rand.Uint64())
 	binary.LittleEndian.PutUint64(tid[8:], rand.Uint64()|1) // never all zero
 	return tid
 }
 
-func newSpanID() trace.SpanID {
-	var sid trace.SpanID
+func newSpanID() (sid trace.SpanID) {
 	binary.LittleEndian.PutUint64(sid[:], rand.Uint64()|1) // never all zero
 	return sid
 }
