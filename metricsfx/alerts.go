@@ -6,6 +6,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/prometheus/common/model"
 )
 
 // Alert is one alerting rule. Expr holds placeholders ("P_" for "<prefix>_",
@@ -121,28 +123,17 @@ func (p Profile) speedup() int64 { return int64(max(p.Speedup, 1)) }
 
 // scale divides a duration written as Prometheus does ("5m", "1h", "0s").
 func (p Profile) scale(d string) string {
-	v, err := time.ParseDuration(d)
+	v, err := model.ParseDuration(d)
 	if err != nil {
 		panic("metricsfx: bad duration " + d)
 	}
-	return promDuration(v / time.Duration(p.speedup()))
+	return p.duration(time.Duration(v))
 }
 
-// promDuration prints d in the largest unit that divides it, as Prometheus
-// and Alertmanager read durations.
-func promDuration(d time.Duration) string {
-	if d == 0 {
-		return "0s"
-	}
-	for _, u := range []struct {
-		unit time.Duration
-		name string
-	}{{time.Hour, "h"}, {time.Minute, "m"}, {time.Second, "s"}, {time.Millisecond, "ms"}} {
-		if d%u.unit == 0 {
-			return fmt.Sprintf("%d%s", d/u.unit, u.name)
-		}
-	}
-	return fmt.Sprintf("%dms", d.Milliseconds())
+// duration is d divided by the speedup, written as Prometheus and
+// Alertmanager read durations.
+func (p Profile) duration(d time.Duration) string {
+	return model.Duration(d / time.Duration(p.speedup())).String()
 }
 
 // Expr renders an expression or series for the profile: prefix, windows,
@@ -203,7 +194,7 @@ type Receivers struct{ Pager, Chat, Default string }
 // the default receiver. Timings are the production ones divided by
 // p.Speedup (see docs/monitoring.md for why each is what it is).
 func AlertmanagerConfig(p Profile, r Receivers) []byte {
-	d := func(v time.Duration) string { return promDuration(v / time.Duration(p.speedup())) }
+	d := p.duration
 	r.Pager = cmp.Or(r.Pager, "http://pager.invalid/<API_KEY>")
 	r.Chat = cmp.Or(r.Chat, "http://chat.invalid/<ACCESS_TOKEN>")
 	var b strings.Builder
