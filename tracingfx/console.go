@@ -8,7 +8,6 @@ import (
 	"math"
 	"strconv"
 	"strings"
-	"sync"
 
 	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -45,19 +44,15 @@ type ConsoleStatus struct {
 	Message string `json:"message,omitempty"`
 }
 
-// consoleExporter writes one JSON object per span per line.
-type consoleExporter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
+// consoleExporter writes one JSON object per span per line. The SDK never
+// calls ExportSpans concurrently.
+type consoleExporter struct{ w io.Writer }
 
 // NewConsoleExporter returns the console exporter writing to w.
 func NewConsoleExporter(w io.Writer) sdktrace.SpanExporter { return &consoleExporter{w: w} }
 
 // ExportSpans implements sdktrace.SpanExporter.
 func (e *consoleExporter) ExportSpans(_ context.Context, spans []sdktrace.ReadOnlySpan) error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
 	enc := json.NewEncoder(e.w)
 	var err error
 	for _, s := range spans {
