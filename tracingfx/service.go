@@ -145,16 +145,14 @@ func (s *TracingService) WithSpan(ctx context.Context, name string, fn func(ctx 
 
 // StartSpan implements ITracingService.
 func (s *TracingService) StartSpan(ctx context.Context, name string, opts ...ISpanOptions) (context.Context, ISpan) {
-	kind := KindClient
+	var kind SpanKind
 	var kv []attribute.KeyValue
 	for _, o := range opts {
-		if o.Kind != "" {
-			kind = o.Kind
-		}
+		kind = cmp.Or(o.Kind, kind)
 		kv = append(kv, attrs(o.Attributes)...)
 	}
 	// The SDK keeps the last value of a key, so a later option wins.
-	ctx, sp := s.tracer.Start(ctx, name, trace.WithSpanKind(otelKind(kind)), trace.WithAttributes(kv...))
+	ctx, sp := s.tracer.Start(ctx, name, trace.WithSpanKind(cmp.Or(otelKinds[kind], trace.SpanKindClient)), trace.WithAttributes(kv...))
 	return ctx, span{sp}
 }
 
@@ -222,8 +220,6 @@ func (sp span) SpanContext() trace.SpanContext { return sp.s.SpanContext() }
 // otelKinds are the span kinds but CLIENT, the default.
 var otelKinds = map[SpanKind]trace.SpanKind{KindInternal: trace.SpanKindInternal, KindServer: trace.SpanKindServer,
 	KindProducer: trace.SpanKindProducer, KindConsumer: trace.SpanKindConsumer}
-
-func otelKind(k SpanKind) trace.SpanKind { return cmp.Or(otelKinds[k], trace.SpanKindClient) }
 
 func attrs(m map[string]any) []attribute.KeyValue {
 	kv := make([]attribute.KeyValue, 0, len(m))
