@@ -55,8 +55,6 @@ type commandHook struct {
 	followMaster bool
 }
 
-var _ redis.Hook = (*commandHook)(nil)
-
 // Instrumentation returns the storefx instrumentation that adds command
 // spans (tp non-nil) and command metrics (metrics non-nil) to every
 // client, one hook per server so that every span names its node.

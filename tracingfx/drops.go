@@ -37,8 +37,6 @@ type dropGate struct {
 	drops    *dropReport
 }
 
-var _ sdktrace.SpanProcessor = (*dropGate)(nil)
-
 // newDropGate builds the batch processor for exp with the gate in front.
 // exp must call gate.exported for every batch it is given.
 func newDropGate(b BatchConfig, drops *dropReport, exp *spanExporter) *dropGate {
