@@ -3,6 +3,7 @@ package tracingfx
 import (
 	"errors"
 	"reflect"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -35,26 +36,14 @@ func (h *commandHook) errorText(err error, status string, cmds ...redis.Cmder) s
 	if !errors.As(err, &rerr) {
 		return msg
 	}
-	shown := true
-	for _, c := range cmds {
-		shown = shown && h.showsArgs(c)
-	}
-	if shown {
+	if !slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return !h.showsArgs(c) }) {
 		return msg
 	}
 	if i := strings.IndexAny(msg, `'"`); i >= 0 {
 		msg = strings.TrimRight(msg[:i], " ,:")
 	}
-	held := hasNumber(msg)
-	upper := strings.ToUpper(msg)
-	for _, c := range cmds {
-		for _, a := range c.Args()[1:] {
-			if s := argString(a); !held && len(s) >= 3 && strings.Contains(upper, strings.ToUpper(s)) {
-				held = true // whatever the case: a script may change it
-			}
-		}
-	}
-	if !held {
+	upper := strings.ToUpper(msg) // whatever the case: a script may change it
+	if !hasNumber(msg) && !anyArg(cmds, func(arg string) bool { return strings.Contains(upper, arg) }) {
 		return msg
 	}
 	if status == "" {
@@ -100,18 +89,23 @@ var redisCodes = map[string]bool{
 // begin with an argument): Redis's own codes are kept, any other unless it
 // holds or is held in an argument of three or more characters.
 func errorCode(code string, cmds []redis.Cmder) string {
-	if code == "" || redisCodes[code] {
+	if code == "" || redisCodes[code] || !anyArg(cmds, func(arg string) bool { return strings.Contains(code, arg) || strings.Contains(arg, code) }) {
 		return code
 	}
+	return ""
+}
+
+// anyArg reports whether f holds for an argument of cmds of three or more
+// bytes, upper-cased.
+func anyArg(cmds []redis.Cmder, f func(arg string) bool) bool {
 	for _, c := range cmds {
 		for _, a := range c.Args()[1:] {
-			s := strings.ToUpper(argString(a))
-			if len(s) >= 3 && (strings.Contains(code, s) || strings.Contains(s, code)) {
-				return ""
+			if s := argString(a); len(s) >= 3 && f(strings.ToUpper(s)) {
+				return true
 			}
 		}
 	}
-	return code
+	return false
 }
 
 // typeName is the exception.type the SDK's RecordError would write.
