@@ -67,17 +67,13 @@ func (p KeyAttribute) Value(key string) string {
 	case keyRaw:
 		return key
 	case keyHash:
-		var sum []byte
-		prefix := "sha256:"
-		if len(p.secret) > 0 {
-			m := hmac.New(sha256.New, p.secret)
-			m.Write([]byte(key))
-			sum, prefix = m.Sum(nil), "hmac-sha256:"
-		} else {
-			s := sha256.Sum256([]byte(key))
-			sum = s[:]
+		if len(p.secret) == 0 {
+			sum := sha256.Sum256([]byte(key))
+			return "sha256:" + hex.EncodeToString(sum[:8])
 		}
-		return prefix + hex.EncodeToString(sum[:8])
+		m := hmac.New(sha256.New, p.secret)
+		m.Write([]byte(key))
+		return "hmac-sha256:" + hex.EncodeToString(m.Sum(nil)[:8])
 	}
 	return Redacted
 }
