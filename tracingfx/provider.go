@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 
 	"go.opentelemetry.io/otel/exporters/otlp/otlplog/otlploggrpc"
@@ -103,18 +102,16 @@ func NewProvider(ctx context.Context, cfg Config) (*Provider, error) {
 // read their other OTEL_EXPORTER_OTLP_* variables themselves.
 func (p *Provider) otlp(ctx context.Context, res *resource.Resource) (sdktrace.SpanProcessor, error) {
 	s := p.cfg
+	// Over gRPC only the client's TLS check counts: the exporter would only
+	// log a bad certificate file.
+	c, err := p.net.httpClient("TRACES")
+	if err != nil {
+		return nil, err
+	}
 	var exp sdktrace.SpanExporter
-	var err error
 	if s.Exporter.Protocol == ProtocolGRPC {
-		if _, err = tlsFromEnv("TRACES"); err != nil { // the exporter would only log a bad file
-			return nil, err
-		}
 		exp, err = otlptracegrpc.New(ctx, otlptracegrpc.WithEndpointURL(s.traces.url), otlptracegrpc.WithHeaders(s.headers), otlptracegrpc.WithDialOption(p.net.grpcDialer()))
 	} else {
-		var c *http.Client
-		if c, err = p.net.httpClient("TRACES"); err != nil {
-			return nil, err
-		}
 		exp, err = otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(s.traces.url), otlptracehttp.WithHeaders(s.headers), otlptracehttp.WithHTTPClient(c))
 	}
 	if err != nil {
@@ -122,15 +119,10 @@ func (p *Provider) otlp(ctx context.Context, res *resource.Resource) (sdktrace.S
 	}
 	if s.exportLogs && s.logs.url != "" {
 		var logExp sdklog.Exporter
-		if s.Exporter.Protocol == ProtocolGRPC {
-			if _, err = tlsFromEnv("LOGS"); err == nil {
-				logExp, err = otlploggrpc.New(ctx, otlploggrpc.WithEndpointURL(s.logs.url), otlploggrpc.WithHeaders(s.logHeaders), otlploggrpc.WithDialOption(p.net.grpcDialer()))
-			}
-		} else {
-			var c *http.Client
-			if c, err = p.net.httpClient("LOGS"); err == nil {
-				logExp, err = otlploghttp.New(ctx, otlploghttp.WithEndpointURL(s.logs.url), otlploghttp.WithHeaders(s.logHeaders), otlploghttp.WithHTTPClient(c))
-			}
+		if c, err = p.net.httpClient("LOGS"); err == nil && s.Exporter.Protocol == ProtocolGRPC {
+			logExp, err = otlploggrpc.New(ctx, otlploggrpc.WithEndpointURL(s.logs.url), otlploggrpc.WithHeaders(s.logHeaders), otlploggrpc.WithDialOption(p.net.grpcDialer()))
+		} else if err == nil {
+			logExp, err = otlploghttp.New(ctx, otlploghttp.WithEndpointURL(s.logs.url), otlploghttp.WithHeaders(s.logHeaders), otlploghttp.WithHTTPClient(c))
 		}
 		if err != nil {
 			_ = exp.Shutdown(ctx)
