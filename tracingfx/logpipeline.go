@@ -31,8 +31,12 @@ func (l *logPipeline) get() *sdklog.LoggerProvider {
 	return l.provider
 }
 
-// shutdown flushes the provider if it was built, else closes the exporter.
+// shutdown flushes the provider if it was built, else closes the exporter;
+// nil without a log pipeline.
 func (l *logPipeline) shutdown(ctx context.Context) error {
+	if l == nil {
+		return nil
+	}
 	l.mu.Lock()
 	l.shut = true
 	p := l.provider

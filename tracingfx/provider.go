@@ -85,14 +85,12 @@ func NewProvider(ctx context.Context, cfg Config) (*Provider, error) {
 			return nil, err
 		}
 	}
-	opts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res), sdktrace.WithSampler(s.sampler)}
-	if proc != nil {
-		opts = append(opts, sdktrace.WithSpanProcessor(s.wrapProcessor(proc)))
-	}
-	p.Tracer = sdktrace.NewTracerProvider(opts...)
+	p.Tracer = sdktrace.NewTracerProvider(sdktrace.WithResource(res), sdktrace.WithSampler(s.sampler))
 	p.traces = p.Tracer
 	if proc == nil { // the exporter none: spans with ids and nothing recorded
 		p.traces = &idsOnly{sampler: s.sampler}
+	} else {
+		p.Tracer.RegisterSpanProcessor(s.wrapProcessor(proc))
 	}
 	return p, nil
 }
@@ -212,13 +210,7 @@ func (p *Provider) Shutdown(ctx context.Context) error {
 	// Traces and logs flush side by side: a hanging traces endpoint must not
 	// eat the logs' share of the deadline.
 	logsDone := make(chan error, 1)
-	go func() {
-		if p.logs == nil {
-			logsDone <- nil
-			return
-		}
-		logsDone <- p.logs.shutdown(ctx)
-	}()
+	go func() { logsDone <- p.logs.shutdown(ctx) }()
 	var err error
 	if p.Tracer != nil {
 		err = p.Tracer.Shutdown(ctx)
