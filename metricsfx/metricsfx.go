@@ -3,10 +3,10 @@ package metricsfx
 import (
 	"cmp"
 	"fmt"
-	"regexp"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/common/model"
 	"go.uber.org/fx"
 
 	"github.com/redisfx/redisfx"
@@ -35,11 +35,9 @@ type Metrics struct {
 	Prefix     string
 }
 
-var validPrefix = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]*$`)
-
 // ValidPrefix reports whether prefix can start a Prometheus metric name
 // ([a-zA-Z_][a-zA-Z0-9_]*).
-func ValidPrefix(prefix string) bool { return validPrefix.MatchString(prefix) }
+func ValidPrefix(prefix string) bool { return model.LegacyValidation.IsValidLabelName(prefix) }
 
 // Validate reports an invalid field, naming it.
 func (c Config) Validate() error {
