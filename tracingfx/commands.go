@@ -68,16 +68,12 @@ func Instrumentation(tp trace.TracerProvider, spans SpanConfig, metrics *Command
 		if tp == nil && metrics == nil {
 			return nil
 		}
-		h := &commandHook{metrics: metrics, spans: spans, exclude: exclude}
+		h := &commandHook{metrics: metrics, spans: spans, exclude: exclude, clusterNode: ci.Cluster, followMaster: ci.Node == "",
+			base: append(slices.Clone(plugintrace.DBSystem), plugintrace.Client.String(ci.Name), semconv.DBNamespace(strconv.Itoa(ci.DB)))}
 		if tp != nil {
 			h.tracer = tp.Tracer(plugintrace.ScopeName)
 		}
-		h.base = append(h.base, plugintrace.DBSystem...)
-		h.base = append(h.base, plugintrace.Client.String(ci.Name), semconv.DBNamespace(strconv.Itoa(ci.DB)))
-		h.clusterNode = ci.Cluster
-		if ci.Node == "" {
-			h.followMaster = true
-		} else {
+		if ci.Node != "" {
 			h.base = append(h.base, serverAttributes(ci.Network, ci.Node)...)
 		}
 		return h

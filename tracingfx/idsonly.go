@@ -48,10 +48,8 @@ func decide(ctx context.Context, name string, cfg *trace.SpanConfig, sampler sdk
 		parentCtx = trace.ContextWithSpanContext(ctx, trace.SpanContext{})
 	}
 	parent := trace.SpanContextFromContext(parentCtx)
-	var tid trace.TraceID
-	if parent.TraceID().IsValid() {
-		tid = parent.TraceID()
-	} else {
+	tid := parent.TraceID()
+	if !tid.IsValid() {
 		tid = newTraceID()
 	}
 	res := sampler.ShouldSample(sdktrace.SamplingParameters{ParentContext: parentCtx, TraceID: tid, Name: name,
