@@ -19,12 +19,12 @@ import (
 // traceparent as with an exporter, so that service samples alike.
 type idsOnly struct {
 	embedded.TracerProvider
-	tracer  // idsOnly is its own Tracer
-	sampler sdktrace.Sampler
+	idsTracer // idsOnly is its own Tracer
+	sampler   sdktrace.Sampler
 }
 
-// tracer names embedded.Tracer apart from the method Tracer.
-type tracer = embedded.Tracer
+// idsTracer holds embedded.Tracer under a name apart from the method Tracer.
+type idsTracer struct{ embedded.Tracer }
 
 // Tracer implements trace.TracerProvider.
 func (p *idsOnly) Tracer(string, ...trace.TracerOption) trace.Tracer { return p }
