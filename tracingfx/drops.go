@@ -24,7 +24,7 @@ const flushSlack = 16
 // those the exporter received: what waits. At Batch.MaxQueueSize, or once
 // shutdown began, it drops a span itself and reports it to drops.
 type dropGate struct {
-	next sdktrace.SpanProcessor
+	sdktrace.SpanProcessor // the batch processor; OnStart goes straight to it
 	// max is Batch.MaxQueueSize; the SDK's queue holds max+flushSlack.
 	max int64
 	// outstanding: handed on, not yet given to the exporter.
@@ -45,17 +45,14 @@ func newDropGate(b BatchConfig, drops *dropReport, exp *spanExporter) *dropGate 
 	exp.gate = g
 	b.MaxQueueSize = limit + flushSlack
 	b.MaxExportBatchSize = min(b.MaxExportBatchSize, limit) // a larger batch would never fill
-	g.next = sdktrace.NewBatchSpanProcessor(exp, batchOptions(b)...)
+	g.SpanProcessor = sdktrace.NewBatchSpanProcessor(exp, batchOptions(b)...)
 	return g
 }
 
 // gateOf is a gate in front of next, handing on at most limit spans.
 func gateOf(next sdktrace.SpanProcessor, limit int, drops *dropReport) *dropGate {
-	return &dropGate{next: next, max: int64(limit), flushing: make(chan struct{}, flushSlack), drops: drops}
+	return &dropGate{SpanProcessor: next, max: int64(limit), flushing: make(chan struct{}, flushSlack), drops: drops}
 }
-
-// OnStart implements sdktrace.SpanProcessor.
-func (g *dropGate) OnStart(ctx context.Context, s sdktrace.ReadWriteSpan) { g.next.OnStart(ctx, s) }
 
 // OnEnd implements sdktrace.SpanProcessor.
 func (g *dropGate) OnEnd(s sdktrace.ReadOnlySpan) {
@@ -73,7 +70,7 @@ func (g *dropGate) OnEnd(s sdktrace.ReadOnlySpan) {
 		g.drops.drop(&g.drops.full)
 		return
 	}
-	g.next.OnEnd(s)
+	g.SpanProcessor.OnEnd(s)
 }
 
 // exported notes n spans given to the exporter.
@@ -91,7 +88,7 @@ func (g *dropGate) ForceFlush(ctx context.Context) error {
 	done := make(chan error, 1)
 	go func() {
 		defer func() { <-g.flushing }()
-		done <- g.next.ForceFlush(context.WithoutCancel(ctx))
+		done <- g.SpanProcessor.ForceFlush(context.WithoutCancel(ctx))
 	}()
 	select {
 	case err := <-done:
@@ -108,7 +105,7 @@ func (g *dropGate) Shutdown(ctx context.Context) error {
 	g.mu.Lock()
 	g.stopped = true
 	g.mu.Unlock()
-	return g.next.Shutdown(ctx)
+	return g.SpanProcessor.Shutdown(ctx)
 }
 
 // dropInterval is the least time between two warnings about dropped spans.
