@@ -79,16 +79,14 @@ func StartKind(ctx context.Context, tp trace.TracerProvider, kind trace.SpanKind
 // with err's message, the exception event and redisfx.error=true when err
 // is non-nil; else OK, unless Fail marked the span failed.
 func (s *Span) Finish(err error) {
-	if !s.IsRecording() {
-		s.End()
-		return
-	}
-	s.SetAttributes(DurationMS.Float64(float64(time.Since(s.began).Microseconds()) / 1000))
-	switch {
-	case err != nil:
-		s.Fail(err, err.Error())
-	case !s.failed:
-		s.SetStatus(codes.Ok, "")
+	if s.IsRecording() {
+		s.SetAttributes(DurationMS.Float64(float64(time.Since(s.began).Microseconds()) / 1000))
+		switch {
+		case err != nil:
+			s.Fail(err, err.Error())
+		case !s.failed:
+			s.SetStatus(codes.Ok, "")
+		}
 	}
 	s.End()
 }
