@@ -150,7 +150,7 @@ func (c *Cache) storeCtx(ctx context.Context) (context.Context, context.CancelFu
 // returned bytes may be shared with the first layer: do not modify them.
 func (c *Cache) Get(ctx context.Context, key string) (v []byte, found bool, err error) {
 	ctx, span := c.obs.start(ctx, "cache.get", "GET", c.ns, key)
-	defer func() { finish(span, err) }()
+	defer func() { span.Finish(err) }()
 	full := c.valueKey(key)
 	if c.local != nil && c.bcast.trusted() {
 		if v, ok := c.local.get(full, time.Now()); ok {

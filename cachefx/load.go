@@ -129,9 +129,9 @@ func (c *Cache) run(ctx context.Context, key string, load Loader) <-chan loaded 
 // that the lease's commands and the loader's own spans nest in.
 func (c *Cache) load(ctx context.Context, key string, ttl time.Duration, load Loader, tags []string, storeDown bool) (v []byte, err error) {
 	ctx, span := c.obs.start(ctx, "cache.load", "", c.ns, key)
-	defer func() { finish(span, err) }()
+	defer func() { span.Finish(err) }()
 	if storeDown {
-		event(span, "store.unavailable")
+		span.AddEvent("store.unavailable")
 		return c.loadUnstored(ctx, key, load)
 	}
 	full, token := c.valueKey(key), randid.Hex(16)
@@ -141,10 +141,10 @@ func (c *Cache) load(ctx context.Context, key string, ttl time.Duration, load Lo
 		v, leased, err := c.takeLease(ctx, full, token)
 		switch {
 		case err != nil:
-			event(span, "store.unavailable")
+			span.AddEvent("store.unavailable")
 			return c.loadUnstored(ctx, key, load) // serve without caching
 		case v != nil:
-			event(span, "value.found") // another process stored it meanwhile
+			span.AddEvent("value.found") // another process stored it meanwhile
 			if !first {
 				c.obs.stampedes.Inc() // waited for it instead of loading
 			}
@@ -153,11 +153,11 @@ func (c *Cache) load(ctx context.Context, key string, ttl time.Duration, load Lo
 			return c.loadLeased(ctx, span, key, ttl, load, tags, token)
 		}
 		if first {
-			event(span, "load.waiting") // another process is loading this key
+			span.AddEvent("load.waiting") // another process is loading this key
 		}
 		remaining := time.Until(deadline)
 		if remaining <= 0 {
-			event(span, "load.wait_expired")
+			span.AddEvent("load.wait_expired")
 			return c.loadUnstored(ctx, key, load) // it is taking too long: load, but leave storing to the lease holder
 		}
 		time.Sleep(min(pause.Next(), remaining))
@@ -192,10 +192,7 @@ func (c *Cache) takeLease(ctx context.Context, full, token string) ([]byte, bool
 		}
 		return []byte(s), false, nil
 	}
-	n, ok := res.(int64)
-	if !ok {
-		return nil, false, fmt.Errorf("cachefx: unexpected lease reply %v", res)
-	}
+	n, _ := res.(int64)
 	return nil, n == 1, nil
 }
 
@@ -218,7 +215,7 @@ func (c *Cache) leased(full, token, op string, args ...any) *scriptCall {
 // value if the lease is still ours.
 func (c *Cache) loadLeased(ctx context.Context, span *plugintrace.Span, key string, ttl time.Duration, load Loader, tags []string, token string) (v []byte, err error) {
 	full := c.valueKey(key)
-	event(span, "lease.acquired")
+	span.AddEvent("lease.acquired")
 	stored := false
 	defer func() {
 		if !stored { // the loader failed or panicked, or its value was refused: let the next caller load
@@ -234,7 +231,7 @@ func (c *Cache) loadLeased(ctx context.Context, span *plugintrace.Span, key stri
 		err := runCalls(sctx, c.rdb, c.tagCalls(key, c.cfg.LoadGuardTTL, tags)...)
 		cancel()
 		if err != nil {
-			event(span, "store.unavailable")
+			span.AddEvent("store.unavailable")
 			return c.loadUnstored(ctx, key, load) // a value in no tag set must not be stored
 		}
 	}
@@ -258,9 +255,9 @@ func (c *Cache) loadLeased(ctx context.Context, span *plugintrace.Span, key stri
 	}
 	stored = c.storeLeased(ctx, key, v, ttl, tags, token)
 	if stored {
-		event(span, "value.stored")
+		span.AddEvent("value.stored")
 	} else {
-		event(span, "value.discarded") // the key was written or deleted during the load
+		span.AddEvent("value.discarded") // the key was written or deleted during the load
 	}
 	return v, nil
 }
@@ -285,20 +282,11 @@ func (c *Cache) storeLeased(ctx context.Context, key string, v []byte, ttl time.
 	defer cancel()
 	seen, sent := c.begin()
 	store := c.leased(full, token, "store", v, ttl.Milliseconds())
-	tagged := c.tagCalls(key, ttl, tags)
-	var tagErr error
-	if c.inOrder {
-		tagErr = runCalls(sctx, c.rdb, append([]*scriptCall{store}, tagged...)...)
-	} else {
-		_ = runCalls(sctx, c.rdb, store)
-		if n, _ := store.cmd.Int(); n == 1 {
-			tagErr = runCalls(sctx, c.rdb, tagged...)
-		}
-	}
+	_ = runCalls(sctx, c.rdb, store)
 	if n, err := store.cmd.Int(); err != nil || n != 1 {
 		return false
 	}
-	if tagErr != nil { // its tag sets list key only for the lease's life
+	if runCalls(sctx, c.rdb, c.tagCalls(key, ttl, tags)...) != nil { // its tag sets list key only for the lease's life
 		c.dropUntagged(ctx, full)
 		return false
 	}

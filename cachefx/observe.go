@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/redisfx/redisfx/plugintrace"
 )
@@ -41,8 +42,8 @@ const (
 	LayerRedis = "redis"
 )
 
-// observer measures and traces cache operations; without a tracer it
-// makes no spans, without a registerer its metrics are not exported.
+// observer measures and traces cache operations; without a tracer its
+// spans are no-ops, without a registerer its metrics are not exported.
 type observer struct {
 	tracer            trace.TracerProvider
 	keys              plugintrace.KeyAttribute
@@ -51,6 +52,9 @@ type observer struct {
 }
 
 func newObserver(reg prometheus.Registerer, tp trace.TracerProvider, keys plugintrace.KeyAttribute, local *localLayer) (*observer, error) {
+	if tp == nil {
+		tp = noop.NewTracerProvider()
+	}
 	hits := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cache_hits_total", Help: "Cache reads answered, by the layer that answered."}, []string{"layer"})
 	o := &observer{tracer: tp, keys: keys,
 		hits:      map[string]prometheus.Counter{LayerRedis: hits.WithLabelValues(LayerRedis)}, // series exist from the start: rates are defined at once
@@ -77,9 +81,6 @@ func newObserver(reg prometheus.Registerer, tp trace.TracerProvider, keys plugin
 // start opens a span of namespace ns with redisfx.cache.key set to keys
 // as Config.KeyAttribute writes them (none: no key attribute).
 func (o *observer) start(ctx context.Context, name, op, ns string, keys ...string) (context.Context, *plugintrace.Span) {
-	if o.tracer == nil {
-		return ctx, nil
-	}
 	ctx, span := plugintrace.Start(ctx, o.tracer, "cache", name, op, attribute.String(AttrNamespace, ns))
 	if len(keys) > 0 {
 		span.SetKey(AttrKey, o.keys, keys...)
@@ -89,35 +90,19 @@ func (o *observer) start(ctx context.Context, name, op, ns string, keys ...strin
 
 // tags sets the tags attribute, each tag written as a key is.
 func (o *observer) tags(span *plugintrace.Span, tags []string) {
-	if span != nil && span.IsRecording() {
+	if span.IsRecording() {
 		span.SetAttributes(attribute.StringSlice(AttrTags, o.keys.Values(tags)))
 	}
 }
 
 func (o *observer) hit(span *plugintrace.Span, layer string) {
 	o.hits[layer].Inc()
-	if span != nil {
-		span.SetAttributes(attribute.Bool(AttrHit, true), attribute.String(AttrLayer, layer))
-		span.AddEvent("cache.hit")
-	}
+	span.SetAttributes(attribute.Bool(AttrHit, true), attribute.String(AttrLayer, layer))
+	span.AddEvent("cache.hit")
 }
 
 func (o *observer) miss(span *plugintrace.Span) {
 	o.misses.Inc()
-	if span != nil {
-		span.SetAttributes(attribute.Bool(AttrHit, false))
-		span.AddEvent("cache.miss")
-	}
-}
-
-func event(span *plugintrace.Span, name string, attrs ...attribute.KeyValue) {
-	if span != nil {
-		span.AddEvent(name, trace.WithAttributes(attrs...))
-	}
-}
-
-func finish(span *plugintrace.Span, err error) {
-	if span != nil {
-		span.Finish(err)
-	}
+	span.SetAttributes(attribute.Bool(AttrHit, false))
+	span.AddEvent("cache.miss")
 }

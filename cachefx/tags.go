@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // A tag set is a sorted set of keys scored by when each key's value
@@ -92,7 +93,7 @@ func (c *Cache) tagCalls(key string, ttl time.Duration, tags []string) []*script
 func (c *Cache) InvalidateByTags(ctx context.Context, tags ...string) (n int64, err error) {
 	ctx, span := c.obs.start(ctx, "cache.invalidate_by_tags", "", c.ns)
 	c.obs.tags(span, tags)
-	defer func() { finish(span, err) }()
+	defer func() { span.Finish(err) }()
 	if len(tags) == 0 {
 		return 0, nil
 	}
@@ -107,7 +108,7 @@ func (c *Cache) InvalidateByTags(ctx context.Context, tags ...string) (n int64, 
 	// whole: a retry finds its keys).
 	readErr := runCalls(sctx, c.rdb, reads...)
 	cancel()
-	event(span, "tag.lookup", attribute.Int("count", len(tags)))
+	span.AddEvent("tag.lookup", trace.WithAttributes(attribute.Int("count", len(tags))))
 	seen := map[string]bool{}
 	var keys []string
 	for _, r := range reads {
@@ -119,12 +120,12 @@ func (c *Cache) InvalidateByTags(ctx context.Context, tags ...string) (n int64, 
 			}
 		}
 	}
-	event(span, "keys.found", attribute.Int("count", len(keys)))
+	span.AddEvent("keys.found", trace.WithAttributes(attribute.Int("count", len(keys))))
 	// 2. Delete the values (and tell the other processes).
 	if len(keys) > 0 {
 		n, err = c.deleteFull(ctx, keys)
 	}
-	event(span, "keys.deleted", attribute.Int64("count", n))
+	span.AddEvent("keys.deleted", trace.WithAttributes(attribute.Int64("count", n)))
 	if err != nil {
 		return n, fmt.Errorf("cachefx: invalidate tags %q: %w", c.cfg.KeyAttribute.Values(tags), err)
 	}

@@ -52,9 +52,9 @@ func (c *Cache) Set(ctx context.Context, key string, value []byte, ttl time.Dura
 	ctx, span := c.obs.start(ctx, "cache.set", "SET", c.ns, key)
 	defer func() {
 		if err == nil {
-			event(span, "cache.stored")
+			span.AddEvent("cache.stored")
 		}
-		finish(span, err)
+		span.Finish(err)
 	}()
 	if err = c.tooLarge(key, len(value)); err != nil {
 		return err
@@ -149,7 +149,7 @@ func (c *Cache) Delete(ctx context.Context, keys ...string) (n int64, err error)
 		return 0, nil
 	}
 	ctx, span := c.obs.start(ctx, "cache.delete", "DEL", c.ns, keys...)
-	defer func() { finish(span, err) }()
+	defer func() { span.Finish(err) }()
 	full := make([]string, len(keys))
 	for i, k := range keys {
 		full[i] = c.valueKey(k)
