@@ -108,11 +108,10 @@ func (c *consumer) handleBatch(loopCtx, handlerCtx, haltCtx context.Context, msg
 	var wg sync.WaitGroup
 	var notStarted []redis.XMessage
 	for _, m := range msgs {
-		switch c.turn(loopCtx, b, sem, m.ID) {
-		case turnStopped:
-			notStarted = append(notStarted, m)
-			continue
-		case turnLost:
+		if !c.turn(loopCtx, b, sem, m.ID) {
+			if loopCtx.Err() != nil { // stopped: give it back (only if still ours)
+				notStarted = append(notStarted, m)
+			}
 			continue
 		}
 		wg.Go(func() {
@@ -133,41 +132,26 @@ func (c *consumer) handleBatch(loopCtx, handlerCtx, haltCtx context.Context, msg
 	stopTouching()
 }
 
-const (
-	turnRun     = iota // a slot is taken: run it
-	turnStopped        // the loop stopped first: give it back
-	turnLost           // no longer (known to be) this consumer's: not run
-)
-
-// turn waits for a free slot for message id, or for the stop; a message
-// about to start must still be this consumer's.
-func (c *consumer) turn(loopCtx context.Context, b *batch, sem chan struct{}, id string) int {
+// turn waits for a free slot for message id, or for the stop, and reports
+// whether id runs: a message about to start must still be this consumer's.
+func (c *consumer) turn(loopCtx context.Context, b *batch, sem chan struct{}, id string) bool {
 	select { // a stop does not wait for a free slot
 	case sem <- struct{}{}:
-		if loopCtx.Err() == nil {
-			break
-		}
-		<-sem
-		b.drop(id)
-		return turnStopped
 	case <-loopCtx.Done():
 		b.drop(id)
-		return turnStopped
+		return false
 	}
-	owned, lost := b.own(id)
-	if owned {
-		return turnRun
+	if loopCtx.Err() == nil {
+		owned, lost := b.own(id)
+		if owned {
+			return true
+		}
+		c.s.log.Warn("stream message not run: Redis did not confirm this consumer still owns it", zap.String("stream", c.stream),
+			zap.String("message_id", id), zap.Bool("claimed_by_another", lost))
 	}
 	<-sem
 	b.drop(id)
-	if lost {
-		c.s.log.Warn("stream message lost to another consumer before it ran; not run here",
-			zap.String("stream", c.stream), zap.String("message_id", id))
-	} else {
-		c.s.log.Warn("stream message not run: Redis did not confirm this consumer still owns it; it stays pending, its delivery counted",
-			zap.String("stream", c.stream), zap.String("message_id", id))
-	}
-	return turnLost
+	return false
 }
 
 // acker acknowledges a batch's successes as they come, one XACK in flight
