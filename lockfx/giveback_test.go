@@ -19,7 +19,9 @@ import (
 // Redis cannot answer: the caller gives up during the Redis call.
 func giveUpAcquire(t *testing.T, l *Locker, name string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	// Long enough that the acquire is sent on a loaded machine (the breaker
+	// counts a caller's deadline only for a command that reached Redis).
+	ctx, cancel := context.WithTimeout(context.Background(), 250*time.Millisecond)
 	defer cancel()
 	if _, err := l.Acquire(ctx, name); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Acquire while Redis cannot answer: %v", err)
@@ -97,7 +99,7 @@ func TestAcquire_GaveUpAsTheBreakerOpened_GiveBackSentThroughIt(t *testing.T) {
 	proxy := faultproxy.Start(t, srv.Addr())
 	c, err := storefx.New("default", storefx.Config{URL: "redis://" + proxy.Addr(),
 		// A caller's deadline counts as a breaker failure once it
-		// waited ProbeTimeout: the 50 ms give-up opens it.
+		// waited ProbeTimeout: the give-up opens it.
 		Breaker: storefx.BreakerConfig{Failures: 1, ProbeInterval: time.Minute, ProbeTimeout: 10 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
