@@ -40,13 +40,13 @@ func TestConfigErrorsShareOneShape(t *testing.T) {
 }
 
 func ExampleConfigError() {
-	err := idempotencyfx.Config{WaitTimeout: -1}.Validate()
+	err := idempotencyfx.Config{ErrorPolicy: "fail_closed"}.Validate()
 	var cfgErr *redisfx.ConfigError
 	if errors.As(err, &cfgErr) {
 		fmt.Println(cfgErr.Field)
 		fmt.Println(err)
 	}
 	// Output:
-	// Config.WaitTimeout
-	// idempotencyfx: invalid Config.WaitTimeout: -1ns is negative
+	// Config.ErrorPolicy
+	// idempotencyfx: invalid Config.ErrorPolicy: "fail_closed" is not "fail-closed" or "fail-open"
 }
