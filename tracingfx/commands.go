@@ -110,7 +110,6 @@ func (h *commandHook) DialHook(next redis.DialHook) redis.DialHook {
 	}
 }
 
-// traced reports whether a command called name, sent with ctx, gets a span.
 func (h *commandHook) traced(ctx context.Context, name string) bool {
 	if h.tracer == nil || plugintrace.CommandSpansSuppressed(ctx) {
 		return false
@@ -173,7 +172,6 @@ func (h *commandHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 		began := time.Now()
 		err := next(ctx, cmds)
 		took := time.Since(began)
-		// The span fails with the pipeline's error, else the first command's.
 		out, cause, culprits := outcomeOf(err), err, cmds
 		for _, c := range cmds {
 			cout := outcomeOf(c.Err())
@@ -195,7 +193,6 @@ func (h *commandHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 	}
 }
 
-// describe sets the attributes every command span carries, then extra.
 func (h *commandHook) describe(span trace.Span, op, stmt string, took time.Duration, extra ...attribute.KeyValue) {
 	buf := getAttrs()
 	attrs := append(*buf, h.base...)
@@ -224,9 +221,8 @@ func (h *commandHook) pipelineStatement(cmds []redis.Cmder) (string, int) {
 }
 
 // attrBuffers recycles the attribute slices of command spans: the SDK
-// copies the attributes it is given, so a span's slice is free again as
-// soon as SetAttributes returns, and a sampled command allocates only the
-// span's own copy.
+// copies the attributes it is given, so a slice is free again as soon as
+// SetAttributes returns.
 var attrBuffers = sync.Pool{New: func() any {
 	b := make([]attribute.KeyValue, 0, 16)
 	return &b
@@ -285,9 +281,7 @@ func outcomeOf(err error) outcome {
 	return outcome{failed: true}
 }
 
-// record sets db.response.status_code and, on a failure of cmds with err,
-// the status ERROR, the exception event (the error's type, and its text as
-// errorText allows it), error.type and redisfx.error.
+// record sets the outcome's attributes on span, and its error on a failure.
 func (h *commandHook) record(span trace.Span, o outcome, err error, cmds ...redis.Cmder) {
 	o.status = errorCode(o.status, cmds)
 	if o.status != "" {
@@ -313,9 +307,7 @@ func errorPrefix(msg string) string {
 	return word
 }
 
-// errorType is the low-cardinality error.type of a failure: the Redis
-// error prefix, "timeout" for a deadline or a network timeout, "canceled"
-// for a canceled context, else the Go type of the error.
+// errorType is the low-cardinality error.type of a failure.
 func errorType(err error, status string) string {
 	if status != "" {
 		return status

@@ -36,22 +36,19 @@ const (
 	SampleParent = "parent" // follow the caller's decision; Ratio for new traces
 )
 
-// Config holds the tracing options. Where a field is zero, the
-// OpenTelemetry variable named beside it applies, else the default noted;
+// Config holds the tracing options. Where a field is zero, its
+// OpenTelemetry variable applies, else the default noted;
 // OTEL_SDK_DISABLED=true turns tracing off whatever the Config says.
 // docs/configuration.md lists every variable.
 type Config struct {
-	// ServiceName is the service.name of the resource. Default:
-	// OTEL_SERVICE_NAME, else OTEL_RESOURCE_ATTRIBUTES, else
-	// "unknown_service:<binary>".
+	// ServiceName is the service.name of the resource.
 	ServiceName string
 	// Exporter selects where spans go.
 	Exporter ExporterConfig
 	// PluginTracing enables the plugin spans (cache, lock, rate-limit,
 	// stream and idempotency operations). Default off: set it to see them.
 	PluginTracing bool
-	// DisableRedisCommands turns the redis.<COMMAND> spans off. They are on
-	// by default.
+	// DisableRedisCommands turns the redis.<COMMAND> spans off (on by default).
 	DisableRedisCommands bool
 	// Spans configures the command spans.
 	Spans SpanConfig
@@ -67,24 +64,17 @@ type Config struct {
 // ExporterConfig selects and addresses the exporter.
 type ExporterConfig struct {
 	// Type is ExporterOTLP, ExporterConsole, ExporterJaeger, ExporterZipkin or
-	// ExporterNone. Default: OTEL_TRACES_EXPORTER, else ExporterOTLP when an
-	// endpoint is configured, else ExporterNone: spans are id-only (trace
-	// ids still reach the logs and propagate), command and plugin spans are
-	// not made.
+	// ExporterNone. Default: ExporterOTLP when an endpoint is configured,
+	// else ExporterNone (spans are id-only: trace ids still reach the logs).
 	Type string
-	// Protocol is ProtocolHTTP (OTLP/HTTP with protobuf) or ProtocolGRPC.
-	// Default: OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, else
-	// OTEL_EXPORTER_OTLP_PROTOCOL, else ProtocolHTTP.
+	// Protocol is ProtocolHTTP (OTLP/HTTP with protobuf, the default) or ProtocolGRPC.
 	Protocol string
 	// Endpoint is the OTLP address, an http(s) URL without user info or
 	// query. Over HTTP a base address gets /v1/traces appended, a URL with
 	// a path is used as given; over gRPC only scheme, host and port count.
-	// Default: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT (as given), else
-	// OTEL_EXPORTER_OTLP_ENDPOINT (+ /v1/traces), else DefaultHTTPEndpoint
-	// or DefaultGRPCEndpoint.
+	// Default DefaultHTTPEndpoint or DefaultGRPCEndpoint.
 	Endpoint string
-	// Headers are sent with every export (credentials: an API key, a
-	// tenant, "authorization: Bearer <ACCESS_TOKEN>"), over those of
+	// Headers are sent with every export (credentials), over those of
 	// OTEL_EXPORTER_OTLP_HEADERS and its per-signal variables. Never logged.
 	Headers map[string]string
 	// Writer receives the console exporter's lines. Default os.Stdout.
@@ -101,18 +91,15 @@ type SpanConfig struct {
 	IncludeResult bool
 	// MaxArgLength cuts args and result to this many bytes. Default 256.
 	MaxArgLength int
-	// ExcludeCommands get no span (case-insensitive), e.g. "PING". They
-	// are still measured in the command metrics (commands_total,
-	// command_duration_seconds, errors_total). A pipeline or transaction
-	// holding one still gets its redis.PIPELINE or redis.MULTI span.
+	// ExcludeCommands get no span (case-insensitive), e.g. "PING"; they
+	// are still measured in the command metrics.
 	ExcludeCommands []string
 }
 
 // SamplingConfig configures the sampler.
 type SamplingConfig struct {
 	// Strategy: SampleAlways, SampleNever, SampleRatio or SampleParent.
-	// Default: OTEL_TRACES_SAMPLER with OTEL_TRACES_SAMPLER_ARG, else
-	// parent-based always-on.
+	// Default: parent-based always-on.
 	Strategy string
 	// Ratio is the fraction kept with SampleRatio and SampleParent (0.01 is 1 %).
 	Ratio float64
@@ -126,21 +113,18 @@ type SamplingConfig struct {
 }
 
 // BatchConfig configures the batch span processor of the OTLP exporter.
-// Zero fields take the OTEL_BSP_* variable, else OpenTelemetry's default.
+// Zero fields take the OTEL_BSP_* variable, else OpenTelemetry's default
+// (2048, 512, 5s, 30s).
 type BatchConfig struct {
 	// MaxQueueSize is how many ended spans wait for export; one that ends
 	// when that many wait is dropped and counted (Provider.DroppedSpans,
 	// tracing_export_errors_total), so a slow backend never slows the app.
-	// Default OTEL_BSP_MAX_QUEUE_SIZE, else 2048.
 	MaxQueueSize int
-	// MaxExportBatchSize is the most spans in one export. Default
-	// OTEL_BSP_MAX_EXPORT_BATCH_SIZE, else 512.
+	// MaxExportBatchSize is the most spans in one export.
 	MaxExportBatchSize int
-	// ScheduleDelay is the longest a span waits before export. Default
-	// OTEL_BSP_SCHEDULE_DELAY (milliseconds), else 5s.
+	// ScheduleDelay is the longest a span waits before export.
 	ScheduleDelay time.Duration
-	// ExportTimeout bounds one export. Default OTEL_BSP_EXPORT_TIMEOUT
-	// (milliseconds), else 30s.
+	// ExportTimeout bounds one export.
 	ExportTimeout time.Duration
 }
 

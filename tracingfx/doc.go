@@ -14,9 +14,7 @@
 //
 //	OTEL_EXPORTER_OTLP_ENDPOINT=http://collector:4318
 //
-// Where a Config field is zero, the standard OpenTelemetry variable
-// applies; a bad value of either fails start-up with a
-// *redisfx.ConfigError naming it. Without Fx: NewProvider, Instrumentation,
-// NewTracingService, and Provider.Shutdown when done. See docs/tracing.md
-// for the span catalogue, the console format, sampling and backends.
+// Without Fx: NewProvider, Instrumentation, NewTracingService, and
+// Provider.Shutdown when done. See docs/tracing.md for the span catalogue,
+// the console format, sampling and backends.
 package tracingfx

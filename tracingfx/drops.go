@@ -11,18 +11,14 @@ import (
 	"go.uber.org/zap"
 )
 
-// The SDK's BatchSpanProcessor counts the spans it drops (queue full, or
-// ended during shutdown) only internally. dropGate sits in front of it and
-// drops, counts and reports those spans itself, so the SDK never has to.
-
 // flushSlack is the room the SDK's queue gets beyond Batch.MaxQueueSize for
 // ForceFlush markers; a slot is held until the SDK's ForceFlush returns, so
 // markers can never fill the queue and make the SDK drop a span.
 const flushSlack = 16
 
-// dropGate counts the sampled spans handed to the batch processor minus
-// those the exporter received: what waits. At Batch.MaxQueueSize, or once
-// shutdown began, it drops a span itself and reports it to drops.
+// dropGate drops, counts and reports the spans the SDK's batch processor
+// would drop and count only internally: at Batch.MaxQueueSize spans waiting
+// for the exporter, or once shutdown began.
 type dropGate struct {
 	sdktrace.SpanProcessor // the batch processor; OnStart goes straight to it
 	// max is Batch.MaxQueueSize; the SDK's queue holds max+flushSlack.
@@ -112,11 +108,8 @@ func (g *dropGate) Shutdown(ctx context.Context) error {
 const dropInterval = 10 * time.Second
 
 // dropReport counts a provider's dropped spans and reports each to count
-// and in a warning on log: the first at once, later ones at the end of the
-// dropInterval since the last warning (a timer), so at most one warning per
-// interval and none more than an interval late. stop (at Shutdown) ends the
-// timer and warns about the rest; a drop after stop arms no timer. Without
-// a logger (before use, or without Fx) drops are only counted.
+// and in a warning on log: at most one warning per interval, none more than
+// an interval late. Without a logger drops are only counted.
 type dropReport struct {
 	total      atomic.Int64
 	full, late atomic.Int64 // since the last warning

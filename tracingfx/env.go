@@ -205,8 +205,6 @@ func mergeHeaders(cfg map[string]string, names ...string) (map[string]string, er
 	return out, nil
 }
 
-// readSampler: Config.Sampling.Strategy, else OTEL_TRACES_SAMPLER with
-// OTEL_TRACES_SAMPLER_ARG, else parent-based always-on.
 func (s *settings) readSampler(context.Context) error {
 	ratio, arg := 1.0, os.Getenv(envSamplerArg)
 	if f, err := strconv.ParseFloat(arg, 64); arg != "" && (err != nil || !(f >= 0 && f <= 1)) { // NaN too
@@ -234,8 +232,6 @@ func (s *settings) readSampler(context.Context) error {
 	return nil
 }
 
-// readPropagators: OTEL_PROPAGATORS through autoprop, else W3C
-// TraceContext and Baggage.
 func (s *settings) readPropagators(context.Context) error {
 	s.propagator = Propagator()
 	if raw := os.Getenv(envPropagators); strings.TrimSpace(raw) != "" {

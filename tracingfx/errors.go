@@ -11,10 +11,9 @@ import (
 	"github.com/redisfx/redisfx/internal/throttle"
 )
 
-// OpenTelemetry reports its internal errors (a failed export, rejected
-// credentials) through one process-wide handler. tracingfx installs a
-// handler that logs them to the running app's logger, at most once per
-// interval with a count of the suppressed ones, never panicking or blocking.
+// errorLog is OpenTelemetry's process-wide error handler (a failed export,
+// rejected credentials): it logs to the running app's logger, at most once
+// per interval with a count of the suppressed ones.
 type errorLog struct {
 	log        atomic.Pointer[zap.Logger]
 	every      throttle.Every

@@ -119,10 +119,8 @@ func (g *netGate) close() {
 }
 
 // httpClient is an OTLP/HTTP client whose connections the gate dials. The
-// exporter bounds a request with its client's Timeout: that of
-// OTEL_EXPORTER_OTLP_<SIGNAL>_TIMEOUT, else OTEL_EXPORTER_OTLP_TIMEOUT,
-// else 10 s (checked by readNumbers). Its TLS follows the certificate
-// variables, as the exporter's own client would.
+// exporter bounds a request with its client's Timeout, and its TLS follows
+// the certificate variables, as the exporter's own client's would.
 func (g *netGate) httpClient(signal string) (*http.Client, error) {
 	ms, _ := strconv.Atoi(cmp.Or(os.Getenv("OTEL_EXPORTER_OTLP_"+signal+"_TIMEOUT"), os.Getenv("OTEL_EXPORTER_OTLP_TIMEOUT"), "10000"))
 	tlsConf, err := tlsFromEnv(signal)

@@ -8,10 +8,9 @@ import (
 )
 
 // SetGlobals registers the module's TracerProvider and propagator as
-// OpenTelemetry's process-wide globals (otel.SetTracerProvider,
-// otel.SetTextMapPropagator) when the app starts, so that libraries which
-// call otel.Tracer or otel.GetTextMapPropagator (otelhttp clients, database
-// drivers) join the app's traces. Add it at the root of the app:
+// OpenTelemetry's process-wide globals when the app starts, so that
+// libraries which call otel.Tracer or otel.GetTextMapPropagator (otelhttp
+// clients, database drivers) join the app's traces. Add it at the root of the app:
 //
 //	fx.New(tracingfx.Module, tracingfx.SetGlobals, …)
 //

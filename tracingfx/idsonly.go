@@ -11,12 +11,10 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 )
 
-// idsOnly is the TracerProvider of the exporter none. Nothing can receive a
-// span, so its spans record nothing (no attributes, events or timestamps
-// are kept), but each has its own span id, the trace id of its parent (or a
-// new one), and the sampled flag the configured sampler decides: trace ids
-// reach the logs, and a call to another service propagates the same
-// traceparent as with an exporter, so that service samples alike.
+// idsOnly is the TracerProvider of the exporter none. Its spans record
+// nothing, but each has its own span id, its parent's trace id (or a new
+// one) and the sampler's sampled flag: trace ids reach the logs, and a call
+// to another service propagates the same traceparent as with an exporter.
 type idsOnly struct {
 	embedded.TracerProvider
 	idsTracer // idsOnly is its own Tracer
@@ -39,9 +37,7 @@ func (p *idsOnly) Start(ctx context.Context, name string, opts ...trace.SpanStar
 	return trace.ContextWithSpan(ctx, s), s
 }
 
-// decide gives a new span its ids and its sampled flag as the SDK's tracer
-// does: the parent's trace id (or a new one), a new span id, and the
-// sampler's decision on them.
+// decide gives a new span its ids and its sampled flag as the SDK's tracer does.
 func decide(ctx context.Context, name string, cfg *trace.SpanConfig, sampler sdktrace.Sampler) trace.SpanContext {
 	parentCtx := ctx
 	if cfg.NewRoot() {

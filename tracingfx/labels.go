@@ -28,8 +28,6 @@ var knownCommands = buildNames([]string{
 	"cluster", "config", "debug", "slowlog", "command", "lastsave", "role", "client",
 })
 
-// commandLabel is the metric label of a command: its upper-case name if
-// known, else OTHER.
 func commandLabel(name string) string {
 	if n, ok := knownCommands[name]; ok {
 		return n.operation

@@ -58,7 +58,6 @@ func NewCommandMetrics(reg prometheus.Registerer) (*CommandMetrics, error) {
 	return m, nil
 }
 
-// measure counts a command, its latency and its failure.
 func (h *commandHook) measure(name string, took time.Duration, failed bool) {
 	if h.metrics == nil {
 		return

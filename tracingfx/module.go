@@ -31,9 +31,7 @@ import (
 // the OTEL_* environment for what it leaves unset. The module needs a
 // *zap.Logger, to which it routes OpenTelemetry's internal errors. It sets
 // OpenTelemetry's globals only with SetGlobals. Nothing is fx.Private:
-// httpfx reads the propagator, the plugins their tracer provider, storefx
-// the instrumentation, and WithLogBridge, SetGlobals and the app (for
-// DroppedSpans) the provider.
+// other modules and the app read what it provides.
 var Module = fx.Module("redisfx.tracing",
 	fx.Provide(
 		NewFromParams,
@@ -103,8 +101,7 @@ func NewFromParams(p Params) (*Provider, error) {
 	return prov, nil
 }
 
-// newPluginTracerProvider is the provider of the plugin spans: the app's
-// with Config.PluginTracing, else a no-op one.
+// newPluginTracerProvider is the provider of the plugin spans.
 func newPluginTracerProvider(p *Provider) trace.TracerProvider {
 	if p.cfg.PluginTracing && p.exports() {
 		return p.TracerProvider()

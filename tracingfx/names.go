@@ -16,7 +16,6 @@ var containers = map[string]bool{
 	"slowlog": true, "xgroup": true, "xinfo": true,
 }
 
-// commandNames names the command name with arguments args.
 func commandNames(name string, args []any) commandName {
 	if containers[name] && len(args) > 1 {
 		if sub, ok := args[1].(string); ok && sub != "" {

@@ -131,10 +131,9 @@ func (p *Provider) otlp(ctx context.Context, res *resource.Resource) (sdktrace.S
 	return newDropGate(s.Batch, p.drops, &spanExporter{SpanExporter: exp, net: p.net}), nil
 }
 
-// newOwnProvider wraps the application's own TracerProvider: tracingfx adds
-// its command spans, plugin tracer and tracing service on it, and leaves
-// its exporter, sampler and shutdown to the application. A Config field that
-// only tracingfx's own provider would use is an error, not silently ignored.
+// newOwnProvider wraps the application's own TracerProvider (see
+// UseTracerProvider): a Config field that only tracingfx's own provider
+// would use is an error, not silently ignored.
 func newOwnProvider(cfg Config, own trace.TracerProvider) (*Provider, error) {
 	unused := []struct {
 		field string
@@ -197,12 +196,10 @@ func (p *Provider) Endpoint() string {
 // them at start.
 func (p *Provider) Warnings() []string { return append([]string(nil), p.cfg.warnings...) }
 
-// Shutdown flushes and stops the exporters within Config.ShutdownTimeout,
-// so that a slow or dead backend never hangs the application's stop. It
-// reports spans or logs that could not be delivered in time. When it
-// returns, the exporters' connections are closed and no new one can be
-// made: nothing of the provider reaches the backend any more. It leaves an
-// application's own TracerProvider alone.
+// Shutdown flushes and stops the exporters within Config.ShutdownTimeout
+// and reports spans or logs not delivered in time. When it returns, the
+// exporters' connections are closed and no new one can be made. It leaves
+// an application's own TracerProvider alone.
 func (p *Provider) Shutdown(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.ShutdownTimeout)
 	defer cancel()
@@ -219,8 +216,8 @@ func (p *Provider) Shutdown(ctx context.Context) error {
 	return errors.Join(err, <-logsDone)
 }
 
-// batchOptions passes what is set; the SDK's defaults (2048, 512, 5s, 30s)
-// or its OTEL_BSP_* variables apply to the rest.
+// batchOptions passes what is set; the SDK's defaults or its OTEL_BSP_*
+// variables apply to the rest.
 func batchOptions(b BatchConfig) []sdktrace.BatchSpanProcessorOption {
 	var o []sdktrace.BatchSpanProcessorOption
 	if b.MaxQueueSize > 0 {

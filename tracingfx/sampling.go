@@ -12,8 +12,6 @@ import (
 // errors or slow ones (Sampling.KeepErrors, Sampling.KeepSlowerThan).
 func keeps(s SamplingConfig) bool { return s.KeepErrors || s.KeepSlowerThan > 0 }
 
-// wrapProcessor puts the keeper around proc when Sampling keeps the errors
-// or slow spans of unsampled traces.
 func (s settings) wrapProcessor(proc sdktrace.SpanProcessor) sdktrace.SpanProcessor {
 	if !keeps(s.Sampling) {
 		return proc

@@ -16,8 +16,7 @@ import (
 	"github.com/redisfx/redisfx/plugintrace"
 )
 
-// TracingServiceName is the Fx name of the tracing service. Inject the
-// service with the tag `name:"TRACING_SERVICE"`.
+// TracingServiceName is the Fx name of the tracing service (see ITracingService).
 const TracingServiceName = "TRACING_SERVICE"
 
 // SpanKind is the kind of a span: INTERNAL, CLIENT, SERVER, PRODUCER or CONSUMER.
@@ -229,10 +228,8 @@ func attrs(m map[string]any) []attribute.KeyValue {
 	return kv
 }
 
-// attr converts a value keeping its type where OpenTelemetry has one (an
-// unsigned value above math.MaxInt64 as its decimal string); a value with
-// a String method is written with it (time.Duration as "1.5s"); anything
-// else by its kind, or with fmt.Sprint.
+// attr converts a value keeping its type where OpenTelemetry has one; a
+// value with a String method is written with it (time.Duration as "1.5s").
 func attr(k string, v any) attribute.KeyValue {
 	switch x := v.(type) {
 	case []string:
@@ -255,9 +252,8 @@ func attr(k string, v any) attribute.KeyValue {
 	return byKind(k, v)
 }
 
-// byKind converts strings, booleans, integers and floats, named types too
-// (type Cents int64 is an integer); anything else is written with
-// fmt.Sprint.
+// byKind converts by reflect.Kind, so that named types (type Cents int64)
+// keep their kind.
 func byKind(k string, v any) attribute.KeyValue {
 	rv := reflect.ValueOf(v)
 	switch rv.Kind() {

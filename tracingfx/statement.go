@@ -46,8 +46,7 @@ func joinArgs(args []any) string {
 // bool as 1 or 0, a duration in nanoseconds, a time in RFC 3339, a
 // BinaryMarshaler as its bytes, and a pointer to any of these (idempotencyfx
 // passes its script arguments so) as the value it points to, a nil one as
-// the zero value. TestArgString_IsWhatRedisReceives echoes each through a
-// real Redis.
+// the zero value.
 func argString(v any) string {
 	switch x := v.(type) {
 	case string:

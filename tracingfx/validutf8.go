@@ -12,13 +12,10 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 )
 
-// OTLP carries strings as protobuf strings, and protobuf refuses to encode
-// one that is not valid UTF-8: the exporter then fails the whole request,
-// and every span of the batch (up to 512, of other requests too) is lost
-// because one request had a path like /%ff or a User-Agent in Latin-1. So
-// every string is made valid before it is exported, each run of invalid
-// bytes replaced by U+FFFD (strings.ToValidUTF8). Spans whose strings are all
-// valid (nearly all) are passed on as they are, without a copy.
+// Protobuf refuses to encode a string that is not valid UTF-8, and the
+// OTLP exporter then fails the whole request, every span of the batch. So
+// every string is made valid before it is exported; spans whose strings
+// are all valid are passed on without a copy.
 
 // validString is s with each run of invalid bytes replaced by U+FFFD.
 func validString(s string) string {
@@ -96,8 +93,7 @@ func validSpans(spans []sdktrace.ReadOnlySpan) []sdktrace.ReadOnlySpan {
 	return out
 }
 
-// spanValid reports whether every string of s is valid UTF-8: its name,
-// status description, attributes, events, links and instrumentation scope.
+// spanValid reports whether every string of s is valid UTF-8.
 func spanValid(s sdktrace.ReadOnlySpan) bool {
 	sc := s.InstrumentationScope()
 	if !utf8.ValidString(s.Name()) || !utf8.ValidString(s.Status().Description) || !allValid(s.Attributes()) ||
