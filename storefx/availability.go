@@ -181,16 +181,14 @@ func (r *Registry) Ready(context.Context) error {
 	return nil
 }
 
-// availability is the store_up{client} collector: it reports each client's
-// last health check, so a scrape never waits for Redis.
 type availability struct {
 	reg                    *Registry
 	desc, state, openCount *prometheus.Desc
 }
 
-// NewAvailabilityCollector returns the store_up{client} collector of reg:
-// 1 for a client whose server answered its last (recent) health check, 0
-// otherwise. It reads the cached result of Watch and never talks to Redis.
+// NewAvailabilityCollector returns the store_up{client} collector of reg
+// (and the breaker gauges). It reads the cached result of Watch and never
+// talks to Redis.
 func NewAvailabilityCollector(reg *Registry) prometheus.Collector {
 	return &availability{reg: reg, desc: prometheus.NewDesc(AvailabilityMetric,
 		"1 when the named Redis client's server answered its last background health check (PING every Config.HealthCheckInterval), else 0.",

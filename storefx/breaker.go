@@ -30,11 +30,8 @@ const (
 // BreakerConfig configures the circuit breaker of every storefx client (one
 // per node of a Cluster client): after Failures consecutive failures of
 // Redis, commands fail at once with ErrCircuitOpen until a background PING
-// answers. Only evidence about Redis counts: a refused dial, a reset, a
-// timeout of the client's own, or a caller's deadline reached after
-// ProbeTimeout; never an answer (error replies included), a cancelled or
-// shorter context, a full pool, a closed client or a connection's
-// handshake. docs/reliability.md describes it in full.
+// answers. Only evidence about Redis counts (a refused dial, a reset, a
+// timeout), never an answer; docs/reliability.md describes it in full.
 type BreakerConfig struct {
 	// Disabled turns the breaker off: every command is sent to Redis and
 	// waits for its timeout however often the previous ones failed.
@@ -205,7 +202,6 @@ func (b *breaker) judge(ctx context.Context, err error, began time.Time) verdict
 	return unknown // the caller's deadline ended it sooner
 }
 
-// record notes the verdict of a command sent with ctx.
 func (b *breaker) record(ctx context.Context, v verdict) {
 	switch {
 	case b.left.Load(): // go-redis still dials it, and reloads the slot map from it
@@ -261,7 +257,6 @@ func (b *breaker) stopTimerLocked() {
 	}
 }
 
-// probe sends one PING while the breaker is open.
 func (b *breaker) probe() {
 	b.mu.Lock()
 	if b.shutdown || b.probing || !b.state.CompareAndSwap(int32(BreakerOpen), int32(BreakerHalfOpen)) {
@@ -340,8 +335,6 @@ func (b *breaker) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 	}
 }
 
-// guard sends cmds unless the breaker refuses them, and records the
-// outcome unless they are a connection's handshake.
 func (b *breaker) guard(ctx context.Context, cmds []redis.Cmder, handshake bool, send func() error) error {
 	c, _ := ctx.Value(callKey{}).(*call)
 	// A closed client's commands get go-redis's ErrClosed.

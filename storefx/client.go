@@ -102,7 +102,6 @@ func New(name string, cfg Config, inst ...Instrumentation) (*Client, error) {
 	return c, nil
 }
 
-// addHooks adds to c the hook each Instrumentation builds for info.
 func addHooks(c redis.UniversalClient, info ClientInfo, inst []Instrumentation) {
 	for _, f := range inst {
 		if h := f(info); h != nil {

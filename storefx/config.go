@@ -145,10 +145,8 @@ func hasPort(host string) bool {
 	return strings.Contains(host, ":") && err != nil
 }
 
-// sentinel reports whether c describes a Sentinel client.
 func (c Config) sentinel() bool { return c.MasterName != "" || urlHas(c.URL, "master_name") }
 
-// cluster reports whether c describes a Cluster client.
 func (c Config) cluster() bool {
 	return !c.sentinel() && (c.Cluster || len(c.Addrs) > 1 || urlHas(c.URL, "addr"))
 }

@@ -34,8 +34,6 @@ var Module = fx.Module("redisfx.store",
 	fx.Invoke(func(*Client) {}),
 )
 
-// newRegistry builds the registry and, when the app has a metrics
-// registerer, the store_up{client} availability gauge.
 func newRegistry(p struct {
 	fx.In
 	Registerer prometheus.Registerer `optional:"true"`
@@ -49,7 +47,6 @@ func newRegistry(p struct {
 	return r, nil
 }
 
-// clientDeps is what every client built with the app needs.
 type clientDeps struct {
 	fx.In
 	Lifecycle       fx.Lifecycle
@@ -59,8 +56,7 @@ type clientDeps struct {
 
 func newDefaultClient(p struct {
 	fx.In
-	Deps clientDeps
-	// The app's configuration, in either form (at most one of them).
+	Deps        clientDeps
 	Config      *Config `optional:"true"`
 	ConfigValue Config  `optional:"true"`
 }) (*Client, error) {
