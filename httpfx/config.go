@@ -35,7 +35,6 @@ type Config struct {
 	DisableMetrics bool
 }
 
-// configError names the invalid field of Config.
 func configError(field, reason string) error {
 	return redisfx.NewConfigError("httpfx", "Config."+field, reason)
 }

@@ -83,13 +83,11 @@ func (e *Errors) Render(w http.ResponseWriter, r *http.Request, err error) {
 }
 
 // ErrorNoter is a response writer that wants to know which error the answer
-// written to it renders (idempotencyfx's recorder does). Render calls
-// NoteError before it writes the problem.
+// written to it renders (idempotencyfx's recorder does).
 type ErrorNoter interface {
 	NoteError(err error)
 }
 
-// noteError tells the first ErrorNoter down w's Unwrap chain about err.
 func noteError(w http.ResponseWriter, err error) {
 	for {
 		if n, ok := w.(ErrorNoter); ok {

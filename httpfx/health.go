@@ -48,7 +48,6 @@ const (
 // readiness check fails.
 const CodeNotReady = "not_ready"
 
-// isProbe reports whether r polls a probe path.
 func isProbe(r *http.Request) bool {
 	switch r.URL.Path {
 	case HealthPath, ReadyPath, MetricsPath:
@@ -66,13 +65,10 @@ func writeStatus(w http.ResponseWriter, status string) {
 	_, _ = w.Write([]byte(`{"status":"` + status + `"}` + "\n"))
 }
 
-// readyz answers 200 {"status":"ready"} when every check passes within
-// readinessTimeout, else 503 as a problem (code CodeNotReady) whose
-// "failed" member names the failing checks (never their errors, which may
-// hold addresses). A check not done by the deadline has failed, even if it
-// ignores its context. Each check has at most one run in flight, shared by
-// the requests that arrive meanwhile (singleflight): one that never returns
-// holds one goroutine, not one per request.
+// readyz answers 503 naming the failing checks, never their errors (which
+// may hold addresses). Each check has at most one run in flight, shared by
+// the requests that arrive meanwhile: one that never returns holds one
+// goroutine, not one per request.
 func readyz(checks []ReadinessCheck, log *zap.Logger) http.HandlerFunc {
 	var inFlight singleflight.Group
 	return func(w http.ResponseWriter, r *http.Request) {

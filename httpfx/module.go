@@ -69,7 +69,6 @@ type settings struct{ Config }
 
 type configParams struct {
 	fx.In
-	// The app's configuration, in either form (at most one of them).
 	Config      *Config `optional:"true"`
 	ConfigValue Config  `optional:"true"`
 }
@@ -129,7 +128,6 @@ func newRouter(p routerParams) (*chi.Mux, error) {
 	return r, nil
 }
 
-// mountProbes mounts /healthz, /readyz and /metrics, unless disabled.
 func mountProbes(r chi.Router, p routerParams) {
 	if !p.Config.DisableHealth {
 		r.Get(HealthPath, healthz)

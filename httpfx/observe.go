@@ -63,7 +63,6 @@ func (m *requestMetrics) newChildren(k routeKey) routeChildren {
 	}
 }
 
-// newRequestMetrics registers the metrics with reg, which must not be nil.
 func newRequestMetrics(reg prometheus.Registerer) (*requestMetrics, error) {
 	m := &requestMetrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -96,9 +95,7 @@ func routePattern(st *requestState) string {
 }
 
 // front is the router's first middleware: the request id, the SERVER span
-// (not for probes), the error chain and ContextValues in one context node,
-// and after the handler the span's route and status, the route metrics and
-// the access log (probes at debug).
+// and the request's context node, then the route metrics and access log.
 type front struct {
 	errors     *Errors
 	tracer     trace.Tracer                  // nil: no SERVER spans

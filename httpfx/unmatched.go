@@ -16,7 +16,6 @@ const (
 	CodeMethodNotAllowed = "method_not_allowed"
 )
 
-// notFound answers a path no route matches: 404 problem+json.
 func notFound(w http.ResponseWriter, r *http.Request) {
 	markUnmatched(r)
 	NewProblem(http.StatusNotFound, CodeNotFound, "No route matches "+r.URL.Path+".").Write(w)
