@@ -87,13 +87,11 @@ var Alerts = []Alert{
 	{Name: "LockContentionHigh", Severity: "warning", Expr: lockP99 + " > 0.5", For: "10m", Summary: "Lock wait p99 above 500ms", Metrics: []string{"lock_wait_seconds"}},
 	{Name: "DLQNotEmpty", Severity: "warning", Expr: dlq + " > 0", For: "5m", Summary: "A dead-letter stream has messages", Metrics: []string{"stream_length"}},
 	{Name: "RateLimitRejectionHigh", Severity: "warning", Expr: rejectRatio + " > 0.1", For: "10m", Summary: "More than 10% of requests are rate limited", Metrics: []string{"ratelimit_rejected_total", "ratelimit_allowed_total"}},
-	// The threshold table's other levels.
 	{Name: "LockTimeoutRateHigh", Severity: "warning", Expr: lockTimeoutRatio + " > 0.05", For: "10m", Summary: "More than 5% of lock acquisitions time out", Metrics: []string{"lock_timeouts_total", "lock_acquisitions_total"}},
 	{Name: "LockContentionCritical", Severity: "critical", Expr: lockP99 + " > 2", For: "5m", KeepFiringFor: keepFiring, Summary: "Lock wait p99 above 2s", Metrics: []string{"lock_wait_seconds"}},
 	{Name: "StreamConsumerLagHigh", Severity: "warning", Expr: lag + " > 1000", For: "10m", Summary: "Stream consumers are more than 1000 messages behind", Metrics: []string{"stream_consumer_lag"}},
 	{Name: "DLQSizeCritical", Severity: "critical", Expr: dlq + " > 100", For: "5m", KeepFiringFor: keepFiring, Summary: "A dead-letter stream holds more than 100 messages", Metrics: []string{"stream_length"}},
 	{Name: "RateLimitRejectionCritical", Severity: "critical", Expr: rejectRatio + " > 0.3", For: "5m", KeepFiringFor: keepFiring, Summary: "More than 30% of requests are rate limited", Metrics: []string{"ratelimit_rejected_total", "ratelimit_allowed_total"}},
-	// What an on-call engineer of a payments service needs besides.
 	{Name: "TargetDown", Severity: "critical", Expr: `up{job="$job"} == 0`, For: "1m", KeepFiringFor: keepFiring, Summary: "Prometheus cannot scrape the application (process down, or /metrics failing)", Metrics: []string{}},
 	{Name: "TargetMissing", Severity: "critical", Expr: `absent(up{job="$job"})`, For: "5m", KeepFiringFor: keepFiring, Summary: "Prometheus has no target for the application's job: nothing about it is monitored", Metrics: []string{}},
 	{Name: "StoreUpMissing", Severity: "warning", Expr: `up{job="$job"} == 1 unless on (job, instance) P_store_up`, For: "5m", Summary: "The application answers scrapes but exports no store_up: StoreConnectionLost cannot fire (wrong metric prefix, or storefx missing)", Metrics: []string{"store_up"}},
@@ -115,7 +113,7 @@ type Profile struct {
 	// TargetDown and TargetMissing rules select. Default: Prefix.
 	Job string
 	// Speedup divides every duration, the Alertmanager timings too; 0 or 1
-	// is production (the end-to-end test uses 60).
+	// is production.
 	Speedup int
 }
 

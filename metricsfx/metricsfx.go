@@ -65,10 +65,6 @@ func New(cfg Config) (*Metrics, error) {
 // Module provides *Metrics, the prometheus.Registerer that modules register
 // with (prefixed) and the prometheus.Gatherer that httpfx serves at /metrics.
 // The configuration is a Config or *Config in the graph (fx.Supply either).
-//
-// Adding a module's collectors is one line in its constructor:
-//
-//	reg.MustRegister(myCounter) // reg is the injected prometheus.Registerer
 var Module = fx.Module("redisfx.metrics",
 	fx.Provide(
 		newFromParams,
@@ -79,7 +75,6 @@ var Module = fx.Module("redisfx.metrics",
 
 type params struct {
 	fx.In
-	// The app's configuration, in either form (at most one of them).
 	Config      *Config `optional:"true"`
 	ConfigValue Config  `optional:"true"`
 }
