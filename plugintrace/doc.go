@@ -12,8 +12,5 @@
 //		attribute.String("redisfx.lock.key", key))
 //	defer func() { span.Finish(err) }()
 //
-// An outcome that fails the operation without a Go error (a lock not
-// acquired) is marked with Fail before Finish(nil). Background work (polling,
-// renewal, probes) runs with WithoutCommandSpans(ctx), so an idle process
-// starts no trace per poll.
+// Background work (polling, renewal, probes) runs with WithoutCommandSpans.
 package plugintrace

@@ -10,10 +10,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// ScopeName is the instrumentation scope of the spans redisfx makes,
-// plugin spans, Redis command spans and the tracing service's spans alike,
-// and of the log bridge's records, except httpfx's SERVER spans, which have
-// their own scope, httpfx.TracerName.
+// ScopeName is the instrumentation scope of every span redisfx makes but
+// httpfx's SERVER spans (httpfx.TracerName), and of the log bridge's records.
 const ScopeName = "github.com/redisfx/redisfx"
 
 // TracerProviderName is the Fx name of the trace.TracerProvider the plugins
@@ -107,10 +105,8 @@ func (s *Span) Fail(err error, message string) {
 type noCommandSpans struct{}
 
 // WithoutCommandSpans returns a context whose Redis commands make no command
-// span (the command metrics still count them). Plugins run their background
-// work with it, such as a stream consumer's polling, so that an idle
-// process does not start a trace per poll. Spans of the plugin's own
-// operations are not affected.
+// span (the command metrics still count them), so that an idle process's
+// polling starts no trace per poll. Plugin spans are not affected.
 func WithoutCommandSpans(ctx context.Context) context.Context {
 	return context.WithValue(ctx, noCommandSpans{}, true)
 }
