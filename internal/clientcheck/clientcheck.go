@@ -9,12 +9,9 @@ import (
 )
 
 // HonoursDeadlines returns an error, prefixed with pkg, when rdb is nil or
-// is a go-redis client that ignores context deadlines. go-redis ignores
-// them unless ContextTimeoutEnabled is set (its default is off; storefx
-// turns it on), and then a paused or stalled Redis holds a call for the
-// client's ReadTimeout instead of the module's timeout, named by timeout
-// ("Config.StoreTimeout"). A storefx.Client is unwrapped; a client of
-// another type must honour context deadlines itself.
+// is a go-redis client without ContextTimeoutEnabled (off by default), which
+// would let a stalled Redis hold a call past timeout ("Config.StoreTimeout").
+// A client of another type must honour context deadlines itself.
 func HonoursDeadlines(pkg, timeout string, rdb redis.UniversalClient) error {
 	if rdb == nil {
 		return fmt.Errorf("%s: New needs a Redis client", pkg)

@@ -17,9 +17,7 @@ type redisInGraph struct {
 
 // Required is an fx.Invoke, for a module's fx.Module, that fails fx.New
 // when the app has no Redis client, saying to add storefx.Module. Module
-// invokes run before the app's own, so this message comes first. The
-// module's constructor still requires the client, so Fx's graph shows the
-// dependency.
+// invokes run before the app's own, so this message comes first.
 func Required(module string) fx.Option {
 	return fx.Invoke(func(in redisInGraph) error {
 		if in.Redis == nil {

@@ -7,11 +7,9 @@ import (
 	"reflect"
 )
 
-// Pick returns the configuration an app supplied as *T (ptr) or as T (val);
-// a module's Params take both, optional. The zero T, which every module
-// reads as "all defaults", is returned when neither was supplied. Supplying
-// both is an error that names the two types, so a configuration is never
-// silently ignored.
+// Pick returns the configuration an app supplied as *T (ptr) or as T (val),
+// the zero T (all defaults) when neither. Supplying both is an error, so a
+// configuration is never silently ignored.
 func Pick[T any](ptr *T, val T) (T, error) {
 	valSet := !reflect.ValueOf(&val).Elem().IsZero()
 	switch {

@@ -1,16 +1,9 @@
 // Package handshake recognises the commands go-redis sends on its own to
-// set up a new connection: HELLO (or AUTH), then a pipeline of SELECT,
-// READONLY, CLIENT SETNAME and CLIENT TRACKING, CLIENT MAINT_NOTIFICATIONS,
-// and a pipeline of CLIENT SETINFO. They run inside the command that needed
-// the connection, with its context and through the client's hooks, so
-// every hook sees them as commands although none is the caller's: tracingfx
+// set up a new connection. They run through the client's hooks inside the
+// command that needed the connection, so every hook sees them: tracingfx
 // makes no span or metric of them (AUTH and HELLO carry credentials), and
-// storefx's circuit breaker does not count them.
-//
-// They are told apart by what they are, so an application sending one of
-// them itself (its own HELLO, AUTH, CLIENT SETNAME, ...) is treated alike;
-// every other command, CLIENT ID, CLIENT LIST or a lone SELECT included, is
-// the caller's.
+// storefx's circuit breaker does not count them. An application's own HELLO,
+// AUTH or CLIENT SETNAME is treated alike.
 package handshake
 
 import (
@@ -21,8 +14,7 @@ import (
 
 // Command reports whether a command named name (lower case, as
 // redis.Cmder.Name gives it) with arguments args is a handshake command
-// sent on its own: HELLO, AUTH, or CLIENT SETNAME / SETINFO / TRACKING /
-// MAINT_NOTIFICATIONS.
+// sent on its own.
 func Command(name string, args []any) bool {
 	switch name {
 	case "hello", "auth":

@@ -4,9 +4,8 @@ package idemscript
 
 import "github.com/redis/go-redis/v9"
 
-// The record of one key is a Redis hash (docs/idempotency.md, "The record in
-// Redis"). An in-progress key expires at twice the lease, so a dead owner's
-// record is still there to be taken over.
+// The record is a Redis hash (docs/idempotency.md, "The record in Redis"):
+// an in-progress key expires at twice the lease, so it can be taken over.
 
 // Claim is the claim script. KEYS[1] record; ARGV fingerprint, owner, lease ms, wait (0|1).
 // Replies: {"n", token} new owner; {"t", token} takeover of an expired

@@ -1,8 +1,6 @@
 // Package nodeclient makes go-redis clients of one fresh connection to one
 // Redis node, for the few calls that must not go through a client's pool
-// or its Cluster routing: a lock renewal hedge that must not wait on a
-// stalled pooled connection, a claim whose WAIT must follow it on the
-// node Redis redirected it to.
+// or its Cluster routing (a lock renewal hedge, a claim's WAIT).
 package nodeclient
 
 import (
@@ -29,9 +27,8 @@ func Cluster(rdb redis.UniversalClient) *redis.ClusterClient {
 }
 
 // ForKey is the client of the node that serves key: rdb itself for a
-// standalone (or Sentinel) client, the key's master for a Cluster client
-// (a storefx.Client is unwrapped). nil when rdb is neither (a Ring, a
-// mock).
+// standalone (or Sentinel) client, the key's master for a Cluster client;
+// nil when rdb is neither (a Ring, a mock).
 func ForKey(ctx context.Context, rdb redis.UniversalClient, key string) (*redis.Client, error) {
 	switch c := unwrap(rdb).(type) {
 	case *redis.Client:
@@ -42,12 +39,10 @@ func ForKey(ctx context.Context, rdb redis.UniversalClient, key string) (*redis.
 	return nil, nil //nolint:nilnil // no node client is no error: the caller decides (lockfx's hedge uses the pool, ReplicaAcks refuses)
 }
 
-// OneConn is a client of one fresh connection with node's options
-// (credentials, TLS, dialer, timeouts) at addr (node's own address when
-// addr is ""; a redirection's address without a host takes node's host).
-// It has none of node's hooks (its commands are in no metric or span),
-// nor its Limiter or client-side cache, and it makes one try. Close it
-// after use.
+// OneConn is a client of one fresh connection with node's options at addr
+// (node's own address when addr is ""; a redirection's address without a
+// host takes node's host). It has none of node's hooks (its commands are in
+// no metric or span) and makes one try. Close it after use.
 func OneConn(node *redis.Client, addr string) *redis.Client {
 	o := *node.Options()
 	if addr != "" {

@@ -2,11 +2,8 @@
 // recovered panic, a handler's error) without letting their Error or
 // String methods take the process down.
 //
-// fmt recovers a panic of an Error or String method and prints the panic's
-// value; when printing that value panics too (an error whose Error panics
-// with itself), fmt panics again, and an unrecovered panic whose value
-// cannot be printed ends the process with "panic while printing panic
-// value", whatever recovered it first.
+// fmt recovers a panic of an Error or String method, but panics again when
+// printing the panic's value panics too, which ends the process.
 package safetext
 
 import "fmt"

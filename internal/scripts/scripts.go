@@ -12,9 +12,8 @@ import (
 )
 
 // Preload loads each script (on every master of a Cluster). A failure is
-// not fatal: go-redis falls back to EVAL on first use, so the error is
-// only returned for the caller to log. The SCRIPT LOAD commands make no
-// span (they are counted in the command metrics): a start is not a trace.
+// not fatal (go-redis falls back to EVAL): the error is for the caller to
+// log. A start is not a trace, so SCRIPT LOAD makes no span.
 func Preload(ctx context.Context, rdb redis.Scripter, all ...*redis.Script) error {
 	ctx = plugintrace.WithoutCommandSpans(ctx)
 	for _, s := range all {
