@@ -54,7 +54,6 @@ type Config struct {
 	ForgetConsumersAfter time.Duration
 }
 
-// configError names the invalid field of Config.
 func configError(field, reason string) error {
 	return redisfx.NewConfigError("streamfx", "Config."+field, reason)
 }

@@ -87,7 +87,6 @@ func (c *consumer) run(loopCtx, handlerCtx, haltCtx context.Context) {
 	}
 }
 
-// recreateGroup makes a lost group again from "0", whatever StartID says.
 func (c *consumer) recreateGroup() bool {
 	ctx, cancel := c.storeCtx()
 	defer cancel()
@@ -466,7 +465,6 @@ func (c *consumer) hold(msgs []redis.XMessage, fetched time.Time) *batch {
 	return b
 }
 
-// drop stops holding id (settled, or lost).
 func (b *batch) drop(id string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -484,7 +482,6 @@ func (b *batch) acked(done []handled) {
 	}
 }
 
-// touch resets the idle time of ids, and records which are still ours.
 func (b *batch) touch(ids []string, timeout time.Duration) {
 	cfg := b.c.s.cfg
 	ctx, cancel := context.WithTimeout(plugintrace.WithoutCommandSpans(context.Background()), timeout)

@@ -8,11 +8,8 @@ import (
 
 // forgetScript removes from a group every consumer other than the caller
 // that holds no pending message and has not touched the group for ARGV[2]
-// ms (a process that crashed, or stopped while Redis was unreachable, and
-// whose messages other consumers have since claimed). The check and the
-// deletion are one script, so a consumer that reads a message in between
-// cannot have it dropped from the pending list; a live consumer reads every
-// Block, far below the idle limit, and one deleted anyway would only be
+// ms. Check and deletion are one script, so a consumer that reads a message
+// in between cannot have it dropped; a live consumer deleted anyway is
 // recreated by its next read.
 // KEYS[1] stream; ARGV group, idle ms, caller.
 var forgetScript = redis.NewScript(`

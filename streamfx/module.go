@@ -13,16 +13,11 @@ import (
 	"github.com/redisfx/redisfx/internal/fxconfig"
 )
 
-// Module provides *Streams and builds it with the app, whether or not
-// anything else asks for it: the handlers contributed with AsHandler are
-// all an app needs to consume, and an invalid Config fails start-up. It
-// needs a Redis client (storefx.Module); the configuration is an optional
-// Config or *Config, and the logger, metrics registerer (metricsfx) and
-// plugin tracer (tracingfx) are used when present. The consumers start with
-// the app and stop (within StopTimeout + 2×StoreTimeout) before Redis
-// closes.
+// Module provides *Streams, built with the app even when nothing asks for
+// it: handlers alone must consume. It needs a Redis client (storefx.Module);
+// a Config or *Config, logger, registerer and plugin tracer are used when
+// present.
 var Module = fx.Module("redisfx.streams", clientcheck.Required("streamfx.Module"), fx.Provide(NewFromParams),
-	// Built even when nothing asks for it: handlers alone must consume.
 	fx.Invoke(func(*Streams) {}))
 
 // HandlerGroup is the Fx value group of stream handlers.
@@ -48,16 +43,14 @@ func AsHandler(constructor any) any {
 type Params struct {
 	fx.In
 	Lifecycle fx.Lifecycle
-	// Config and ConfigValue: the configuration, supplied as *Config or
-	// Config (not both); without either, the defaults.
+	// The app's configuration, in either form (at most one of them).
 	Config      *Config `optional:"true"`
 	ConfigValue Config  `optional:"true"`
-	// Redis is required (storefx.Module provides it).
-	Redis      redis.UniversalClient
-	Log        *zap.Logger           `optional:"true"`
-	Registerer prometheus.Registerer `optional:"true"`
-	Tracer     trace.TracerProvider  `name:"redisfx.plugin_tracer" optional:"true"`
-	Handlers   []StreamHandler       `group:"redisfx.stream.handlers"`
+	Redis       redis.UniversalClient
+	Log         *zap.Logger           `optional:"true"`
+	Registerer  prometheus.Registerer `optional:"true"`
+	Tracer      trace.TracerProvider  `name:"redisfx.plugin_tracer" optional:"true"`
+	Handlers    []StreamHandler       `group:"redisfx.stream.handlers"`
 }
 
 // NewFromParams builds Streams from the Fx graph and ties the consumers to

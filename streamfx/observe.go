@@ -94,8 +94,7 @@ func newObserver(reg prometheus.Registerer, tp trace.TracerProvider, s *Streams)
 	return o, nil
 }
 
-// track adds stream to the known streams and reports whether it is new to
-// this process.
+// track adds stream to the known streams; true if it is new to this process.
 func (o *observer) track(stream string) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -136,9 +135,8 @@ func (o *observer) startConsume(ctx context.Context, stream, group, consumer, id
 	return ctx, span
 }
 
-// failed records on span that an attempt failed, or ended unsettled (its
-// consumer crashed, or a stop abandoned it: counted only when outcome is
-// given).
+// failed records on span that an attempt failed, or ended unsettled
+// (counted only when outcome is given).
 func (o *observer) failed(span *plugintrace.Span, stream, outcome string, attempt int, err error) {
 	if outcome != "" {
 		o.count(stream, outcome)
@@ -162,8 +160,7 @@ type backlogReader struct {
 // backlogInterval is how often a running Streams reads its backlog.
 const backlogInterval = 5 * time.Second
 
-// refresh reads the backlog at once, then every backlogInterval and when
-// nudged, until ctx ends.
+// refresh reads the backlog now, every backlogInterval and when nudged.
 func (b *backlogReader) refresh(ctx context.Context) {
 	tick := time.NewTicker(b.every)
 	defer tick.Stop()
@@ -189,8 +186,7 @@ func (b *backlogReader) refresh(ctx context.Context) {
 }
 
 // read asks Redis for the backlog (one pipelined round trip, and one more
-// per stream whose lag Redis cannot give) and records every value it got;
-// the others keep their last reading.
+// per stream whose lag Redis cannot give) and records every value it got.
 func (b *backlogReader) read(ctx context.Context) {
 	streams := b.o.known()
 	if len(streams) == 0 {
@@ -262,8 +258,7 @@ func streamGone(err error) bool {
 // above the StreamConsumerLagCritical threshold (10000).
 const undeliveredCountLimit = 10001
 
-// undeliveredPerCall is how many entries one counting call reads at most
-// (Redis serves nothing else meanwhile: 500 entries of 8 KiB take ~8 ms).
+// undeliveredPerCall bounds one counting call: Redis serves nothing else meanwhile.
 const undeliveredPerCall = 500
 
 // countUndeliveredScript counts up to ARGV[2] entries of KEYS[1] after
@@ -288,8 +283,7 @@ return {n, from}
 `)
 
 // countUndelivered counts the entries of stream after the group's last
-// delivered id, for when Redis answers the lag as NULL (after an XDEL of
-// an entry the group has not read), undeliveredPerCall per script call.
+// delivered id, for when Redis answers the lag as NULL (after an XDEL).
 func (b *backlogReader) countUndelivered(ctx context.Context, stream, lastDelivered string) (int64, error) {
 	var total int64
 	from := lastDelivered
