@@ -199,8 +199,7 @@ func (b *broadcaster) ended() {
 }
 
 // resubscribe replaces a subscription that Redis ended or refused, after
-// reloading a Cluster's slots (the channel's may have moved) and a wait
-// that doubles with each refusal, up to 5 s.
+// reloading a Cluster's slots (the channel's may have moved) and a wait.
 func (b *broadcaster) resubscribe(ps *redis.PubSub) {
 	if cc := nodeclient.Cluster(b.rdb); cc != nil {
 		cc.ReloadState(background)
@@ -215,8 +214,7 @@ func (b *broadcaster) resubscribe(ps *redis.PubSub) {
 	b.replace(ps)
 }
 
-// replace closes ps and subscribes on a new connection; its confirmation
-// clears the layer.
+// replace closes ps and subscribes on a new connection.
 func (b *broadcaster) replace(ps *redis.PubSub) {
 	b.live = false
 	fresh := b.subscribe(background)
@@ -247,7 +245,6 @@ func encodeKeys(keys []string) string {
 	return "b" + string(payload)
 }
 
-// decodeKeys reads what encodeKeys wrote.
 func decodeKeys(s string) (keys []string, ok bool) {
 	rest, binary := strings.CutPrefix(s, "b")
 	if !binary {

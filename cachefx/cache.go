@@ -104,7 +104,6 @@ func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Cache, error) 
 // subscribes to invalidations from other processes. Until it has, the
 // first layer answers nothing.
 func (c *Cache) Start(ctx context.Context) error {
-	// Start-up work of no request: no command spans (each would be a trace of its own).
 	_ = scripts.Preload(plugintrace.WithoutCommandSpans(ctx), c.rdb, tagScript, readTagScript, retireScript, leaseScript, leasedScript) // not fatal: loads on first use
 	if c.bcast == nil {
 		return nil

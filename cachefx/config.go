@@ -32,9 +32,8 @@ type Config struct {
 	StoreTimeout time.Duration
 	// Local is the optional in-process first layer.
 	Local LocalConfig
-	// KeyAttribute is how keys and tags (often business identifiers) are
-	// written into spans and error messages: "[redacted]" by default,
-	// a digest with plugintrace.HashKey, as given with plugintrace.RawKey.
+	// KeyAttribute is how keys and tags are written into spans and errors.
+	// Default: redacted (plugintrace.RedactKey).
 	KeyAttribute plugintrace.KeyAttribute
 }
 
@@ -49,7 +48,6 @@ type LocalConfig struct {
 	TTL time.Duration
 }
 
-// configError names the invalid field of Config.
 func configError(field, reason string) error {
 	return redisfx.NewConfigError("cachefx", "Config."+field, reason)
 }

@@ -11,8 +11,5 @@
 //		fx.Invoke(func(c *cachefx.Cache) { … }),
 //	)
 //
-// Without Fx, New(rdb, cfg, opts...), then Start and Close. The client
-// must have ContextTimeoutEnabled (storefx's have). Keys and tags are
-// written into spans and errors as Config.KeyAttribute says (redacted by
-// default).
+// Without Fx, New(rdb, cfg, opts...), then Start and Close.
 package cachefx

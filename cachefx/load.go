@@ -48,17 +48,10 @@ return 1
 `)
 
 // GetOrLoad returns the cached value of key or, on a miss, runs load, stores
-// its value for ttl (0: Config.DefaultTTL) with tags, and returns it.
-//
-// The loader runs once per key under a stampede, in this process and
-// across processes (a lease; others wait up to Config.LoadWait, then load
-// without storing). A loaded value never overwrites a write of key (or of
-// one of tags) made during the load: it is returned but not stored.
-// A caller's ctx bounds only its wait. A loader error, panic or
-// runtime.Goexit is returned and nothing is cached; when Redis fails,
-// GetOrLoad serves from the loader and returns no store error. A value
-// above MaxValueBytes is returned with its *ValueTooLargeError, not stored.
-// docs/cache.md tells the rules in full.
+// its value for ttl (0: Config.DefaultTTL) with tags, and returns it. The
+// loader runs once per key across processes and its value never overwrites
+// a write made during the load; a caller's ctx bounds only its wait. See
+// docs/cache.md, "The stampede: one load per key".
 func (c *Cache) GetOrLoad(ctx context.Context, key string, ttl time.Duration, load Loader, tags ...string) ([]byte, error) {
 	ttl, err := c.ttlOrDefault(key, ttl)
 	if err != nil {
@@ -97,7 +90,6 @@ func (c *Cache) GetOrLoad(ctx context.Context, key string, ttl time.Duration, lo
 	}
 }
 
-// loaded is what a loader returned.
 type loaded struct {
 	v   []byte
 	err error

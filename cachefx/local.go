@@ -8,11 +8,8 @@ import (
 
 // localLayer is the in-process first layer: a least-recently-used map
 // bounded in entries, each entry bounded in age. Values are shared, never
-// copied: callers must not modify the bytes they get.
-//
-// It never outlives Redis: an entry expires at the time its Redis request
-// was sent plus the remaining life Redis reported (or the layer's TTL if
-// shorter), which is no later than the moment Redis drops the value.
+// copied: callers must not modify the bytes they get. An entry expires no
+// later than Redis drops the value (see store).
 type localLayer struct {
 	max int
 	ttl time.Duration
@@ -64,8 +61,7 @@ func (l *localLayer) currentEpoch() uint64 {
 // fill keeps a value that a request sent at sent read from Redis (or, if
 // write, stored there), with ttl left in Redis, unless a write or an
 // invalidation happened since seen: the value may then be stale, and after
-// a write which value Redis kept is unknown, so the key is dropped. A write
-// moves the epoch, so no read that overlapped it keeps its value.
+// a write which value Redis kept is unknown, so the key is dropped.
 func (l *localLayer) fill(key string, value []byte, ttl time.Duration, sent time.Time, seen uint64, write bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -42,8 +42,7 @@ const (
 	LayerRedis = "redis"
 )
 
-// observer measures and traces cache operations; without a tracer its
-// spans are no-ops, without a registerer its metrics are not exported.
+// observer measures and traces cache operations.
 type observer struct {
 	tracer            trace.TracerProvider
 	keys              plugintrace.KeyAttribute

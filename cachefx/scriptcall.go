@@ -14,7 +14,6 @@ type scriptCall struct {
 	cmd    *redis.Cmd
 }
 
-// queueAll adds each call to p as an EVALSHA.
 func queueAll(ctx context.Context, p redis.Pipeliner, calls []*scriptCall) {
 	for _, sc := range calls {
 		sc.cmd = sc.script.EvalSha(ctx, p, sc.keys, sc.args...)
@@ -29,7 +28,6 @@ func runCalls(ctx context.Context, rdb redis.Cmdable, calls ...*scriptCall) erro
 	return firstError(calls)
 }
 
-// firstError is the first failure among calls.
 func firstError(calls []*scriptCall) error {
 	for _, sc := range calls {
 		if err := sc.cmd.Err(); err != nil {

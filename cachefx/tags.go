@@ -137,7 +137,6 @@ func (c *Cache) InvalidateByTags(ctx context.Context, tags ...string) (n int64, 
 	return n, nil
 }
 
-// retire runs retireScript, in batches, for every set that was read.
 func (c *Cache) retire(ctx context.Context, reads []*scriptCall) {
 	var calls []*scriptCall
 	for _, r := range reads {
