@@ -35,7 +35,6 @@ func (l *Locker) keysOf(name string) (lockKeys, error) {
 	return lockKeys{lock: lock, fence: lock + ":fence"}, nil
 }
 
-// emptyHashTag reports whether prefix's first hash tag is "{}".
 func emptyHashTag(prefix string) bool {
 	_, tag, ok := strings.Cut(prefix, "{")
 	return ok && strings.HasPrefix(tag, "}")

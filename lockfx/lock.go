@@ -116,7 +116,6 @@ func (k *Lock) endLocked(err error) error {
 	return k.err
 }
 
-// onExpiry is the expiry timer's function.
 func (k *Lock) onExpiry() {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -210,9 +209,8 @@ func (k *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 }
 
 // extend runs extendScript: whether this owner still held the lock. A
-// hedge goes on a one-try client of a new connection to the key's node
-// (go-redis hands out idle pooled connections first, which may all be
-// stalled), or through the pool when rdb is not a Client or ClusterClient.
+// hedge goes on a new connection to the key's node (go-redis hands out
+// idle pooled connections first, which may all be stalled).
 func (k *Lock) extend(ctx context.Context, ttl time.Duration, hedge bool) (bool, error) {
 	var c redis.Scripter = k.l.rdb
 	if hedge {
@@ -240,9 +238,8 @@ func whileMigrating(ctx context.Context, until time.Time, call func() error) err
 }
 
 // slotMoving reports a refusal while the script's slot moves between
-// Cluster masters, after which Redis ran nothing: TRYAGAIN (its keys
-// split), or the MOVED or ASK go-redis returns once its redirections run
-// out.
+// Cluster masters, after which Redis ran nothing: TRYAGAIN, or the MOVED
+// or ASK go-redis returns once its redirections run out.
 func slotMoving(err error) bool {
 	if err == nil {
 		return false

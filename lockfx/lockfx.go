@@ -42,9 +42,8 @@ type Config struct {
 	// KeyAttribute is how lock names are written into spans and errors.
 	// Default: redacted (plugintrace.RedactKey).
 	KeyAttribute plugintrace.KeyAttribute
-	// AutoRenew renews held locks every TTL/3 until released (or
-	// Locker.Stop), retrying quickly when a renewal fails or stalls (see
-	// docs/locks.md). Default off.
+	// AutoRenew renews held locks every TTL/3 until released or Locker.Stop
+	// (docs/locks.md, "Renewal"). Default off.
 	AutoRenew bool
 }
 
@@ -113,8 +112,7 @@ func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Locker, error)
 	return &Locker{cfg: cfg, rdb: rdb, obs: obs, stopped: stopped, stop: stop}, nil
 }
 
-// Start preloads the lock scripts, so that the first acquire pays no
-// NOSCRIPT round trip. A failure is not fatal (scripts load on first use).
+// Start preloads the lock scripts. A failure is not fatal.
 func (l *Locker) Start(ctx context.Context) error {
 	_ = scripts.Preload(ctx, l.rdb, acquireScript, releaseScript, extendScript, abandonScript)
 	return nil
@@ -147,8 +145,7 @@ func (l *Locker) background(f func()) {
 	}
 }
 
-// The outcomes of an attempt that did not take the lock, Redis having
-// answered.
+// The outcomes of an answered attempt that did not take the lock.
 var (
 	errHeld = errors.New("held")
 	errLate = errors.New("granted after its validity ended")
@@ -230,8 +227,7 @@ func (a *attempts) failed(ctx, callCtx context.Context, err error) (timedOut boo
 	return false, nil
 }
 
-// exhausted is Acquire's error when no attempt is left: ErrNotAcquired if
-// Redis said it is held, else a store error (nothing says anyone holds it).
+// exhausted is Acquire's error when no attempt is left.
 func (a *attempts) exhausted() error {
 	switch {
 	case a.held:
@@ -243,8 +239,7 @@ func (a *attempts) exhausted() error {
 	return ErrNotAcquired
 }
 
-// try is one attempt, by a new owner: the lock, errHeld, errLate or the
-// call's error.
+// try is one attempt, by a new owner.
 func (l *Locker) try(ctx context.Context, keys lockKeys, name string) (*Lock, error) {
 	owner := randid.Hex(16)
 	sent := time.Now() // Redis starts the lease no earlier
@@ -283,17 +278,14 @@ func (l *Locker) markerTTL() time.Duration { return durations.Add(l.cfg.TTL, aba
 // errMarkerRefused is a give-back whose marker Redis refused (out of memory).
 var errMarkerRefused = errors.New("lockfx: the give-up marker was refused")
 
-// abandon gives up, in the background, an acquire (or a release) by owner
-// whose outcome is unknown.
+// abandon gives up, in the background, a call of owner's whose outcome is unknown.
 func (l *Locker) abandon(keys lockKeys, owner string) {
 	l.background(func() { l.giveBack(keys, owner) })
 }
 
-// giveBack runs abandonScript until Redis answers it (the acquire it gives
-// up may still run when a stalled server resumes), through an open
-// breaker: a try that timed out is followed at once by the next; one
-// refused backs off, up to 20ms while Redis is down, 500ms while it answers
-// errors. It stops after the marker's lifetime, at ErrClosed or at Stop.
+// giveBack runs abandonScript, through an open breaker, until Redis answers
+// it (the acquire it gives up may still run when a stalled server resumes),
+// the marker's lifetime ends, the client closes or the Locker stops.
 func (l *Locker) giveBack(keys lockKeys, owner string) {
 	deadline := time.Now().Add(l.markerTTL())
 	perTry := min(max(l.cfg.TTL/renewTimeout, 100*time.Millisecond), time.Second)
@@ -338,7 +330,6 @@ func (l *Locker) WithLock(ctx context.Context, name string, fn func(ctx context.
 	return lock.do(ctx, fn)
 }
 
-// do is WithLock once the lock is held.
 func (k *Lock) do(ctx context.Context, fn func(ctx context.Context, token int64) error) error {
 	defer func() { _ = k.Release(context.WithoutCancel(ctx)) }()
 	lockCtx, cancel := k.Context(ctx)

@@ -12,23 +12,20 @@ import (
 	"github.com/redisfx/redisfx/internal/fxconfig"
 )
 
-// Module provides the *Locker. It needs a Redis client (storefx.Module);
-// the configuration is an optional Config or *Config, the metrics registerer
-// (metricsfx) and the plugin tracer (tracingfx) are used when present.
+// Module provides the *Locker. It needs a Redis client (storefx.Module); a
+// Config or *Config, registerer and plugin tracer are used when present.
 var Module = fx.Module("redisfx.locks", clientcheck.Required("lockfx.Module"), fx.Provide(NewFromParams))
 
 // Params are the inputs of the Locker in an Fx app.
 type Params struct {
 	fx.In
 	Lifecycle fx.Lifecycle
-	// Config and ConfigValue: the configuration, supplied as *Config or
-	// Config (not both); without either, the defaults.
+	// The app's configuration, in either form (at most one of them).
 	Config      *Config `optional:"true"`
 	ConfigValue Config  `optional:"true"`
-	// Redis is required (storefx.Module provides it).
-	Redis      redis.UniversalClient
-	Registerer prometheus.Registerer `optional:"true"`
-	Tracer     trace.TracerProvider  `name:"redisfx.plugin_tracer" optional:"true"`
+	Redis       redis.UniversalClient
+	Registerer  prometheus.Registerer `optional:"true"`
+	Tracer      trace.TracerProvider  `name:"redisfx.plugin_tracer" optional:"true"`
 }
 
 // NewFromParams builds the Locker from the Fx graph.

@@ -35,9 +35,7 @@ const (
 	AttrRetryCount = "redisfx.lock.retry_count"
 )
 
-// observer measures and traces lock operations. Without a registerer the
-// metrics are kept but registered nowhere; without a tracer the spans are
-// no-ops.
+// observer measures and traces lock operations.
 type observer struct {
 	tracer                                 trace.TracerProvider
 	keys                                   plugintrace.KeyAttribute
@@ -74,8 +72,7 @@ func newObserver(reg prometheus.Registerer, tp trace.TracerProvider, keys plugin
 	return o, nil
 }
 
-// start opens the span of a lock operation (lock.acquire, lock.release)
-// with its key attribute.
+// start opens the span of a lock operation with its key attribute.
 func (o *observer) start(ctx context.Context, name, op, command string, attrs ...attribute.KeyValue) (context.Context, *plugintrace.Span) {
 	ctx, span := plugintrace.Start(ctx, o.tracer, "locks", op, command, attrs...)
 	span.SetKey(AttrKey, o.keys, name)

@@ -21,18 +21,15 @@ const (
 	renewalsInFlight = 3
 )
 
-// renewal is the outcome of one renewal call.
 type renewal struct {
 	sent  time.Time
 	owned bool
 	err   error
 }
 
-// renew keeps the lock's lease alive until the lock ends (released or
-// lost) or the Locker stops. The first renewal goes out TTL/3 after the
-// acquire was sent. Renewals are sent even while the client's circuit
-// breaker is open, and without a span (housekeeping, not a trace of its
-// own; still counted in the command metrics).
+// renew keeps the lock's lease alive until the lock ends or the Locker
+// stops. Renewals go through an open circuit breaker, and make no span:
+// housekeeping is not a trace of its own.
 func (k *Lock) renew() {
 	ttl := k.l.cfg.TTL
 	renewalCtx := plugintrace.WithoutCommandSpans(storefx.BypassBreaker(k.l.stopped))

@@ -6,9 +6,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// fenceTTL is how long a name's fencing counter outlives its last
-// acquisition: it bounds the memory of unused names; tokens do not depend
-// on it.
+// fenceTTL bounds the memory of unused names' fencing counters; tokens do
+// not depend on it.
 const fenceTTL = 7 * 24 * time.Hour
 
 // abandonedTTL is how long an owner's marker outlives the lease.
