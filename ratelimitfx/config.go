@@ -15,13 +15,11 @@ import (
 type Algorithm string
 
 const (
-	// FixedWindow counts with INCR in a window that starts at a key's first
-	// request and lasts Window: one short script per check, one small key
-	// per client. A client may get up to 2×Limit across a window boundary.
+	// FixedWindow counts in a window that starts at a key's first request
+	// and lasts Window; a client may get up to 2×Limit across a boundary.
 	FixedWindow Algorithm = "fixed-window"
-	// SlidingLog keeps the time of each allowed request in a sorted set and
-	// allows a request only if fewer than Limit fall in the last Window:
-	// exact at every instant, at the cost of Limit entries per client.
+	// SlidingLog allows a request only if fewer than Limit fall in the last
+	// Window: exact at every instant, at the cost of Limit entries per client.
 	SlidingLog Algorithm = "sliding-log"
 )
 
@@ -29,8 +27,7 @@ const (
 type ErrorPolicy string
 
 const (
-	// FailOpen lets requests through unlimited while the store is down
-	// (the default).
+	// FailOpen lets requests through unlimited while the store is down.
 	FailOpen ErrorPolicy = "fail-open"
 	// FailClosed refuses them with 503 rate_limit_unavailable.
 	FailClosed ErrorPolicy = "fail-closed"

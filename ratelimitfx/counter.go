@@ -7,14 +7,10 @@ import (
 	"time"
 )
 
-// counterKey is the Redis key of one client's counter under one rule. It
-// names the algorithm, limit, window and rule name, so distinct rules never
-// share a counter:
-//
-//	ratelimit:fixed-window:100-per-60000ms:"GET /orders":ip:203.0.113.7
-//
-// The name is quoted (a ':' in it cannot run into the key) with its braces
-// escaped (a route's "{id}" is not a Cluster hash tag).
+// counterKey is the Redis key of one client's counter under one rule
+// (docs/rate-limit.md, "Keys and rules"): distinct rules never share a
+// counter. The name is quoted (a ':' in it cannot run into the key) with
+// its braces escaped (a route's "{id}" is not a Cluster hash tag).
 func (l *Limiter) counterKey(rule Rule, key string) string {
 	return l.cfg.KeyPrefix + string(l.cfg.Algorithm) + ":" + strconv.FormatInt(rule.Limit, 10) + "-per-" +
 		strconv.FormatInt(rule.Window.Milliseconds(), 10) + "ms:" + braceEscaper.Replace(strconv.Quote(rule.Name)) + ":" + key

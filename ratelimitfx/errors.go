@@ -6,8 +6,7 @@ import "github.com/redisfx/redisfx"
 const (
 	// CodeExceeded: the request is over its limit (429).
 	CodeExceeded = "rate_limit_exceeded"
-	// CodeUnavailable: Redis could not be reached to count the request
-	// (503 under FailClosed).
+	// CodeUnavailable: Redis could not be reached to count the request.
 	CodeUnavailable = "rate_limit_unavailable"
 )
 
@@ -24,8 +23,7 @@ func newExceededError(d Decision) *ExceededError {
 
 // StoreUnavailableError is a check that could not reach Redis (Err holds
 // the cause), under either ErrorPolicy; under FailClosed the middleware
-// refuses the request with it (503). errors.Is(err, ErrStoreUnavailable)
-// reports it.
+// refuses the request with it (503).
 type StoreUnavailableError struct {
 	redisfx.BaseError
 }

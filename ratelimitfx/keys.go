@@ -13,10 +13,8 @@ type KeyFunc func(r *http.Request) (key string, ok bool)
 
 // ByIP keys by the client's IP address: the connection's address, or, when
 // that is a trusted proxy (Config.TrustedProxies), the rightmost address of
-// X-Forwarded-For that is not a trusted proxy. Addresses a client wrote
-// into the header itself sit left of that and are never believed. An IPv6
-// client counts as its /Config.IPv6Prefix network (default /64), an IPv4
-// client as its address.
+// X-Forwarded-For that is not a trusted proxy. An IPv6 client counts as its
+// /Config.IPv6Prefix network.
 func (l *Limiter) ByIP() KeyFunc {
 	return func(r *http.Request) (string, bool) { return "ip:" + l.network(clientIP(r, l.proxies)), true }
 }

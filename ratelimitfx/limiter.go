@@ -22,9 +22,7 @@ import (
 
 // Rule is a limit: Limit requests per Window for each key. Zero fields
 // take the Config's defaults; Name defaults to the route in the middleware
-// and to "default" in Check. Distinct rules never share a counter; one rule
-// shares its counter for a key across processes. A Window that is not
-// whole milliseconds (at least 1ms), or a negative Limit, is a
+// and to "default" in Check. An invalid Window or Limit is a
 // *redisfx.ConfigError: from Check, or a panic from Limit.
 type Rule struct {
 	Name   string
@@ -86,8 +84,7 @@ func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Limiter, error
 		warnLog: throttle.Every{Interval: 10 * time.Second}}, nil
 }
 
-// Start preloads the check scripts, so that the first check pays no
-// NOSCRIPT round trip. A failure is not fatal (scripts load on first use).
+// Start preloads the check scripts. A failure is not fatal.
 func (l *Limiter) Start(ctx context.Context) error {
 	_ = scripts.Preload(ctx, l.rdb, fixedWindowScript, slidingLogScript)
 	return nil

@@ -12,13 +12,10 @@ import (
 //
 //	r.With(limiter.Limit(ratelimitfx.Rule{Limit: 10, Window: time.Minute})).Post("/payments", h)
 //
-// Answers carry the RateLimit-Policy and RateLimit fields; a request over
-// the limit gets 429 problem+json with Retry-After and never reaches the
-// handler. An unnamed rule's counters are named after the route ("POST
-// /payments") when it runs after routing (r.With, or r.Use in a r.Route
-// group), so one Rule may guard routes separately; before routing (r.Use
-// on the root router) it has one counter per key ("default"). An invalid
-// rule panics with a *redisfx.ConfigError, as chi does on a bad route.
+// A request over the limit gets 429 and never reaches the handler. An
+// unnamed rule's counters are named after the route when it runs after
+// routing (docs/rate-limit.md, "Keys and rules"). An invalid rule panics
+// with a *redisfx.ConfigError, as chi does on a bad route.
 func (l *Limiter) Limit(rule Rule) func(http.Handler) http.Handler {
 	named := rule.Name != ""
 	rule = l.withDefaults(rule)

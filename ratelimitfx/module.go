@@ -17,8 +17,7 @@ import (
 
 // Module provides the *Limiter and registers its ErrorFilter in httpfx's
 // chain (change it with fx.Decorate). It needs a Redis client
-// (storefx.Module); a Config or *Config, logger, registerer, plugin tracer
-// and httpfx's chain are used when present.
+// (storefx.Module).
 var Module = fx.Module("redisfx.ratelimit",
 	clientcheck.Required("ratelimitfx.Module"),
 	fx.Provide(
@@ -34,15 +33,13 @@ var Module = fx.Module("redisfx.ratelimit",
 type Params struct {
 	fx.In
 	Lifecycle fx.Lifecycle
-	// Config and ConfigValue: the configuration, supplied as *Config or
-	// Config (not both); without either, the defaults.
+	// The app's configuration, in either form (at most one of them).
 	Config      *Config `optional:"true"`
 	ConfigValue Config  `optional:"true"`
-	// Redis is required (storefx.Module provides it).
-	Redis      redis.UniversalClient
-	Log        *zap.Logger           `optional:"true"`
-	Registerer prometheus.Registerer `optional:"true"`
-	Tracer     trace.TracerProvider  `name:"redisfx.plugin_tracer" optional:"true"`
+	Redis       redis.UniversalClient
+	Log         *zap.Logger           `optional:"true"`
+	Registerer  prometheus.Registerer `optional:"true"`
+	Tracer      trace.TracerProvider  `name:"redisfx.plugin_tracer" optional:"true"`
 	// Errors is httpfx's chain, which holds Filter when httpfx.Module is in
 	// the app.
 	Errors *httpfx.Errors `optional:"true"`

@@ -62,8 +62,7 @@ const (
 	StatusError    = "error"
 )
 
-// observer measures and traces checks. Without a registerer the metrics
-// are kept but registered nowhere; without a tracer the spans are no-ops.
+// observer measures and traces checks.
 type observer struct {
 	tracer            trace.TracerProvider
 	keys              plugintrace.KeyAttribute

@@ -53,7 +53,6 @@ if oldest[2] then first = tonumber(oldest[2]) end
 return {n + 1, first, now, allowed}
 `)
 
-// decide turns a script reply into the Decision for rule.
 func decide(alg Algorithm, rule Rule, res []int64) Decision {
 	d := Decision{Limit: rule.Limit, Window: rule.Window}
 	// res[1] is the start of the window (fixed) or the oldest logged
