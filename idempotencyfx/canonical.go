@@ -193,8 +193,7 @@ func (c *canonicalizer) str(i int) int {
 	return i + 1
 }
 
-// inPlace holds the bytes a string kept in place may hold: printable ASCII
-// but the quote and the backslash.
+// inPlace holds the bytes a string kept in place may hold.
 var inPlace = func() (t [256]bool) {
 	for b := 0x20; b < utf8.RuneSelf; b++ {
 		t[b] = b != '"' && b != '\\'

@@ -118,7 +118,6 @@ type settings struct {
 	skip   map[string]struct{} // canonical names of headers not recorded
 }
 
-// normalize validates c and applies defaults.
 func (c Config) normalize() (*settings, error) {
 	if err := c.validate(); err != nil {
 		return nil, err

@@ -7,14 +7,10 @@ import (
 	"net/http"
 )
 
-// Do runs fn at most once per key, for work that is not HTTP (a message
-// consumer, a job). fingerprint identifies the input: a key reused with
-// other input gets IdempotencyFingerprintMismatchError. The first call runs
-// fn and records its result for DefaultTTL; later calls return it with
-// replayed true; a call while another runs waits up to WaitTimeout. An
-// error or panic of fn records a failure for LockTimeout
-// (IdempotencyFailedError). Store errors are returned as
-// IdempotencyStoreError whatever the ErrorPolicy. Inside the work that
+// Do runs fn at most once per key, for work that is not HTTP, under the
+// rules of Idempotent routes (docs/idempotency.md): fingerprint identifies
+// the input, and later calls return the recorded result with replayed true.
+// Store errors are returned whatever the ErrorPolicy. Inside the work that
 // holds the same record, fn runs at once as part of that work.
 func (s *Service) Do(ctx context.Context, key, fingerprint string, fn func(context.Context) ([]byte, error)) (result []byte, replayed bool, err error) {
 	return s.DoInScope(ctx, "", key, fingerprint, fn)

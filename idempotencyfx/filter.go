@@ -11,18 +11,8 @@ import (
 )
 
 // ErrorFilter maps idempotency errors to problem responses. Module puts
-// DefaultErrorFilter first in httpfx's chain as this type; decorate it to
-// change statuses or payloads:
-//
-//	fx.Decorate(func(next idempotencyfx.ErrorFilter) idempotencyfx.ErrorFilter {
-//		return func(err error, r *http.Request) (httpfx.Problem, bool) {
-//			p, ok := next(err, r)
-//			if ok {
-//				p.Type = "https://docs.example.com/problems/" + p.Code
-//			}
-//			return p, ok
-//		}
-//	})
+// DefaultErrorFilter first in httpfx's chain as this type; decorate it with
+// fx.Decorate to change statuses or payloads (see the README).
 type ErrorFilter func(err error, r *http.Request) (httpfx.Problem, bool)
 
 // statusOf is the HTTP status of each error code.

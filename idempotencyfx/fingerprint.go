@@ -25,11 +25,8 @@ func DefaultFingerprint(r *http.Request, body []byte) (string, error) {
 
 // IgnoreJSONFields returns a fingerprint generator like DefaultFingerprint
 // that leaves out volatile fields of a JSON body, such as timestamps and
-// request ids. Paths are dot-separated from the root object:
-//
-//	idempotencyfx.IgnoreJSONFields("timestamp", "meta.request_id")
-//
-// An element of an array is reached with "[]": "items[].sent_at".
+// request ids. Paths are dot-separated from the root object
+// ("meta.request_id"); an array's elements are reached with "[]": "items[].sent_at".
 func IgnoreJSONFields(paths ...string) FingerprintGenerator {
 	ignore := newIgnoreSet(paths)
 	return func(r *http.Request, body []byte) (string, error) {

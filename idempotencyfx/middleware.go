@@ -28,8 +28,6 @@ func (s *Service) Install(next http.Handler) http.Handler {
 // Idempotent marks a route as idempotent: it runs its handler once per
 // idempotency key. It takes no arguments (the configuration is the
 // module's); bound twice on one route, it engages once.
-//
-//	r.With(idempotencyfx.Idempotent()).Post("/payments", h)
 func Idempotent() func(http.Handler) http.Handler {
 	return idempotent(false)
 }
@@ -104,7 +102,6 @@ func (s *Service) serveHTTP(w http.ResponseWriter, r *http.Request, next http.Ha
 	s.runOwned(w, r, next, g.lease)
 }
 
-// identify returns the request's record key and fingerprint.
 func (s *Service) identify(r *http.Request, key string) (record, fp string, err error) {
 	body, err := readBody(r, s.cfg.MaxBodyBytes)
 	if err != nil {

@@ -62,14 +62,12 @@ type Params struct {
 	Redis     redis.UniversalClient
 	Log       *zap.Logger
 	// The app's configuration, in either form (at most one of them).
-	Config      *Config        `optional:"true"`
-	ConfigValue Config         `optional:"true"`
-	Errors      *httpfx.Errors `optional:"true"`
-	Filter      ErrorFilter    `optional:"true"`
-	// Registerer receives the idempotency metrics (from metricsfx).
-	Registerer prometheus.Registerer `optional:"true"`
-	// Tracer opens plugin spans (tracingfx provides it, a no-op when plugin tracing is off).
-	Tracer trace.TracerProvider `name:"redisfx.plugin_tracer" optional:"true"`
+	Config      *Config               `optional:"true"`
+	ConfigValue Config                `optional:"true"`
+	Errors      *httpfx.Errors        `optional:"true"`
+	Filter      ErrorFilter           `optional:"true"`
+	Registerer  prometheus.Registerer `optional:"true"`
+	Tracer      trace.TracerProvider  `name:"redisfx.plugin_tracer" optional:"true"`
 }
 
 // NewFromParams builds the Service from the Fx graph and ties it to the

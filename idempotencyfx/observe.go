@@ -116,8 +116,7 @@ func (o *observer) outcome(ctx context.Context, oc Outcome) {
 	}
 }
 
-// AttrWaitTimeoutMS is the WaitTimeout the idempotency.wait span's wait ran
-// under, in ms.
+// AttrWaitTimeoutMS is the idempotency.wait span's WaitTimeout, in ms.
 const AttrWaitTimeoutMS = "redisfx.idempotency.wait_timeout_ms"
 
 // startWait opens the idempotency.wait plugin span, when plugin tracing is on.

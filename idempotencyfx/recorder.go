@@ -127,7 +127,6 @@ func (rec *recorder) finishedStatus() int {
 	return rec.status
 }
 
-// send delivers a buffered response to the client.
 func (rec *recorder) send() {
 	if rec.passing {
 		return

@@ -108,8 +108,7 @@ func (rp replay) headerMap() http.Header {
 	return h
 }
 
-// decodeRecord reads a record written by encodeResponse (errBadRecord if
-// it is not well formed).
+// decodeRecord reads a record written by encodeResponse.
 func decodeRecord(s string) (replay, error) {
 	if len(s) > 0 && s[0] == responseDeflated {
 		raw, err := inflate(s[1:])

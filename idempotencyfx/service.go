@@ -23,11 +23,7 @@ import (
 )
 
 // Service is the idempotency engine behind Idempotent routes; Do offers it
-// to work that is not HTTP (a message consumer):
-//
-//	out, replayed, err := svc.Do(ctx, msg.ID, fingerprint, func(ctx context.Context) ([]byte, error) {
-//		return chargeCard(ctx, msg)
-//	})
+// to work that is not HTTP (docs/idempotency.md, "Work that is not HTTP").
 type Service struct {
 	cfg    *settings
 	store  store
@@ -232,7 +228,6 @@ func (s *Service) claimOnce(ctx context.Context, storeKey, fp, owner string, wai
 	return c, nil
 }
 
-// wait is awaitOutcome under the idempotency.wait span.
 func (s *Service) wait(ctx context.Context, storeKey, key, fp, owner string, running claim) (grant, error) {
 	began := time.Now()
 	ctx, span := s.obs.startWait(ctx, s.cfg.WaitTimeout)
@@ -297,7 +292,6 @@ func (s *Service) pollAfter(leaseLeft time.Duration) time.Duration {
 	return max(min(s.cfg.PollInterval, leaseLeft), time.Millisecond)
 }
 
-// grantFor turns a claim reply into a grant or an error.
 func (s *Service) grantFor(c claim, storeKey, key, owner string, waited bool) (grant, error) {
 	switch c.kind {
 	case claimNew:

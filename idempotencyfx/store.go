@@ -43,8 +43,7 @@ type store struct {
 	ackTimeout time.Duration
 }
 
-// claimKind is the first element of the claim script's reply
-// (internal/idemscript.Claim documents the replies).
+// claimKind is the first element of the reply of idemscript.Claim.
 type claimKind byte
 
 // Claim replies.
