@@ -8,7 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
-	"github.com/redisfx/redisfx/internal/ctxsleep"
+	"github.com/redisfx/redisfx/internal/backoff"
 	"github.com/redisfx/redisfx/storefx"
 )
 
@@ -76,10 +76,10 @@ func (s *Service) withdraw(ctx context.Context, key, owner string) {
 		case time.Since(began) >= s.cfg.StoreTimeout:
 			continue // timed out on a stalled Redis: try again at once
 		case errors.Is(err, storefx.ErrCircuitOpen):
-			ctxsleep.Sleep(ctx, 50*time.Millisecond) // stopped: reported on the next turn
+			backoff.Sleep(ctx, 50*time.Millisecond) // stopped: reported on the next turn
 			continue
 		}
-		ctxsleep.Sleep(ctx, min(pause, time.Until(end)))
+		backoff.Sleep(ctx, min(pause, time.Until(end)))
 		pause = min(2*pause, longest)
 	}
 }

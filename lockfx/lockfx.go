@@ -16,7 +16,6 @@ import (
 	"github.com/redisfx/redisfx"
 	"github.com/redisfx/redisfx/internal/backoff"
 	"github.com/redisfx/redisfx/internal/clientcheck"
-	"github.com/redisfx/redisfx/internal/ctxsleep"
 	"github.com/redisfx/redisfx/internal/durations"
 	"github.com/redisfx/redisfx/internal/randid"
 	"github.com/redisfx/redisfx/internal/scripts"
@@ -188,7 +187,7 @@ func (l *Locker) Acquire(ctx context.Context, name string) (lock *Lock, err erro
 			return nil, st.exhausted()
 		}
 		span.AddEvent("lock.retry", trace.WithAttributes(attribute.Int("attempt", attempt)))
-		if !ctxsleep.Sleep(ctx, wait) {
+		if !backoff.Sleep(ctx, wait) {
 			return nil, ctx.Err()
 		}
 	}

@@ -7,8 +7,6 @@ import (
 	"context"
 	"math/rand/v2"
 	"time"
-
-	"github.com/redisfx/redisfx/internal/ctxsleep"
 )
 
 // Backoff is the pause between tries of one loop. Not safe for concurrent use.
@@ -35,4 +33,20 @@ func (b *Backoff) Next() time.Duration {
 func (b *Backoff) Reset() { b.next = 0 }
 
 // Wait pauses for Next or until ctx ends; it reports whether ctx is live.
-func (b *Backoff) Wait(ctx context.Context) bool { return ctxsleep.Sleep(ctx, b.Next()) }
+func (b *Backoff) Wait(ctx context.Context) bool { return Sleep(ctx, b.Next()) }
+
+// Sleep waits d, or less if ctx is done first; it reports whether ctx is
+// still live. A d of zero or less does not wait.
+func Sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
