@@ -26,16 +26,18 @@ const chkReplicationWindow = time.Second
 
 // TestIdempotencyChecker_Sentinel is the checker against one master, two
 // replicas and three Sentinels, every instance a storefx failover client
-// (MasterName) with its breaker on. The faults are the master killed (a
-// replica takes over; the old one comes back empty and is made a replica),
-// slept (DEBUG SLEEP, 0.3-2 s: past down-after-milliseconds the Sentinels
-// fail over while it sleeps) and paused (CLIENT PAUSE). The rules are the
-// checker's; besides, a key run twice must fall in the replication window
-// of a failover (its first execution claimed or ended from
-// chkReplicationWindow before the failover began until the new master took
-// over and the old one stopped taking writes). It reports the recovery time
-// after each failover (the fault's start to the first claim that succeeds),
-// the keys run twice and the refusals. It runs with make test-sentinel
+// (MasterName) with its breaker on, every server with min-replicas-to-write
+// 1 (REDISFX_CHECK_SENTINEL_UNGUARDED=1 runs without it). The faults are the
+// master killed (a replica takes over; the old one comes back empty and is
+// made a replica), slept 3-4.5 s (past down-after-milliseconds: the
+// Sentinels fail over, or keep it if their election fails), and slept or
+// paused for 0.1-0.6 s. The rules are the checker's; besides, a key run
+// twice must fall in the replication window of a failover (its first
+// execution claimed or ended from chkReplicationWindow before the failover
+// began until the Sentinels named the new master; unguarded, until the old
+// master stopped taking writes). It reports the recovery time after each
+// failover (the fault's start to the first claim that succeeds), the keys
+// run twice and the refusals. It runs with make test-sentinel
 // (REDISFX_TEST_SENTINEL).
 func TestIdempotencyChecker_Sentinel(t *testing.T) {
 	if os.Getenv("REDISFX_TEST_SENTINEL") == "" {
