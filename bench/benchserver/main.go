@@ -1,4 +1,4 @@
-// Command benchserver serves the trivial payments handler in one of three
+// Command benchserver serves the trivial payments handler in one of these
 // modes, so that redisfx is measured against the limits of its design:
 //
 //	plain    chi and the handler, no idempotency at all
@@ -14,6 +14,9 @@
 //	         made, nothing exported), storefx, metricsfx, httpfx,
 //	         idempotencyfx and one route
 //	stack-notracing  the same without tracingfx
+//	nethttp  net/http's ServeMux, the handler and the limit's round trips
+//	sdk-floor  nethttp traced with the bare OpenTelemetry SDK at 10 %
+//	         (floor.go): the floor under tracingfx's cost
 //
 // -policy sets idempotencyfx's ErrorPolicy and -breaker=false turns off
 // storefx's circuit breaker (the Redis-down measurements).
@@ -109,8 +112,16 @@ func main() {
 		opts.DisableIdentity = true
 		rdb := redis.NewClient(opts)
 		r := chi.NewRouter()
-		r.With(limit(rdb, *prefix)).Post("/payments", payment)
+		r.With(limit(rdb, *prefix, nil)).Post("/payments", payment)
 		serve(*addr, r)
+	case "nethttp", "sdk-floor":
+		opts, err := redis.ParseURL(*redisURL)
+		if err != nil {
+			log.Fatal(err)
+		}
+		h, stop := floorHandler(opts, *prefix, *mode == "sdk-floor")
+		serve(*addr, h)
+		stop()
 	case "redisfx":
 		app := fx.New(fx.NopLogger,
 			fx.Provide(func() *zap.Logger { return zap.NewNop() }),
@@ -156,13 +167,18 @@ func serve(addr string, h http.Handler) {
 }
 
 // limit does the protocol's round trips and nothing else: the fingerprint is
-// a SHA-256 of the body, the recorded response is the raw body.
-func limit(rdb *redis.Client, prefix string) func(http.Handler) http.Handler {
+// a SHA-256 of the body, the recorded response is the raw body. outcome,
+// when not nil, is told what became of each request (the SDK floor puts it
+// on its SERVER span, as idempotencyfx does).
+func limit(rdb *redis.Client, prefix string, outcome func(*http.Request, idempotencyfx.Outcome)) func(http.Handler) http.Handler {
 	var owner atomic.Int64
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			key := r.Header.Get("Idempotency-Key")
 			if key == "" {
+				if outcome != nil {
+					outcome(r, idempotencyfx.OutcomeBypass)
+				}
 				next.ServeHTTP(w, r)
 				return
 			}
@@ -178,11 +194,17 @@ func limit(rdb *redis.Client, prefix string) func(http.Handler) http.Handler {
 			kind, _ := v[0].(string)
 			switch kind {
 			case "c":
+				if outcome != nil {
+					outcome(r, idempotencyfx.OutcomeReplay)
+				}
 				resp, _ := v[1].(string)
 				w.Header().Set("Content-Type", "application/json")
 				w.WriteHeader(http.StatusCreated)
 				_, _ = io.WriteString(w, resp)
 			case "n", "t":
+				if outcome != nil {
+					outcome(r, idempotencyfx.OutcomeNew)
+				}
 				err := idemscript.Complete.Run(r.Context(), rdb, []string{prefix + key}, me, "c", paymentBody, 3600000).Err()
 				if err != nil {
 					http.Error(w, err.Error(), 500)

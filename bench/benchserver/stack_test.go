@@ -103,7 +103,7 @@ func limitRouter(b *testing.B) http.Handler {
 	rdb := redis.NewClient(opts)
 	b.Cleanup(func() { _ = rdb.Close() })
 	r := chi.NewRouter()
-	r.With(limit(rdb, redistest.Prefix(b))).Post("/payments", payment)
+	r.With(limit(rdb, redistest.Prefix(b), nil)).Post("/payments", payment)
 	return r
 }
 
@@ -165,6 +165,10 @@ func BenchmarkStack_ReplayOTLP10(b *testing.B) {
 // Without tracingfx: the baseline of the tracing rows.
 func BenchmarkStack_NoKeyNoTracing(b *testing.B) {
 	serveStack(b, stackRouter(b, false), func(int) string { return "" })
+}
+
+func BenchmarkStack_NewKeyNoTracing(b *testing.B) {
+	serveStack(b, stackRouter(b, false), func(i int) string { return "new-" + strconv.Itoa(i) })
 }
 
 func BenchmarkStack_ReplayNoTracing(b *testing.B) {
