@@ -22,7 +22,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"io"
 	"log"
 	"net/http"
 	"os"
@@ -32,7 +31,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -57,6 +55,12 @@ var servers = []server{
 	{name: "stack-otlp100", label: "README stack, OTLP/HTTP export, every trace", mode: "stack",
 		env: []string{"OTEL_EXPORTER_OTLP_ENDPOINT=http://{recv}", "OTEL_TRACES_SAMPLER=parentbased_always_on"}},
 	{name: "stack-notracing", label: "README stack without tracingfx", mode: "stack-notracing"},
+	// The floor under tracingfx's cost: the limit's round trips on bare
+	// net/http, untraced, and traced with the bare OpenTelemetry SDK at
+	// 10 % making the stack's spans (benchserver's floor.go).
+	{name: "nethttp", label: "net/http and the limit's round trips (the SDK floor untraced)", mode: "nethttp"},
+	{name: "sdk-floor", label: "SDK floor: net/http, the limit's round trips, bare OpenTelemetry SDK, OTLP/HTTP, 10 % sampled", mode: "sdk-floor",
+		env: []string{"OTEL_EXPORTER_OTLP_ENDPOINT=http://{recv}"}},
 	{name: "stripped", label: "stripped: no-op logger, no tracingfx (earlier tables' \"redisfx\")", mode: "redisfx"},
 	// The payments example as users start it, only HTTP_ADDR and REDIS_URL
 	// set: its own handler, which also caches each payment and publishes a
@@ -97,8 +101,9 @@ func main() {
 		measureDown(bin, dir, *conns, *dur, *repeat)
 		return
 	}
-	recvAddr, spans, stopRecv := receiver()
-	defer stopRecv()
+	rc := receiver()
+	defer rc.close()
+	recvAddr := rc.addr
 	redisAddr, stopRedis := local.StartRedis(dir)
 	defer stopRedis()
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr, DisableIdentity: true})
@@ -141,25 +146,30 @@ func main() {
 				}
 				local.WaitListening(addr)
 				beforeTrips, beforeAll := commandCalls(rdb)
-				beforeCPU := cpuTime(srv.Process.Pid)
-				beforeSpans := spans.Load()
+				beforeCPU, beforeRedis := cpuTime(srv.Process.Pid), redisCPU(rdb)
+				beforeBytes, beforeSpans := rc.bytes.Load(), rc.spans.Load()
 				res, err := drive(context.Background(), load.Options{URL: "http://" + addr + "/payments",
 					Connections: *conns, Duration: *dur, Keys: path, Body: body,
 					KeyPrefix: fmt.Sprintf("%s-%s-%d-", s.name, path, r)})
-				cpu := cpuTime(srv.Process.Pid) - beforeCPU
+				cpu, redisUsed := cpuTime(srv.Process.Pid)-beforeCPU, redisCPU(rdb)-beforeRedis
 				afterTrips, afterAll := commandCalls(rdb)
-				exported := spans.Load() - beforeSpans
 				_ = srv.Process.Signal(os.Interrupt)
 				_ = srv.Wait()
+				// After the server stopped: its exporter's last batch is in.
+				exported, spanCount := rc.bytes.Load()-beforeBytes, rc.spans.Load()-beforeSpans
+				shapes := rc.takeShapes()
+				if r == 0 {
+					printShapes(s.name, path, shapes)
+				}
 				if err != nil {
 					log.Fatalf("%s %s: %v", s.name, path, err)
 				}
 				n := float64(res.Requests)
 				results[s.name][path] = append(results[s.name][path], cell{res: res,
 					calls: stats{float64(afterTrips-beforeTrips) / n, float64(afterAll-beforeAll) / n},
-					cpu:   cpu / time.Duration(res.Requests), exportBytes: float64(exported) / n})
-				fmt.Fprintf(os.Stderr, "%-16s %-7s run %d: %8.0f req/s p50 %v p99 %v cpu/req %v errors %d statuses %v\n",
-					s.name, path, r+1, res.RPS(), res.P50, res.P99, cpu/time.Duration(res.Requests), res.Errors, res.Statuses)
+					cpu:   cpu / time.Duration(res.Requests), redisCPU: redisUsed / time.Duration(res.Requests), exportBytes: float64(exported) / n, spans: float64(spanCount) / n})
+				fmt.Fprintf(os.Stderr, "%-16s %-7s run %d: %8.0f req/s p50 %v p99 %v cpu/req %v redis cpu/req %v errors %d statuses %v\n",
+					s.name, path, r+1, res.RPS(), res.P50, res.P99, cpu/time.Duration(res.Requests), redisUsed/time.Duration(res.Requests), res.Errors, res.Statuses)
 			}
 		}
 	}
@@ -181,22 +191,6 @@ func serverEnv(env []string, recv string) []string {
 	return out
 }
 
-// receiver is an OTLP/HTTP trace receiver that reads and discards each
-// export, counting its bytes.
-func receiver() (string, *atomic.Int64, func()) {
-	addr := local.FreeAddr()
-	var n atomic.Int64
-	srv := &http.Server{Addr: addr, ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c, _ := io.Copy(io.Discard, r.Body)
-		n.Add(c)
-		w.Header().Set("Content-Type", "application/x-protobuf")
-		w.WriteHeader(http.StatusOK)
-	})}
-	go func() { _ = srv.ListenAndServe() }()
-	local.WaitListening(addr)
-	return addr, &n, func() { _ = srv.Close() }
-}
-
 // cpuTime is the user+system CPU time the process used so far (Linux).
 func cpuTime(pid int) time.Duration {
 	raw, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
@@ -212,9 +206,11 @@ func cpuTime(pid int) time.Duration {
 
 type cell struct {
 	res         load.Result
-	calls       stats // per request
-	cpu         time.Duration
+	calls       stats         // per request
+	cpu         time.Duration // the server's, per request
+	redisCPU    time.Duration // redis-server's, per request
 	exportBytes float64
+	spans       float64 // exported per request
 }
 
 // stats are INFO commandstats deltas per request: round trips (script
@@ -230,8 +226,10 @@ func median(cs []cell) (cell, float64, float64) {
 
 func report(results map[string]map[load.Keys][]cell, chosen []server, paths []load.Keys, conns int, dur time.Duration, repeat int, generator string) {
 	fmt.Printf("Closed loop (%s), %d connections, %v per run, median of %d runs (min-max in brackets); %s.\n\n", generator, conns, dur, repeat, time.Now().UTC().Format("2006-01-02 15:04 MST"))
-	fmt.Println("| path | server | req/s | vs plain | vs limit | p50 | p99 | server CPU/req | script calls/req | Redis commands/req | OTLP bytes/req |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("CPU per request: the median of the runs' own (server: /proc/<pid>/stat; Redis: INFO cpu, user + system); spans/req are those the receiver decoded.")
+	fmt.Println()
+	fmt.Println("| path | server | req/s | vs plain | vs limit | p50 | p99 | server CPU/req | Redis CPU/req | script calls/req | Redis commands/req | spans/req | OTLP bytes/req |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	rps := func(name string, p load.Keys) float64 {
 		if results[name] == nil {
 			return 0
@@ -243,9 +241,11 @@ func report(results map[string]map[load.Keys][]cell, chosen []server, paths []lo
 		plain, limit := rps("plain", path), rps("limit", path)
 		for _, s := range chosen {
 			c, lo, hi := median(results[s.name][path])
-			fmt.Printf("| %s | %s | %.0f (%.0f-%.0f) | %s | %s | %v | %v | %v | %.2f | %.2f | %.0f |\n",
+			cs := results[s.name][path]
+			fmt.Printf("| %s | %s | %.0f (%.0f-%.0f) | %s | %s | %v | %v | %v | %s | %.2f | %.2f | %.2f | %.0f |\n",
 				path, s.label, c.res.RPS(), lo, hi, pct(c.res.RPS(), plain), pct(c.res.RPS(), limit),
-				round(c.res.P50), round(c.res.P99), round(c.cpu), c.calls.trips, c.calls.commands, c.exportBytes)
+				round(c.res.P50), round(c.res.P99), round(medianCPU(cs, serverCPU)), micros(medianCPU(cs, redisCPUOf)),
+				c.calls.trips, c.calls.commands, c.spans, c.exportBytes)
 		}
 	}
 	fmt.Println()
@@ -253,8 +253,7 @@ func report(results map[string]map[load.Keys][]cell, chosen []server, paths []lo
 		if results[name] == nil {
 			return 0
 		}
-		c, _, _ := median(results[name][p])
-		return c.cpu
+		return medianCPU(results[name][p], serverCPU)
 	}
 	// ratio is a's throughput over b's, and b's CPU per request over a's
 	// (the same ratio if the CPU were the only limit; steadier on a shared
@@ -279,6 +278,8 @@ func report(results map[string]map[load.Keys][]cell, chosen []server, paths []lo
 	for _, p := range paths {
 		fmt.Printf("| %s: payments example vs README stack (for reference) | %s |\n", p, ratio("payments", "stack", p))
 	}
+	reportFloor(results, paths)
+	reportCeiling(results, chosen)
 }
 
 // paired is the median, with the range, of the throughput ratios of a and
