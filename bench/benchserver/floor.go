@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"log"
 	"net"
 	"net/http"
@@ -164,7 +165,7 @@ func (h *floorHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			span.SetAttributes(h.base...)
 			span.SetAttributes(attribute.String("db.operation", op), semconv.DBOperationName(op), attribute.String("db.statement", stmt),
 				attribute.Float64("redisfx.duration_ms", float64(time.Since(began).Microseconds())/1000))
-			if err != nil && err != redis.Nil {
+			if err != nil && !errors.Is(err, redis.Nil) {
 				span.SetStatus(codes.Error, err.Error())
 			}
 		}
