@@ -3,14 +3,18 @@
 // limit, the stack the README wires (real production logger, tracingfx with
 // its default, metricsfx, httpfx, idempotencyfx), the same stack exporting
 // spans over OTLP/HTTP to a receiver in this process at 10 % and 100 %
-// sampling, the stack without tracingfx, and the stripped server of earlier
-// tables, on the three paths (new key, replay, no key) with the closed-loop
-// load generator. Each repeat runs every server once, path by path, each
+// sampling, the stack without tracingfx, the SDK floor (the limit on bare
+// net/http traced with the bare OpenTelemetry SDK at 10 %) and its
+// untraced baseline, and the stripped server of earlier tables, on the
+// three paths (new key, replay, no key) with the closed-loop load
+// generator. Each repeat runs every server once, path by path, each
 // repeat starting with another server, so the servers share the machine's
 // conditions; the median of the repeats is reported with ratios, spreads
-// and the server's CPU per request, and each target also as the median of
-// the ratios within each repeat (paired), which a drift of the VM's speed
-// between repeats does not move.
+// and the server's and Redis's CPU per request, and each target also as
+// the median of the ratios within each repeat (paired), which a drift of
+// the VM's speed between repeats does not move; then tracing's added CPU
+// against the SDK floor's (floor.go) and what one Redis serves per second
+// (ceiling.go).
 //
 //	go run ./bench/run -c 32 -d 5s -repeat 3
 //	go run ./bench/run -servers plain,limit,stack -repeat 5
