@@ -39,17 +39,23 @@ func (h *afterClaim) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // the operator's Delete) starts after the next owner has run, and its token
 // is the lower one, so downstream writes refuse it. The idempotency
 // checker once ordered tokens by the start of the work and took this for a
-// violation.
+// violation. The next owner is another process: a duplicate in the same
+// process would wait for the first's claim (see flock).
 func TestFencingToken_FollowsTheClaims_NotTheStartOfTheWork(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, Config{}, nil)
+	other, err := New(e.rdb, e.svc.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = other.Close() })
 	var nextToken int64
 	var nextEnded time.Time
 	hook := &afterClaim{fn: func(ctx context.Context) {
 		if _, err := e.svc.Delete(ctx, "", "k"); err != nil {
 			t.Error(err)
 		}
-		_, _, err := e.svc.Do(ctx, "k", "fp", func(ctx context.Context) ([]byte, error) {
+		_, _, err := other.Do(ctx, "k", "fp", func(ctx context.Context) ([]byte, error) {
 			nextToken = FencingToken(ctx)
 			return []byte("next"), nil
 		})
@@ -61,7 +67,7 @@ func TestFencingToken_FollowsTheClaims_NotTheStartOfTheWork(t *testing.T) {
 	e.rdb.AddHook(hook)
 	var lateToken int64
 	var lateStarted time.Time
-	_, _, err := e.svc.Do(context.Background(), "k", "fp", func(ctx context.Context) ([]byte, error) {
+	_, _, err = e.svc.Do(context.Background(), "k", "fp", func(ctx context.Context) ([]byte, error) {
 		lateStarted, lateToken = time.Now(), FencingToken(ctx)
 		return []byte("late"), nil
 	})

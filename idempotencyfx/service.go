@@ -1,10 +1,12 @@
 package idempotencyfx
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -33,6 +35,9 @@ type Service struct {
 	log    *zap.Logger
 	obs    *observer
 	errors *httpfx.Errors
+
+	flockMu sync.Mutex
+	flocks  map[flockKey]*flock // duplicates waiting, by record and fingerprint
 
 	withdrawing    atomic.Int64   // withdrawals in flight (maxWithdrawals)
 	withdrawLog    throttle.Every // the too-many-withdrawals error, at most every 10s
@@ -71,6 +76,7 @@ func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Service, error
 		store:          store{rdb: rdb, acks: st.ReplicaAcks, ackTimeout: st.ReplicaAckTimeout},
 		log:            o.log,
 		late:           newLateCompletions(),
+		flocks:         map[flockKey]*flock{},
 		calls:          detach.New(st.StoreTimeout),
 		errors:         o.errors,
 	}
@@ -191,18 +197,17 @@ type grant struct {
 // duplicate if there is one.
 func (s *Service) acquire(ctx context.Context, storeKey, key, fp string) (grant, error) {
 	owner := randid.Hex(12) // 96 random bits: no subscriber can forge a completion message for its waiters
-	waiting := s.cfg.WaitTimeout > 0
-	c, err := s.claimOnce(ctx, storeKey, fp, owner, waiting)
+	if s.cfg.WaitTimeout > 0 {
+		return s.wait(ctx, storeKey, key, fp, owner)
+	}
+	c, err := s.claimOnce(ctx, storeKey, fp, owner, false)
 	if err != nil {
 		return grant{}, err
 	}
 	if c.kind != claimInProgress {
 		return s.grantFor(c, storeKey, key, owner, false)
 	}
-	if !waiting {
-		return grant{outcome: OutcomeInProgress}, newTimeout(key, c.wait)
-	}
-	return s.wait(ctx, storeKey, key, fp, owner, c)
+	return grant{outcome: OutcomeInProgress}, newTimeout(key, c.wait)
 }
 
 // claimOnce sends one claim, which runs to its end (StoreTimeout) even if the
@@ -228,59 +233,96 @@ func (s *Service) claimOnce(ctx context.Context, storeKey, fp, owner string, wai
 	return c, nil
 }
 
-func (s *Service) wait(ctx context.Context, storeKey, key, fp, owner string, running claim) (grant, error) {
+// wait claims as a member of the flock of the record and fp: the first
+// claims at once, for itself and those that join meanwhile.
+func (s *Service) wait(ctx context.Context, storeKey, key, fp, owner string) (grant, error) {
+	f, first := s.join(storeKey, fp)
+	defer s.leave(f)
+	if first {
+		c, err := s.claimOnce(ctx, storeKey, fp, owner, true)
+		leased := s.settle(ctx, f, c, err, owner)
+		s.handOver(f)
+		if err != nil {
+			return grant{}, err
+		}
+		if leased || c.kind != claimInProgress {
+			return s.grantFor(c, storeKey, key, owner, false)
+		}
+	}
 	began := time.Now()
 	ctx, span := s.obs.startWait(ctx, s.cfg.WaitTimeout)
-	g, err := s.awaitOutcome(ctx, storeKey, key, fp, owner, running)
+	g, err := s.awaitOutcome(ctx, f, storeKey, key, fp, owner)
 	s.obs.waited(span, time.Since(began), g.outcome, err)
 	return g, err
 }
 
-// awaitOutcome is woken by a completion message naming the owner last seen
-// running, or polls: when its subscription is confirmed and every
+// awaitOutcome waits, as a member of f, for the outcome of the attempt that
+// runs. The lead is woken by a completion message naming the owner last
+// seen running, or polls: when its subscription is confirmed and every
 // PollInterval. A poll also takes over a lease that ran out.
-func (s *Service) awaitOutcome(ctx context.Context, storeKey, key, fp, owner string, running claim) (grant, error) {
-	leaseLeft, holder := running.wait, running.owner
+func (s *Service) awaitOutcome(ctx context.Context, f *flock, storeKey, key, fp, owner string) (grant, error) {
 	deadline := time.NewTimer(s.cfg.WaitTimeout)
 	defer deadline.Stop()
-	w := s.notify.watch(storeKey)
-	defer w.release()
-	poll := time.NewTimer(s.pollAfter(leaseLeft))
+	poll := time.NewTimer(time.Hour)
 	defer poll.Stop()
-	var polledOn <-chan struct{} // the confirmation already answered with a poll
-	// Kept until it fires: a message that came during a poll must still be seen.
-	sig := w.signal()
+	lead := false
+	defer func() {
+		if lead {
+			s.handOver(f)
+		}
+	}()
 	for {
-		confirmed := w.confirmed()
-		if confirmed == polledOn {
-			confirmed = nil
+		s.flockMu.Lock()
+		if !lead && !f.led && !f.answered {
+			lead, f.led = true, true
+			poll.Reset(max(time.Until(f.pollAt), 0))
+		}
+		answered, c, err, changed := f.answered, f.c, f.err, f.changed
+		s.flockMu.Unlock()
+		if answered && err != nil {
+			return grant{}, err
+		} else if answered {
+			return s.grantFor(c, storeKey, key, owner, true)
+		}
+		var fired, confirmed <-chan struct{}
+		var pollC <-chan time.Time
+		if lead {
+			changed, pollC = nil, poll.C
+			if f.w != nil {
+				fired, confirmed = f.sig.fired, f.w.confirmed()
+			}
+			if confirmed == f.polledOn {
+				confirmed = nil
+			}
 		}
 		select {
-		case <-sig.fired:
-			if g, ok, err := s.grantFromMessage(sig.payload, key, holder); ok {
-				return g, err
+		case <-changed:
+		case <-fired:
+			if c, ok := s.claimFromMessage(f.sig.payload, f.c.owner); ok {
+				s.settle(ctx, f, c, nil, owner)
+				continue
 			}
-			sig = w.signal()
-			poll.Reset(0) // not this request's outcome: ask Redis
+			f.sig, f.pollAt = f.w.signal(), time.Time{}
+			poll.Reset(0) // not this attempt's outcome: ask Redis
 		case <-confirmed:
-			polledOn = confirmed
+			f.polledOn, f.pollAt = confirmed, time.Time{}
 			poll.Reset(0)
-		case <-poll.C:
+		case <-pollC:
 			c, err := s.claimOnce(ctx, storeKey, fp, owner, true)
 			if s.onWaitPoll != nil {
 				s.onWaitPoll()
 			}
-			if err != nil {
-				return grant{}, err
-			}
-			if c.kind != claimInProgress {
+			if s.settle(ctx, f, c, err, owner) {
 				return s.grantFor(c, storeKey, key, owner, true)
 			}
-			leaseLeft, holder = c.wait, c.owner
-			poll.Reset(s.pollAfter(c.wait))
+			if err == nil && c.kind == claimInProgress {
+				poll.Reset(s.pollAfter(c.wait))
+			}
 		case <-deadline.C:
-			// Retry after the owner's lease at the latest.
-			return grant{outcome: OutcomeInProgress}, newTimeout(key, leaseLeft)
+			s.flockMu.Lock()
+			defer s.flockMu.Unlock()
+			// Retry after the owner's lease at the latest (at most LockTimeout before a claim answered).
+			return grant{outcome: OutcomeInProgress}, newTimeout(key, cmp.Or(f.c.wait, s.cfg.LockTimeout))
 		case <-ctx.Done():
 			return grant{}, ctx.Err()
 		}
@@ -313,27 +355,26 @@ func (s *Service) grantFor(c claim, storeKey, key, owner string, waited bool) (g
 	return grant{}, newStoreError(fmt.Errorf("unexpected claim reply %q", c.kind))
 }
 
-// grantFromMessage reads a completion message (idemscript.Complete); ok is
+// claimFromMessage reads a completion message (idemscript.Complete); ok is
 // false for one that is not holder's outcome.
-func (s *Service) grantFromMessage(payload, key, holder string) (g grant, ok bool, err error) {
+func (s *Service) claimFromMessage(payload, holder string) (c claim, ok bool) {
 	if len(payload) < 2 || payload[1] != 'o' || holder == "" {
-		return grant{}, false, nil
+		return claim{}, false
 	}
 	n, rest, found := strings.Cut(payload[2:], ":")
 	size, convErr := strconv.Atoi(n)
 	if !found || convErr != nil || size != len(holder) || !strings.HasPrefix(rest, holder) {
-		return grant{}, false, nil
+		return claim{}, false
 	}
-	c := claim{kind: claimKind(payload[0]), resp: rest[len(holder):], wait: s.cfg.LockTimeout}
+	c = claim{kind: claimKind(payload[0]), resp: rest[len(holder):], wait: s.cfg.LockTimeout}
 	switch c.kind {
 	case claimNotReplayable:
 		c.wait = max(s.cfg.DefaultTTL, 0)
 	case claimCompleted, claimFailed:
 	default:
-		return grant{}, false, nil
+		return claim{}, false
 	}
-	g, err = s.grantFor(c, "", key, "", true)
-	return g, true, err
+	return c, true
 }
 
 // finish records the outcome of owned work, in the background if it must.

@@ -392,7 +392,7 @@ func TestGrantFromMessage_OnlyTheOwnerSeenRunning(t *testing.T) {
 		{"empty", "", "owner-one", false},
 		{"unknown state", "xo9:owner-one" + resp, "owner-one", false},
 	} {
-		_, ok, _ := s.grantFromMessage(tc.payload, "k", tc.holder)
+		_, ok := s.claimFromMessage(tc.payload, tc.holder)
 		if ok != tc.ok {
 			t.Errorf("%s: taken %v, want %v", tc.name, ok, tc.ok)
 		}
