@@ -15,7 +15,7 @@ type flock struct {
 	key      flockKey
 	members  int
 	led      bool          // a member leads
-	changed  chan struct{} // closed when answered or the lead is free
+	changed  chan struct{} // closed when answered or the lead is free (made when a member waits)
 	answered bool
 	c        claim // the answer; before it, the attempt last seen running
 	err      error // the answer, when it is an error
@@ -35,7 +35,7 @@ func (s *Service) join(record, fp string) (f *flock, first bool) {
 	defer s.flockMu.Unlock()
 	k := flockKey{record, fp}
 	if f = s.flocks[k]; f == nil {
-		f = &flock{key: k, led: true, changed: make(chan struct{})}
+		f = &flock{key: k, led: true}
 		s.flocks[k] = f
 	}
 	f.members++
@@ -78,7 +78,7 @@ func (s *Service) settle(ctx context.Context, f *flock, c claim, err error, owne
 		return false
 	}
 	f.answered, f.c, f.err = true, c, err
-	close(f.changed)
+	f.wake()
 	if s.flocks[f.key] == f { // a request that comes now claims anew
 		delete(s.flocks, f.key)
 	}
@@ -91,7 +91,14 @@ func (s *Service) handOver(f *flock) {
 	defer s.flockMu.Unlock()
 	if !f.answered {
 		f.led = false
+		f.wake()
+	}
+}
+
+// wake wakes the members waiting for a change. flockMu is held.
+func (f *flock) wake() {
+	if f.changed != nil {
 		close(f.changed)
-		f.changed = make(chan struct{})
+		f.changed = nil
 	}
 }

@@ -276,6 +276,8 @@ func (s *Service) awaitOutcome(ctx context.Context, f *flock, storeKey, key, fp,
 		if !lead && !f.led && !f.answered {
 			lead, f.led = true, true
 			poll.Reset(max(time.Until(f.pollAt), 0))
+		} else if !lead && f.changed == nil {
+			f.changed = make(chan struct{})
 		}
 		answered, c, err, changed := f.answered, f.c, f.err, f.changed
 		s.flockMu.Unlock()
