@@ -17,7 +17,7 @@ type flock struct {
 	led      bool          // a member leads
 	changed  chan struct{} // closed when answered or the lead is free (made when a member waits)
 	answered bool
-	c        claim // the answer; before it, the attempt last seen running
+	c        claim // the answer; before it, the attempt last seen running (its lease left)
 	err      error // the answer, when it is an error
 	// The lead's, passed on from lead to lead:
 	w        *watch          // from the first claim that found an attempt running
@@ -34,8 +34,8 @@ func (s *Service) join(record, fp string) (f *flock, first bool) {
 	s.flockMu.Lock()
 	defer s.flockMu.Unlock()
 	k := flockKey{record, fp}
-	if f = s.flocks[k]; f == nil {
-		f = &flock{key: k, led: true}
+	if f = s.flocks[k]; f == nil || f.answered { // one answered: claim anew
+		f = &flock{key: k, led: true, c: claim{wait: s.cfg.LockTimeout}}
 		s.flocks[k] = f
 	}
 	f.members++
@@ -78,10 +78,7 @@ func (s *Service) settle(ctx context.Context, f *flock, c claim, err error, owne
 		return false
 	}
 	f.answered, f.c, f.err = true, c, err
-	f.wake()
-	if s.flocks[f.key] == f { // a request that comes now claims anew
-		delete(s.flocks, f.key)
-	}
+	f.free()
 	return false
 }
 
@@ -89,14 +86,12 @@ func (s *Service) settle(ctx context.Context, f *flock, c claim, err error, owne
 func (s *Service) handOver(f *flock) {
 	s.flockMu.Lock()
 	defer s.flockMu.Unlock()
-	if !f.answered {
-		f.led = false
-		f.wake()
-	}
+	f.free()
 }
 
-// wake wakes the members waiting for a change. flockMu is held.
-func (f *flock) wake() {
+// free frees the lead and wakes the members waiting for a change. flockMu is held.
+func (f *flock) free() {
+	f.led = false
 	if f.changed != nil {
 		close(f.changed)
 		f.changed = nil

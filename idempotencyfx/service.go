@@ -1,7 +1,6 @@
 package idempotencyfx
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"strconv"
@@ -323,8 +322,8 @@ func (s *Service) awaitOutcome(ctx context.Context, f *flock, storeKey, key, fp,
 		case <-deadline.C:
 			s.flockMu.Lock()
 			defer s.flockMu.Unlock()
-			// Retry after the owner's lease at the latest (at most LockTimeout before a claim answered).
-			return grant{outcome: OutcomeInProgress}, newTimeout(key, cmp.Or(f.c.wait, s.cfg.LockTimeout))
+			// Retry after the owner's lease at the latest.
+			return grant{outcome: OutcomeInProgress}, newTimeout(key, f.c.wait)
 		case <-ctx.Done():
 			return grant{}, ctx.Err()
 		}
