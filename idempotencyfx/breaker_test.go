@@ -32,7 +32,7 @@ func background(cmd redis.Cmder) bool {
 		return false
 	}
 	script, _ := args[1].(string) // EVALSHA's hash, or EVAL's source after a NOSCRIPT
-	return script == idemscript.Abandon.Hash() || strings.Contains(script, "'x:' .. ARGV[1], 1)")
+	return script == idemscript.Abandon.Hash() || strings.Contains(script, "'x:' .. ARGV[1], '1')")
 }
 
 func (c *sentNonPing) DialHook(next redis.DialHook) redis.DialHook { return next }

@@ -16,18 +16,19 @@ import "github.com/redis/go-redis/v9"
 // Abandon) and takes nothing.
 var Claim = redis.NewScript(`
 local k = KEYS[1]
-local rec = redis.call('HMGET', k, 's', 'f', 'l', 'r', 'n', 'o')
+local rec = redis.call('HMGET', k, 's', 'f', 'l', 'r', 'n', 'o', 'm')
 local s = rec[1]
-local lease = tonumber(ARGV[3])
+-- Numbers go to Redis as strings formatted with %d: Redis formats a Lua
+-- number argument as a float (%.17g), which costs it more than the command.
 if not s then
-  if redis.call('HEXISTS', k, 'x:' .. ARGV[2]) == 1 then
+  if rec[7] and redis.call('HEXISTS', k, 'x:' .. ARGV[2]) == 1 then
     return {'x'}
   end
   local t = redis.call('TIME')
-  local now = t[1] * 1000 + math.floor(t[2] / 1000)
-  local n = string.format('%d', t[1] * 1000000 + t[2])
-  redis.call('HSET', k, 's', 'p', 'f', ARGV[1], 'o', ARGV[2], 'l', now + lease, 'n', n)
-  redis.call('PEXPIRE', k, 2 * lease)
+  local n = t[1] .. string.rep('0', 6 - #t[2]) .. t[2]
+  local lease = tonumber(ARGV[3])
+  redis.call('HSET', k, 's', 'p', 'f', ARGV[1], 'o', ARGV[2], 'l', string.format('%d', t[1] * 1000 + math.floor(t[2] / 1000) + lease), 'n', n)
+  redis.call('PEXPIRE', k, string.format('%d', 2 * lease))
   return {'n', tonumber(n)}
 end
 if rec[2] ~= ARGV[1] then
@@ -40,27 +41,28 @@ if s == 'p' then
   -- TIME only where the lease is read or written: a replay costs Redis none.
   local t = redis.call('TIME')
   local now = t[1] * 1000 + math.floor(t[2] / 1000)
+  local lease = tonumber(ARGV[3])
   if rec[6] == ARGV[2] then
     -- This very claim, delivered again: the client re-sent it after
     -- losing the reply (go-redis retries a command whose connection
     -- failed). The record is this owner's: granted again, not seen as
     -- another's run (which no one would run).
-    redis.call('HSET', k, 'l', now + lease)
-    redis.call('PEXPIRE', k, 2 * lease)
+    redis.call('HSET', k, 'l', string.format('%d', now + lease))
+    redis.call('PEXPIRE', k, string.format('%d', 2 * lease))
     return {'n', tonumber(rec[5])}
   end
   local left = tonumber(rec[3]) - now
   if left <= 0 then
-    if redis.call('HEXISTS', k, 'x:' .. ARGV[2]) == 1 then
+    if rec[7] and redis.call('HEXISTS', k, 'x:' .. ARGV[2]) == 1 then
       return {'x'}
     end
     local n = string.format('%d', math.max((tonumber(rec[5]) or 0) + 1, t[1] * 1000000 + t[2]))
-    redis.call('HSET', k, 'n', n, 'o', ARGV[2], 'l', now + lease)
-    redis.call('PEXPIRE', k, 2 * lease)
+    redis.call('HSET', k, 'n', n, 'o', ARGV[2], 'l', string.format('%d', now + lease))
+    redis.call('PEXPIRE', k, string.format('%d', 2 * lease))
     return {'t', tonumber(n)}
   end
   if ARGV[4] == '1' then
-    redis.call('HSET', k, 'w', 1)
+    redis.call('HSET', k, 'w', '1')
   end
   return {'p', left, rec[6]}
 end
@@ -100,9 +102,8 @@ if rec[3] ~= 'p' then
 end
 redis.call('HSET', k, 's', ARGV[2], 'r', ARGV[3])
 redis.call('HDEL', k, 'l', 'w')
-local ttl = tonumber(ARGV[4])
-if ttl > 0 then
-  redis.call('PEXPIRE', k, ttl)
+if ARGV[4] ~= '0' then
+  redis.call('PEXPIRE', k, ARGV[4])
 else
   redis.call('PERSIST', k)
 end
@@ -121,9 +122,9 @@ var All = []*redis.Script{Claim, Renew, Complete, Abandon}
 // Abandon withdraws a claim whose reply was lost, which Redis may have run
 // or may still run. If it landed, the record's fields are deleted and its
 // waiters woken to claim anew (a message they do not take: they ask their
-// record). Either way a marker field x:<owner> is left, so that the claim,
-// should it arrive, takes nothing; a key made only for the marker expires
-// after ARGV[2] ms.
+// record). Either way a marker field x:<owner> is left, and m, which tells
+// Claim to look for markers, so that the claim, should it arrive, takes
+// nothing; a key made only for the marker expires after ARGV[2] ms.
 // KEYS[1] record; ARGV owner, marker ms. Returns 1 (withdrawn) or 0 (marked).
 var Abandon = redis.NewScript(`
 local k = KEYS[1]
@@ -132,7 +133,7 @@ if rec[1] == 'p' and rec[2] == ARGV[1] then
   -- Other owners' markers in the key stay. Another send of this claim
   -- (go-redis re-sends one whose connection failed) may still come.
   redis.call('HDEL', k, 's', 'f', 'o', 'l', 'n', 'w', 'r')
-  redis.call('HSET', k, 'x:' .. ARGV[1], 1)
+  redis.call('HSET', k, 'm', '1', 'x:' .. ARGV[1], '1')
   if redis.call('PTTL', k) < tonumber(ARGV[2]) then
     redis.call('PEXPIRE', k, ARGV[2])
   end
@@ -141,7 +142,7 @@ if rec[1] == 'p' and rec[2] == ARGV[1] then
   end
   return 1
 end
-redis.call('HSET', k, 'x:' .. ARGV[1], 1)
+redis.call('HSET', k, 'm', '1', 'x:' .. ARGV[1], '1')
 if not rec[1] and redis.call('PTTL', k) < tonumber(ARGV[2]) then
   redis.call('PEXPIRE', k, ARGV[2])
 end
