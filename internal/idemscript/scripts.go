@@ -16,12 +16,12 @@ import "github.com/redis/go-redis/v9"
 // Abandon) and takes nothing.
 var Claim = redis.NewScript(`
 local k = KEYS[1]
-local rec = redis.call('HMGET', k, 's', 'f', 'l', 'r', 'n', 'o', 'm')
+local rec = redis.call('HMGET', k, 's', 'f', 'r', 'm')
 local s = rec[1]
 -- Numbers go to Redis as strings formatted with %d: Redis formats a Lua
 -- number argument as a float (%.17g), which costs it more than the command.
 if not s then
-  if rec[7] and redis.call('HEXISTS', k, 'x:' .. ARGV[2]) == 1 then
+  if rec[4] and redis.call('HEXISTS', k, 'x:' .. ARGV[2]) == 1 then
     return {'x'}
   end
   local t = redis.call('TIME')
@@ -35,28 +35,29 @@ if rec[2] ~= ARGV[1] then
   return {'m'}
 end
 if s == 'c' then
-  return {'c', rec[4]}
+  return {'c', rec[3]}
 end
 if s == 'p' then
-  -- TIME only where the lease is read or written: a replay costs Redis none.
+  -- The lease's fields and TIME only here: a replay reads what it answers.
+  local l, n, o = unpack(redis.call('HMGET', k, 'l', 'n', 'o'))
   local t = redis.call('TIME')
   local now = t[1] * 1000 + math.floor(t[2] / 1000)
   local lease = tonumber(ARGV[3])
-  if rec[6] == ARGV[2] then
+  if o == ARGV[2] then
     -- This very claim, delivered again: the client re-sent it after
     -- losing the reply (go-redis retries a command whose connection
     -- failed). The record is this owner's: granted again, not seen as
     -- another's run (which no one would run).
     redis.call('HSET', k, 'l', string.format('%d', now + lease))
     redis.call('PEXPIRE', k, string.format('%d', 2 * lease))
-    return {'n', tonumber(rec[5])}
+    return {'n', tonumber(n)}
   end
-  local left = tonumber(rec[3]) - now
+  local left = tonumber(l) - now
   if left <= 0 then
-    if rec[7] and redis.call('HEXISTS', k, 'x:' .. ARGV[2]) == 1 then
+    if rec[4] and redis.call('HEXISTS', k, 'x:' .. ARGV[2]) == 1 then
       return {'x'}
     end
-    local n = string.format('%d', math.max((tonumber(rec[5]) or 0) + 1, t[1] * 1000000 + t[2]))
+    n = string.format('%d', math.max((tonumber(n) or 0) + 1, t[1] * 1000000 + t[2]))
     redis.call('HSET', k, 'n', n, 'o', ARGV[2], 'l', string.format('%d', now + lease))
     redis.call('PEXPIRE', k, string.format('%d', 2 * lease))
     return {'t', tonumber(n)}
@@ -64,7 +65,7 @@ if s == 'p' then
   if ARGV[4] == '1' then
     redis.call('HSET', k, 'w', '1')
   end
-  return {'p', left, rec[6]}
+  return {'p', left, o}
 end
 return {s, redis.call('PTTL', k)}
 `)
