@@ -4,7 +4,12 @@
 // around each run, divided by the requests served. Servers run interleaved,
 // each repeat starting with another; medians of the repeats are reported.
 //
+// A server is a benchserver mode, with more flags after a slash
+// (limit/-spin=40), run from another module tree with @other.
+//
 //	go run ./bench/rediscpu -servers limit,stack -c 32 -d 5s -repeat 3
+//	git archive main | tar -x -C /tmp/main
+//	go run ./bench/rediscpu -servers limit,stack,limit@other,stack@other -other /tmp/main
 //	taskset -c 0 go run ./bench/rediscpu -pin 1   # Redis on a core of its own
 package main
 
@@ -94,8 +99,9 @@ func main() {
 				mode := servers[(i+r)%len(servers)]
 				addr := local.FreeAddr()
 				prefix := fmt.Sprintf("bench:%s:%s:%d:", mode, path, r)
-				exe, m, isOther := bin, mode, false
-				if m, isOther = strings.CutSuffix(mode, "@other"); isOther {
+				exe := bin
+				m, isOther := strings.CutSuffix(mode, "@other")
+				if isOther {
 					exe = otherBin
 				}
 				m, extra, _ := strings.Cut(m, "/") // limit/-spin=40: more flags
