@@ -146,8 +146,8 @@ func storm(tb testing.TB, n int, hold time.Duration) stormCost {
 // one claim, one subscription and one poll. Today's bound, with the default
 // PollInterval (500ms) and the first request running 1.5s: one claim of the
 // first duplicate, one when its subscription is confirmed, one every
-// PollInterval (3), each an EVALSHA running HMGET, TIME and HSET (4
-// commands): 20; SUBSCRIBE and UNSUBSCRIBE; the first's completion (6). 28,
+// PollInterval (3), each an EVALSHA running two HMGETs, TIME and HSET (5
+// commands): 25; SUBSCRIBE and UNSUBSCRIBE; the first's completion (6). 33,
 // whatever the number of duplicates; 40 leaves room for a loaded machine.
 func TestRetryStorm_CoalescedInProcess(t *testing.T) {
 	c := storm(t, 50, 1500*time.Millisecond)
