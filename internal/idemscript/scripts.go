@@ -18,8 +18,7 @@ var Claim = redis.NewScript(`
 local k = KEYS[1]
 local rec = redis.call('HMGET', k, 's', 'f', 'r', 'm')
 local s = rec[1]
--- Numbers go to Redis as strings formatted with %d: Redis formats a Lua
--- number argument as a float (%.17g), which costs it more than the command.
+-- Numbers go to Redis as %d strings: a Lua number it formats as a float (%.17g), slowly.
 if not s then
   if rec[4] and redis.call('HEXISTS', k, 'x:' .. ARGV[2]) == 1 then
     return {'x'}
