@@ -1,9 +1,6 @@
 package idempotencyfx
 
-import (
-	"context"
-	"time"
-)
+import "time"
 
 // flock is the duplicates of one record and fingerprint waiting in this
 // process. One at a time, the lead, claims, watches the record's channel
@@ -18,7 +15,6 @@ type flock struct {
 	changed  chan struct{} // closed when answered or the lead is free (made when a member waits)
 	answered bool
 	c        claim // the answer; before it, the attempt last seen running (its lease left)
-	err      error // the answer, when it is an error
 	// The lead's, passed on from lead to lead:
 	w        *watch          // from the first claim that found an attempt running
 	sig      *signal         // the next message, kept until it fires
@@ -57,15 +53,15 @@ func (s *Service) leave(f *flock) {
 	}
 }
 
-// settle records the lead's claim c (or its error) for f; leased reports
-// the lead's own lease.
-func (s *Service) settle(ctx context.Context, f *flock, c claim, err error, owner string) (leased bool) {
+// settle records the lead's claim c for f; leased reports the lead's own
+// lease. A failed claim answers only the lead: a store error is its call's,
+// which may predate a member's arrival, and the member claims on its own.
+func (s *Service) settle(f *flock, c claim, err error, owner string) (leased bool) {
 	s.flockMu.Lock()
 	defer s.flockMu.Unlock()
 	switch {
-	case err != nil && ctx.Err() != nil: // the lead's client has gone
+	case err != nil: // the lead's own: the members claim on their own (a failure is no answer about the record)
 		return false
-	case err != nil:
 	case c.kind == claimNew || c.kind == claimTakeover: // the others wait for the lead's work
 		f.c, f.pollAt = claim{kind: claimInProgress, wait: s.cfg.LockTimeout, owner: owner}, time.Time{}
 		return true
@@ -77,7 +73,7 @@ func (s *Service) settle(ctx context.Context, f *flock, c claim, err error, owne
 		}
 		return false
 	}
-	f.answered, f.c, f.err = true, c, err
+	f.answered, f.c = true, c
 	f.free()
 	return false
 }

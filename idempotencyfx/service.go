@@ -239,7 +239,7 @@ func (s *Service) wait(ctx context.Context, storeKey, key, fp, owner string) (gr
 	defer s.leave(f)
 	if first {
 		c, err := s.claimOnce(ctx, storeKey, fp, owner, true)
-		leased := s.settle(ctx, f, c, err, owner)
+		leased := s.settle(f, c, err, owner)
 		s.handOver(f)
 		if err != nil {
 			return grant{}, err
@@ -278,11 +278,9 @@ func (s *Service) awaitOutcome(ctx context.Context, f *flock, storeKey, key, fp,
 		} else if !lead && f.changed == nil {
 			f.changed = make(chan struct{})
 		}
-		answered, c, err, changed := f.answered, f.c, f.err, f.changed
+		answered, c, changed := f.answered, f.c, f.changed
 		s.flockMu.Unlock()
-		if answered && err != nil {
-			return grant{}, err
-		} else if answered {
+		if answered {
 			return s.grantFor(c, storeKey, key, owner, true)
 		}
 		var fired, confirmed <-chan struct{}
@@ -300,7 +298,7 @@ func (s *Service) awaitOutcome(ctx context.Context, f *flock, storeKey, key, fp,
 		case <-changed:
 		case <-fired:
 			if c, ok := s.claimFromMessage(f.sig.payload, f.c.owner); ok {
-				s.settle(ctx, f, c, nil, owner)
+				s.settle(f, c, nil, owner)
 				continue
 			}
 			f.sig, f.pollAt = f.w.signal(), time.Time{}
@@ -313,10 +311,13 @@ func (s *Service) awaitOutcome(ctx context.Context, f *flock, storeKey, key, fp,
 			if s.onWaitPoll != nil {
 				s.onWaitPoll()
 			}
-			if s.settle(ctx, f, c, err, owner) {
+			if s.settle(f, c, err, owner) {
 				return s.grantFor(c, storeKey, key, owner, true)
 			}
-			if err == nil && c.kind == claimInProgress {
+			if err != nil {
+				return grant{}, err
+			}
+			if c.kind == claimInProgress {
 				poll.Reset(s.pollAfter(c.wait))
 			}
 		case <-deadline.C:
