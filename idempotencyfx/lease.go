@@ -31,6 +31,8 @@ type lease struct {
 	timer   *time.Timer
 	stopped bool
 	running sync.WaitGroup // an in-flight renewal
+	events  []outboxEvent  // declared by Emit while the work runs
+	queued  bool           // the events were handed to the relay
 }
 
 func (s *Service) newLease(key, owner string, token int64) *lease {
@@ -100,10 +102,20 @@ func (l *lease) complete(parent context.Context, state State, resp []byte, ttl t
 }
 
 // try sends the completion once, past the circuit breaker.
+// A failed outcome commits no events; a recorded one hands them to the relay.
 func (l *lease) try(parent context.Context, state State, resp []byte, ttl time.Duration) (completion, error) {
-	done, unreplicated, err := l.s.store.complete(l.s.calls.Context(storefx.BypassBreaker(parent)), l.key, l.owner, state, resp, ttl)
+	var index string
+	var events []byte
+	if len(l.events) > 0 && state != StateFailed {
+		index, events = l.s.outbox.index(l.key), encodeEvents(l.events)
+	}
+	done, unreplicated, err := l.s.store.complete(l.s.calls.Context(storefx.BypassBreaker(parent)), l.key, l.owner, state, resp, ttl, index, events)
 	if unreplicated {
 		l.s.obs.count(OutcomeUnreplicatedCompletion)
+	}
+	if err == nil && done != completionRefused && events != nil && !l.queued {
+		l.queued = true
+		l.s.outbox.relaySoon(committed{record: l.key, token: l.token, events: l.events, at: time.Now()})
 	}
 	return done, err
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/redisfx/redisfx/httpfx"
 	"github.com/redisfx/redisfx/internal/clientcheck"
 	"github.com/redisfx/redisfx/internal/fxconfig"
+	"github.com/redisfx/redisfx/streamfx"
 )
 
 // Module provides the *Service, puts its ErrorFilter first in httpfx's chain
@@ -68,6 +69,7 @@ type Params struct {
 	Filter      ErrorFilter           `optional:"true"`
 	Registerer  prometheus.Registerer `optional:"true"`
 	Tracer      trace.TracerProvider  `name:"redisfx.plugin_tracer" optional:"true"`
+	Streams     *streamfx.Streams     `optional:"true"` // turns the outbox on (Emit)
 }
 
 // NewFromParams builds the Service from the Fx graph and ties it to the
@@ -81,7 +83,7 @@ func NewFromParams(p Params) (*Service, error) {
 	if errs == nil && p.Filter != nil { // no httpfx: a chain of our own filter
 		errs = httpfx.NewErrors(p.Log, httpfx.RegisteredErrorFilter{Name: "idempotency", Filter: httpfx.ErrorFilter(p.Filter)})
 	}
-	s, err := New(p.Redis, cfg, WithLogger(p.Log), WithErrors(errs), WithRegisterer(p.Registerer), WithTracerProvider(p.Tracer))
+	s, err := New(p.Redis, cfg, WithLogger(p.Log), WithErrors(errs), WithRegisterer(p.Registerer), WithTracerProvider(p.Tracer), WithStreams(p.Streams))
 	if err != nil {
 		return nil, err
 	}

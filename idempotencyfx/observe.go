@@ -2,6 +2,7 @@ package idempotencyfx
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -65,6 +66,10 @@ type observer struct {
 	tracer         trace.TracerProvider
 	// outcomes are the children of requests, made at start; read only.
 	outcomes map[Outcome]prometheus.Counter
+
+	outboxLag    prometheus.Histogram
+	outboxErrors prometheus.Counter
+	box          atomic.Pointer[outbox] // read by the outbox gauges
 }
 
 func newObserver(reg prometheus.Registerer, tp trace.TracerProvider) (*observer, error) {
@@ -85,7 +90,31 @@ func newObserver(reg prometheus.Registerer, tp trace.TracerProvider) (*observer,
 		Name: "idempotency_notification_failures_total",
 		Help: "Failures of the pub/sub notification that wakes waiting duplicates (they poll instead), by reason.",
 	}, []string{"reason"})
-	for _, c := range []prometheus.Collector{o.requests, o.wait, o.notifyFailures} {
+	o.outboxLag = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "idempotency_outbox_lag_seconds",
+		Help:    "Time from the commit of an outcome's events to their delivery to their streams.",
+		Buckets: []float64{.001, .005, .01, .05, .1, .5, 1, 5, 10, 30, 60, 300},
+	})
+	o.outboxErrors = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "idempotency_outbox_relay_errors_total",
+		Help: "Relay tries that failed to deliver a record's events (they are tried again).",
+	})
+	pending := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "idempotency_outbox_pending",
+		Help: "Records whose committed events await delivery, as this process last read the outbox index (0 when it has not in 15s: take the max across instances).",
+	}, func() float64 { return o.outboxReading(func(b *outbox) float64 { return float64(b.pending.Load()) }) })
+	oldest := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "idempotency_outbox_oldest_pending_seconds",
+		Help: "Age of the oldest committed event not yet delivered, as this process last read the outbox index (0 when none, or when it has not read it in 15s: take the max across instances).",
+	}, func() float64 {
+		return o.outboxReading(func(b *outbox) float64 {
+			if at := b.oldest.Load(); at > 0 {
+				return time.Since(time.UnixMilli(at)).Seconds()
+			}
+			return 0
+		})
+	})
+	for _, c := range []prometheus.Collector{o.requests, o.wait, o.notifyFailures, o.outboxLag, o.outboxErrors, pending, oldest} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -143,4 +172,26 @@ func (o *observer) waited(span *plugintrace.Span, d time.Duration, oc Outcome, e
 		err = nil // an answer about the first request: the wait did its work
 	}
 	span.Finish(err)
+}
+
+// outboxReading is read(box) when this process read the outbox index in the
+// last three polls, else 0.
+func (o *observer) outboxReading(read func(*outbox) float64) float64 {
+	b := o.box.Load()
+	if b == nil || time.Since(time.Unix(0, b.readAt.Load())) > 3*b.poll {
+		return 0
+	}
+	return read(b)
+}
+
+func (o *observer) outboxDelivered(lag time.Duration) {
+	if o.outboxLag != nil {
+		o.outboxLag.Observe(lag.Seconds())
+	}
+}
+
+func (o *observer) outboxFailure() {
+	if o.outboxErrors != nil {
+		o.outboxErrors.Inc()
+	}
 }

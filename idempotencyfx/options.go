@@ -6,6 +6,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/redisfx/redisfx/httpfx"
+	"github.com/redisfx/redisfx/streamfx"
 )
 
 // Option adds an optional collaborator to New.
@@ -16,6 +17,8 @@ type options struct {
 	registerer prometheus.Registerer
 	tracer     trace.TracerProvider
 	errors     *httpfx.Errors
+	streams    *streamfx.Streams
+	outboxTimings
 }
 
 // WithLogger logs warnings (fail-open, lost leases, store failures) to log.
@@ -34,3 +37,8 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 // WithErrors renders errors through an application's error chain instead of
 // the built-in one.
 func WithErrors(e *httpfx.Errors) Option { return func(o *options) { o.errors = e } }
+
+// WithStreams turns the outbox on: Emit's events are relayed to streams
+// (their MaxLen and Retention apply). idempotencyfx.Module does it when the
+// app has streamfx.Module.
+func WithStreams(streams *streamfx.Streams) Option { return func(o *options) { o.streams = streams } }

@@ -1,6 +1,7 @@
 package idempotencyfx
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strconv"
@@ -31,6 +32,7 @@ type Service struct {
 	calls  *detach.Timeouts // StoreTimeout contexts of claims and completions
 	notify *notifier
 	late   *lateCompletions
+	outbox *outbox // nil without streams
 	log    *zap.Logger
 	obs    *observer
 	errors *httpfx.Errors
@@ -84,15 +86,22 @@ func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Service, error
 		return nil, err
 	}
 	s.notify = newNotifier(rdb, o.log, s.obs, st.StoreTimeout)
+	if o.streams != nil {
+		s.outbox = newOutbox(s, o.streams, cmp.Or(o.outboxTimings, outboxTimings{outboxPoll, outboxTakeover}))
+		s.obs.box.Store(s.outbox)
+	}
 	if s.errors == nil {
 		s.errors = httpfx.NewErrors(o.log, httpfx.RegisteredErrorFilter{Name: "idempotency", Filter: httpfx.ErrorFilter(DefaultErrorFilter)})
 	}
 	return s, nil
 }
 
-// Start preloads the scripts and warns about settings that weaken the
-// protection (docs/operations.md).
+// Start preloads the scripts, starts the outbox's relay (WithStreams) and
+// warns about settings that weaken the protection (docs/operations.md).
 func (s *Service) Start(ctx context.Context) error {
+	if s.outbox != nil {
+		s.outbox.start()
+	}
 	if s.cfg.DefaultTTL == NeverExpire {
 		s.log.Warn("idempotency: DefaultTTL is NeverExpire, so completed records never expire and accumulate in Redis; set a TTL (payments: 24-48h)")
 	}
@@ -152,6 +161,10 @@ func (s *Service) checkEviction(ctx context.Context) {
 // Shutdown gives outcomes still being recorded in the background until ctx
 // is done, then stops. Drain in-flight requests first (httpfx does).
 func (s *Service) Shutdown(ctx context.Context) error {
+	if s.outbox != nil {
+		s.outbox.shutdown(ctx)
+		defer s.outbox.stopped()
+	}
 	s.late.shutdown(ctx)
 	s.notify.close()
 	return nil

@@ -203,9 +203,9 @@ const (
 // dead-letter after the last attempt, else a pending retry. A run the stop
 // cancelled is not counted: its message is given back.
 func (c *consumer) process(ctx context.Context, m redis.XMessage, attempt int) (handled, outcome) {
-	ctx, data := c.received(ctx, m)
+	ctx, data, eventID := c.received(ctx, m)
 	ctx, span := c.s.obs.startConsume(ctx, c.stream, c.s.cfg.Group, c.s.cfg.Consumer, m.ID, attempt)
-	err := c.call(ctx, Message{ID: m.ID, Stream: c.stream, Data: data, Attempt: attempt})
+	err := c.call(ctx, Message{ID: m.ID, Stream: c.stream, Data: data, Attempt: attempt, EventID: eventID})
 	if err == nil {
 		c.s.obs.count(c.stream, OutcomeProcessed)
 		span.AddEvent("message.processed")
@@ -229,20 +229,24 @@ func (c *consumer) process(ctx context.Context, m redis.XMessage, attempt int) (
 	return handled{}, outcomeFailed
 }
 
-// received returns ctx in the producer's trace (carried in m's fields)
-// and m's payload.
-func (c *consumer) received(ctx context.Context, m redis.XMessage) (context.Context, []byte) {
+// received returns ctx in the producer's trace (carried in m's fields),
+// m's payload and its event id.
+func (c *consumer) received(ctx context.Context, m redis.XMessage) (context.Context, []byte, string) {
 	carrier := propagation.MapCarrier{}
 	var data []byte
+	var eventID string
 	for k, v := range m.Values {
 		s, _ := v.(string)
-		if k == FieldData {
+		switch k {
+		case FieldData:
 			data = []byte(s)
-		} else {
+		case FieldEventID:
+			eventID = s
+		default:
 			carrier[k] = s
 		}
 	}
-	return c.s.propagator.Extract(ctx, carrier), data
+	return c.s.propagator.Extract(ctx, carrier), data, eventID
 }
 
 // call runs the handler in a goroutine of its own, so that every way it
@@ -303,7 +307,7 @@ func (c *consumer) ack(done []handled) {
 func (c *consumer) deadLetterUnsettled(ctx context.Context, m redis.XMessage, delivered int) {
 	cfg := c.s.cfg
 	reason := "delivered " + strconv.Itoa(cfg.MaxAttempts) + " times without being acknowledged"
-	ctx, _ = c.received(ctx, m)
+	ctx, _, _ = c.received(ctx, m)
 	ctx, span := c.s.obs.startConsume(ctx, c.stream, cfg.Group, cfg.Consumer, m.ID, delivered)
 	err := errors.New(reason)
 	c.s.obs.failed(span, c.stream, "", delivered, err)

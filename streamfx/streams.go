@@ -31,6 +31,10 @@ type Message struct {
 	// Attempt is this delivery's number: 1 the first time, up to
 	// Config.MaxAttempts.
 	Attempt int
+	// EventID is the stable id of an event an idempotencyfx outbox
+	// delivered (FieldEventID), "" for a Publish: a consumer that must not
+	// act twice deduplicates on it.
+	EventID string
 }
 
 // Handler processes one message. Returning nil acknowledges it; an error
@@ -43,6 +47,9 @@ type Handler func(ctx context.Context, m Message) error
 // beside it under the W3C names.
 const (
 	FieldData = "data"
+	// FieldEventID carries the id of an event delivered by an idempotencyfx
+	// outbox: "<record key>/<fencing token>/<index>".
+	FieldEventID = "event_id"
 	// Dead-letter entries add these to the original's fields.
 	FieldReason         = "dlq_reason"
 	FieldOriginalID     = "dlq_original_id"

@@ -84,10 +84,13 @@ redis.call('PEXPIRE', k, 2 * tonumber(ARGV[2]))
 return 1
 `)
 
-// Complete is the outcome script. KEYS[1] record; ARGV owner, state (c|f|u), response,
-// ttl ms (0: no expiry). Writes the outcome only if the caller still owns
-// the record (else 0); the owner stays, so a completion retried after its
-// reply was lost is recognised (1). When a duplicate is waiting, it
+// Complete is the outcome script. KEYS[1] record, KEYS[2] (with events) the
+// outbox index; ARGV owner, state (c|f|u), response, ttl ms (0: no expiry),
+// then the encoded events, if any. Writes the outcome only if the caller
+// still owns the record (else 0); the owner stays, so a completion retried
+// after its reply was lost is recognised (1). Events are written in the
+// record's field 'e' and the record into the index, scored by Redis's time
+// in ms: committed with the outcome or not at all. When a duplicate is waiting, it
 // PUBLISHes on the record key's channel: state, 'o', the owner token's
 // length in decimal, ':', the owner token, then the response; a failed
 // PUBLISH replies 2.
@@ -107,6 +110,14 @@ if ARGV[4] ~= '0' then
 else
   redis.call('PERSIST', k)
 end
+if ARGV[5] then
+  redis.call('HSET', k, 'e', ARGV[5])
+  local t = redis.call('TIME')
+  redis.call('ZADD', KEYS[2], t[1] * 1000 + math.floor(t[2] / 1000), k)
+  if ttl > 0 then
+    redis.call('PEXPIRE', KEYS[2], ttl) -- its records expire by then
+  end
+end
 if rec[2] then
   local ok = redis.pcall('PUBLISH', k, ARGV[2] .. 'o' .. #ARGV[1] .. ':' .. ARGV[1] .. ARGV[3])
   if type(ok) == 'table' and ok.err then
@@ -116,8 +127,52 @@ end
 return 1
 `)
 
+// Deliver appends a record's events to one stream, once. KEYS[1] stream,
+// KEYS[2] delivery marker (the stream's slot); ARGV marker ttl ms, MaxLen
+// (0: none), retention ms (0: none), then per event its field count and
+// fields. Replies 1 (appended) or 0 (the marker says it was). Both write, so
+// that a WAIT after either covers the append.
+var Deliver = redis.NewScript(`
+if not redis.call('SET', KEYS[2], 1, 'NX', 'PX', ARGV[1]) then
+  redis.call('PEXPIRE', KEYS[2], ARGV[1])
+  return 0
+end
+local i = 4
+while i <= #ARGV do
+  local add = {'XADD', KEYS[1]}
+  if ARGV[2] ~= '0' then
+    add[3], add[4], add[5] = 'MAXLEN', '~', ARGV[2]
+  end
+  add[#add + 1] = '*'
+  for j = i + 1, i + tonumber(ARGV[i]) do
+    add[#add + 1] = ARGV[j]
+  end
+  redis.call(unpack(add))
+  i = i + tonumber(ARGV[i]) + 1
+end
+if ARGV[3] ~= '0' then
+  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+end
+return 1
+`)
+
+// Delivered ends a record's outbox entry. KEYS[1] record, KEYS[2] outbox
+// index; ARGV fencing token. Deletes the events if they are that
+// execution's, and the index entry once the record holds none.
+var Delivered = redis.NewScript(`
+local rec = redis.call('HMGET', KEYS[1], 'n', 'e')
+if rec[2] and rec[1] == ARGV[1] then
+  redis.call('HDEL', KEYS[1], 'e')
+  rec[2] = false
+end
+if not rec[2] then
+  redis.call('ZREM', KEYS[2], KEYS[1])
+end
+return 1
+`)
+
 // All lists every script, for preloading (SCRIPT LOAD) at start.
-var All = []*redis.Script{Claim, Renew, Complete, Abandon}
+var All = []*redis.Script{Claim, Renew, Complete, Abandon, Deliver, Delivered}
 
 // Abandon withdraws a claim whose reply was lost, which Redis may have run
 // or may still run. If it landed, the record's fields are deleted and its

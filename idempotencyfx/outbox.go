@@ -1,0 +1,439 @@
+package idempotencyfx
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+	"go.uber.org/zap"
+
+	"github.com/redisfx/redisfx/internal/idemscript"
+	"github.com/redisfx/redisfx/internal/keyslot"
+	"github.com/redisfx/redisfx/internal/nodeclient"
+	"github.com/redisfx/redisfx/internal/scripts"
+	"github.com/redisfx/redisfx/plugintrace"
+	"github.com/redisfx/redisfx/streamfx"
+)
+
+// ErrNoOutbox is returned by Emit outside recorded work (no key, fail-open,
+// not in a handler or Do function, or after it returned), and on a Service
+// without streams (WithStreams).
+var ErrNoOutbox = errors.New("idempotencyfx: no outbox for this event")
+
+// Emit declares an event of the idempotent work running in ctx: data, to be
+// appended to stream (a streamfx stream) once the work's outcome is
+// recorded, in the same atomic step, and only then. A failed, refused or
+// taken-over execution commits none, a replay runs none; committed events
+// reach their stream exactly once, in the order emitted (docs/idempotency.md,
+// "Events: the outbox"). The message carries ctx's trace context.
+func Emit(ctx context.Context, stream string, data []byte) error {
+	m, _ := ctx.Value(fenceKey{}).(*leaseMark)
+	if m == nil {
+		return fmt.Errorf("%w: no idempotent work runs in ctx (a request without a key, fail-open, or outside the handler)", ErrNoOutbox)
+	}
+	l := m.lease
+	if l.s.outbox == nil {
+		return fmt.Errorf("%w: the idempotency Service has no streams (streamfx.Module in the app, or WithStreams)", ErrNoOutbox)
+	}
+	ev := outboxEvent{Stream: stream, Data: bytes.Clone(data), Trace: map[string]string{}}
+	propagation.TraceContext{}.Inject(ctx, propagation.MapCarrier(ev.Trace))
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ended.Load() {
+		return fmt.Errorf("%w: the work has returned", ErrNoOutbox)
+	}
+	l.events = append(l.events, ev)
+	return nil
+}
+
+// outboxEvent is one declared event, as the record keeps it (field 'e').
+type outboxEvent struct {
+	Stream string            `json:"s"`
+	Data   []byte            `json:"d"`
+	Trace  map[string]string `json:"t,omitempty"`
+}
+
+func encodeEvents(evs []outboxEvent) []byte {
+	b, _ := json.Marshal(evs) // strings, bytes and maps of strings: no error
+	return b
+}
+
+// committed is a record whose events were committed with its outcome.
+type committed struct {
+	record string
+	token  int64
+	events []outboxEvent
+	at     time.Time // committed, or first seen pending
+}
+
+// Relay timings: the recovery polls every outboxPoll, taking over entries
+// left pending for outboxTakeover (their owner's own relay has had its turn).
+const (
+	outboxPoll     = 5 * time.Second
+	outboxTakeover = 10 * time.Second
+	outboxBatch    = 64  // deliveries per round trip
+	outboxScan     = 100 // entries read per index and poll
+)
+
+// outboxTimings are the relay's timings; tests shorten them.
+type outboxTimings struct{ poll, takeover time.Duration }
+
+// outbox relays committed events to their streams: at once from the
+// process that committed them, and by a recovery that polls the index for
+// entries left behind (a crash, a failover, an outage).
+type outbox struct {
+	s       *Service
+	streams streamfx.Config
+	prefix  string
+	cluster bool
+	queue   chan committed
+	stop    chan struct{}
+	done    chan struct{}
+	started atomic.Bool
+	outboxTimings
+
+	// the last reading of the index, for the gauges
+	readAt  atomic.Int64 // unix nanos
+	pending atomic.Int64
+	oldest  atomic.Int64 // unix ms of the oldest entry's commit; 0: none
+}
+
+func newOutbox(s *Service, streams *streamfx.Streams, t outboxTimings) *outbox {
+	return &outbox{s: s, streams: streams.Config(), prefix: s.cfg.KeyPrefix, cluster: nodeclient.Cluster(s.store.rdb) != nil,
+		queue: make(chan committed, 4*outboxBatch), stop: make(chan struct{}), done: make(chan struct{}), outboxTimings: t}
+}
+
+// index is the outbox index of record: in its slot on a Cluster.
+func (o *outbox) index(record string) string {
+	if !o.cluster {
+		return o.prefix + ":outbox"
+	}
+	return o.prefix + ":outbox{" + keyslot.ForSlot(keyslot.Of(record)) + "}"
+}
+
+// indexes are every index the recovery reads.
+func (o *outbox) indexes() []string {
+	if _, tagged := keyslot.Tag(o.prefix); !o.cluster || tagged {
+		return []string{o.index(o.prefix)}
+	}
+	all := make([]string, keyslot.Slots)
+	for slot := range all {
+		all[slot] = o.prefix + ":outbox{" + keyslot.ForSlot(slot) + "}"
+	}
+	return all
+}
+
+// relaySoon hands committed events to the relay; when it is busy (or
+// stopped), the recovery delivers them.
+func (o *outbox) relaySoon(c committed) {
+	select {
+	case o.queue <- c:
+	default:
+	}
+}
+
+func (o *outbox) start() {
+	if o.started.CompareAndSwap(false, true) {
+		go o.run()
+	}
+}
+
+// shutdown stops the relay, letting it deliver what is queued until ctx is
+// done (then the Service's late work is cancelled, and the relay with it);
+// what it has not delivered stays pending for the recovery of any process.
+func (o *outbox) shutdown(ctx context.Context) {
+	if !o.started.Load() {
+		return
+	}
+	select {
+	case <-o.stop:
+	default:
+		close(o.stop)
+	}
+	select {
+	case <-o.done:
+	case <-ctx.Done():
+	}
+}
+
+// stopped waits until the relay has stopped (after the late work's cancel).
+func (o *outbox) stopped() {
+	if o.started.Load() {
+		<-o.done
+	}
+}
+
+func (o *outbox) run() {
+	defer close(o.done)
+	poll := time.NewTicker(o.poll)
+	defer poll.Stop()
+	for {
+		select {
+		case c := <-o.queue:
+			o.relay(o.batch(c))
+		case <-poll.C:
+			o.recoverPending()
+		case <-o.stop:
+			for len(o.queue) > 0 { // what was committed before the stop, within the stop's grace
+				select {
+				case c := <-o.queue:
+					o.relay(o.batch(c))
+				case <-o.s.late.stop.Done():
+					return
+				}
+			}
+			return
+		}
+	}
+}
+
+// batch is c and what else is queued, up to outboxBatch.
+func (o *outbox) batch(c committed) []committed {
+	b := []committed{c}
+	for len(b) < outboxBatch {
+		select {
+		case c := <-o.queue:
+			b = append(b, c)
+		default:
+			return b
+		}
+	}
+	return b
+}
+
+// relay delivers each record's events, stream by stream, then ends its
+// entry in the index. A record that fails stays pending: the recovery
+// delivers it again, and the delivery markers let no event in twice.
+func (o *outbox) relay(batch []committed) {
+	ctx, cancel := context.WithTimeout(plugintrace.WithoutCommandSpans(o.s.late.stop), o.s.cfg.StoreTimeout)
+	defer cancel()
+	ctx, span := o.span(ctx, batch)
+	failed := make([]error, len(batch))
+	if o.s.store.acks == 0 {
+		o.pipelined(ctx, batch, failed, func(p redis.Pipeliner, c *committed) []*redis.Cmd {
+			var cmds []*redis.Cmd
+			for _, d := range o.deliveries(c) {
+				cmds = append(cmds, idemscript.Deliver.EvalSha(ctx, p, d.keys, d.args...))
+			}
+			return cmds
+		})
+	} else {
+		for i := range batch {
+			for _, d := range o.deliveries(&batch[i]) {
+				if failed[i] == nil {
+					failed[i] = o.deliverReplicated(ctx, d)
+				}
+			}
+		}
+	}
+	o.pipelined(ctx, batch, failed, func(p redis.Pipeliner, c *committed) []*redis.Cmd {
+		return []*redis.Cmd{idemscript.Delivered.EvalSha(ctx, p, []string{c.record, o.index(c.record)}, strconv.FormatInt(c.token, 10))}
+	})
+	var err error
+	for i, c := range batch {
+		if failed[i] != nil {
+			err = failed[i]
+			o.s.obs.outboxFailure()
+			continue
+		}
+		o.s.obs.outboxDelivered(time.Since(c.at))
+	}
+	if err != nil {
+		o.s.log.Warn("idempotency: outbox events not delivered yet; the relay tries again", zap.Error(err))
+	}
+	span.Finish(err)
+}
+
+// pipelined sends the commands send makes for each record not failed yet,
+// in one round trip per node, and marks the records whose commands failed.
+func (o *outbox) pipelined(ctx context.Context, batch []committed, failed []error, send func(redis.Pipeliner, *committed) []*redis.Cmd) {
+	sent := make([][]*redis.Cmd, len(batch))
+	_, _ = o.s.store.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i := range batch {
+			if failed[i] == nil {
+				sent[i] = send(p, &batch[i])
+			}
+		}
+		return nil
+	})
+	for i, cmds := range sent {
+		for _, cmd := range cmds {
+			if err := cmd.Err(); err != nil && failed[i] == nil {
+				failed[i] = err
+				if redis.HasErrorPrefix(err, "NOSCRIPT") {
+					_ = scripts.Preload(ctx, o.s.store.rdb, idemscript.Deliver, idemscript.Delivered)
+				}
+			}
+		}
+	}
+}
+
+// delivery is one Deliver script call: a record's events for one stream.
+type delivery struct {
+	keys []string
+	args []any
+}
+
+// deliveries are c's Deliver calls, one per stream, the events of each in
+// the order emitted.
+func (o *outbox) deliveries(c *committed) []delivery {
+	var out []delivery
+	at := map[string]int{}
+	execution := c.record + "/" + strconv.FormatInt(c.token, 10)
+	for n, ev := range c.events {
+		i, ok := at[ev.Stream]
+		if !ok {
+			i, at[ev.Stream] = len(out), len(out)
+			marker := sameSlot(ev.Stream) + ":outbox:" + execution
+			out = append(out, delivery{keys: []string{ev.Stream, marker},
+				args: []any{o.markerTTL().Milliseconds(), o.streams.MaxLen, o.streams.Retention.Milliseconds()}})
+		}
+		fields := []any{streamfx.FieldData, ev.Data, streamfx.FieldEventID, execution + "/" + strconv.Itoa(n)}
+		for k, v := range ev.Trace {
+			fields = append(fields, k, v)
+		}
+		out[i].args = append(append(out[i].args, len(fields)), fields...)
+	}
+	return out
+}
+
+// markerTTL is how long a delivery marker lives: as long as the record
+// that could be delivered again, and a day for records that never expire.
+func (o *outbox) markerTTL() time.Duration {
+	if o.s.cfg.DefaultTTL > 0 {
+		return o.s.cfg.DefaultTTL
+	}
+	return 24 * time.Hour
+}
+
+// sameSlot is a name whose Cluster slot is stream's, to suffix.
+func sameSlot(stream string) string {
+	if _, tagged := keyslot.Tag(stream); tagged {
+		return stream
+	}
+	return "{" + stream + "}"
+}
+
+// deliverReplicated runs one delivery and WAITs for ReplicaAcks replicas:
+// the record's events are not let go before their append is replicated.
+func (o *outbox) deliverReplicated(ctx context.Context, d delivery) error {
+	_, unreplicated, err := o.s.store.runArgs(ctx, idemscript.Deliver, d.keys, d.args, func(*redis.Cmd) bool { return true })
+	if err == nil && unreplicated {
+		err = errors.New("the append did not reach ReplicaAcks replicas in time")
+	}
+	return err
+}
+
+// span opens the relay's span, linked to the trace of each event.
+func (o *outbox) span(ctx context.Context, batch []committed) (context.Context, *plugintrace.Span) {
+	tp := o.s.obs.tracer
+	if tp == nil {
+		tp = noop.NewTracerProvider()
+	}
+	ctx, span := plugintrace.StartKind(ctx, tp, trace.SpanKindProducer, "idempotency", "idempotency.outbox.relay", "XADD",
+		attribute.Int(AttrOutboxRecords, len(batch)))
+	if span.IsRecording() {
+		for _, c := range batch {
+			for _, ev := range c.events {
+				if sc := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier(ev.Trace))); sc.IsValid() {
+					span.AddLink(trace.Link{SpanContext: sc})
+					break
+				}
+			}
+		}
+	}
+	return ctx, span
+}
+
+// AttrOutboxRecords is the number of records an idempotency.outbox.relay span delivers.
+const AttrOutboxRecords = "redisfx.idempotency.outbox.records"
+
+// recoverPending reads the index, for the gauges and for the entries left
+// pending past outboxTakeover, and delivers those. One process per poll
+// does it (a lease in Redis): on a Cluster it reads one index per slot.
+func (o *outbox) recoverPending() {
+	ctx, cancel := context.WithTimeout(plugintrace.WithoutCommandSpans(o.s.late.stop), o.s.cfg.StoreTimeout)
+	defer cancel()
+	rdb := o.s.store.rdb
+	if ok, err := rdb.SetNX(ctx, o.prefix+":outbox:relay", 1, o.poll-o.poll/10).Result(); err != nil || !ok {
+		return
+	}
+	indexes := o.indexes()
+	firsts := make([]*redis.ZSliceCmd, len(indexes))
+	counts := make([]*redis.IntCmd, len(indexes))
+	var now *redis.TimeCmd
+	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		now = p.Time(ctx)
+		for i, index := range indexes {
+			firsts[i], counts[i] = p.ZRangeWithScores(ctx, index, 0, outboxScan-1), p.ZCard(ctx, index)
+		}
+		return nil
+	})
+	if err != nil {
+		return
+	}
+	var pending, oldest int64
+	var due []committed
+	takeover := now.Val().Add(-o.takeover).UnixMilli()
+	for i := range indexes {
+		pending += counts[i].Val()
+		for _, z := range firsts[i].Val() {
+			if oldest == 0 || int64(z.Score) < oldest {
+				oldest = int64(z.Score)
+			}
+			if int64(z.Score) < takeover {
+				record, _ := z.Member.(string)
+				due = append(due, committed{record: record, at: time.UnixMilli(int64(z.Score))})
+			}
+		}
+	}
+	o.pending.Store(pending)
+	o.oldest.Store(oldest)
+	o.readAt.Store(time.Now().UnixNano())
+	for len(due) > 0 {
+		n := min(len(due), outboxBatch)
+		o.relay(o.read(ctx, due[:n]))
+		due = due[n:]
+	}
+}
+
+// read fills in the pending events of records; a record that holds none
+// (expired, deleted) comes with none, and relay ends its entry.
+func (o *outbox) read(ctx context.Context, records []committed) []committed {
+	cmds := make([]*redis.SliceCmd, len(records))
+	_, _ = o.s.store.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, r := range records {
+			cmds[i] = p.HMGet(ctx, r.record, "n", "e")
+		}
+		return nil
+	})
+	var out []committed
+	for i, cmd := range cmds {
+		v, err := cmd.Result()
+		if err != nil {
+			continue
+		}
+		c := records[i]
+		if n, ok := v[0].(string); ok {
+			c.token, _ = strconv.ParseInt(n, 10, 64)
+		}
+		if e, ok := v[1].(string); ok {
+			if err := json.Unmarshal([]byte(e), &c.events); err != nil {
+				o.s.log.Error("idempotency: outbox events unreadable; left in the record", zap.String("record", c.record), zap.Error(err))
+				continue
+			}
+		}
+		out = append(out, c)
+	}
+	return out
+}

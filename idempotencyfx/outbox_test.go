@@ -1,0 +1,164 @@
+package idempotencyfx
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/redisfx/redisfx/streamfx"
+)
+
+// fastOutbox polls every 20ms and takes over at once: a test's recovery.
+var fastOutbox = withOutboxTimings(outboxTimings{poll: 20 * time.Millisecond, takeover: time.Nanosecond})
+
+func withOutboxTimings(t outboxTimings) Option { return func(o *options) { o.outboxTimings = t } }
+
+// outboxEnv is an env whose Service has streams.
+func outboxEnv(t *testing.T, cfg Config, opts ...Option) *env {
+	t.Helper()
+	// The outbox takes only the streams' configuration: their client is not used.
+	unused := redis.NewClient(&redis.Options{Addr: "127.0.0.1:0", ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = unused.Close() })
+	return newEnvAt(t, cfg, nil, "", append(opts, withStreamsOf(t, unused))...)
+}
+
+// streamEntries waits until stream holds want entries (or the deadline
+// passes) and returns them.
+func streamEntries(t *testing.T, rdb redis.UniversalClient, stream string, want int) []redis.XMessage {
+	t.Helper()
+	var msgs []redis.XMessage
+	waitFor(t, func() bool {
+		msgs, _ = rdb.XRange(context.Background(), stream, "-", "+").Result()
+		return len(msgs) >= want
+	})
+	return msgs
+}
+
+func TestOutbox_EventsReachTheirStreamsOnce_InOrder_WithIDs(t *testing.T) {
+	e := outboxEnv(t, Config{})
+	a, b := e.svc.cfg.KeyPrefix+"events.a", e.svc.cfg.KeyPrefix+"events.b"
+	e.setHandler(func(w http.ResponseWriter, r *http.Request) {
+		for i, s := range []string{a, b, a} {
+			if err := Emit(r.Context(), s, []byte("ev"+strconv.Itoa(i))); err != nil {
+				t.Error(err)
+			}
+		}
+		w.WriteHeader(http.StatusCreated)
+	})
+	wantStatus(t, e.post("/payments", "k1", `{}`), http.StatusCreated, "")
+	wantStatus(t, e.post("/payments", "k1", `{}`), http.StatusCreated, "") // a replay emits nothing
+	gotA, gotB := streamEntries(t, e.rdb, a, 2), streamEntries(t, e.rdb, b, 1)
+	rec := e.record("k1")
+	id := e.svc.StoreKey("", "k1") + "/" + strconv.FormatInt(rec.FencingToken, 10)
+	check := func(m redis.XMessage, data, eventID string) {
+		t.Helper()
+		if m.Values[streamfx.FieldData] != data || m.Values[streamfx.FieldEventID] != eventID {
+			t.Errorf("entry %v; want data %q, event_id %q", m.Values, data, eventID)
+		}
+	}
+	if len(gotA) != 2 || len(gotB) != 1 {
+		t.Fatalf("a: %d entries, b: %d; want 2 and 1", len(gotA), len(gotB))
+	}
+	check(gotA[0], "ev0", id+"/0")
+	check(gotA[1], "ev2", id+"/2")
+	check(gotB[0], "ev1", id+"/1")
+	// Delivered: the record keeps no events, the index no entry.
+	waitFor(t, func() bool {
+		n, _ := e.rdb.ZCard(context.Background(), e.svc.outbox.index(e.svc.StoreKey("", "k1"))).Result()
+		return n == 0
+	})
+	if ev, _ := e.rdb.HExists(context.Background(), e.svc.StoreKey("", "k1"), "e").Result(); ev {
+		t.Error("the record still holds its events after delivery")
+	}
+}
+
+func TestOutbox_FailedWorkCommitsNoEvents(t *testing.T) {
+	e := outboxEnv(t, Config{}, fastOutbox)
+	stream := e.svc.cfg.KeyPrefix + "events"
+	e.setHandler(func(w http.ResponseWriter, r *http.Request) {
+		_ = Emit(r.Context(), stream, []byte("for nothing"))
+		w.WriteHeader(http.StatusInternalServerError)
+	})
+	wantStatus(t, e.post("/payments", "k1", `{}`), http.StatusInternalServerError, "")
+	if err := Emit(context.Background(), stream, nil); !errors.Is(err, ErrNoOutbox) {
+		t.Fatalf("Emit outside work: %v; want ErrNoOutbox", err)
+	}
+	if n, _ := e.rdb.Exists(context.Background(), e.svc.outbox.index(e.svc.StoreKey("", "k1"))).Result(); n != 0 {
+		t.Error("a failed outcome put its record in the outbox index")
+	}
+	if n, _ := e.rdb.XLen(context.Background(), stream).Result(); n != 0 {
+		t.Errorf("%d events of a failed execution delivered", n)
+	}
+}
+
+// A taken-over owner's completion is refused, and its events with it.
+func TestOutbox_StaleOwnerCommitsNoEvents(t *testing.T) {
+	e := outboxEnv(t, Config{LockTimeout: time.Second}, fastOutbox)
+	ctx := context.Background()
+	key := e.svc.StoreKey("", "k1")
+	c, _, err := e.svc.store.claim(ctx, key, "fp", "stale", time.Second, false)
+	if err != nil || c.kind != claimNew {
+		t.Fatal(c, err)
+	}
+	stale := e.svc.newLease(key, "stale", c.token)
+	stale.events = []outboxEvent{{Stream: e.svc.cfg.KeyPrefix + "events", Data: []byte("x")}}
+	stale.stop()
+	e.rdb.HSet(ctx, key, "o", "someone else") // taken over
+	if done, err := stale.try(ctx, StateCompleted, mustEncode(200, nil, nil), time.Hour); err != nil || done != completionRefused {
+		t.Fatalf("stale completion = %v, %v; want refused", done, err)
+	}
+	if ev, _ := e.rdb.HExists(ctx, key, "e").Result(); ev {
+		t.Error("a refused completion committed its events")
+	}
+}
+
+// Events committed by a process that died before relaying them are
+// delivered by another's recovery, once; a second recovery of the same
+// record appends nothing.
+func TestOutbox_RecoveryDeliversWhatADeadProcessCommitted_Once(t *testing.T) {
+	e := outboxEnv(t, Config{})
+	dead := e.svc.outbox
+	dead.shutdown(context.Background()) // it commits, but relays nothing
+	stream := e.svc.cfg.KeyPrefix + "events"
+	e.setHandler(func(w http.ResponseWriter, r *http.Request) {
+		_ = Emit(r.Context(), stream, []byte("paid"))
+		w.WriteHeader(http.StatusCreated)
+	})
+	wantStatus(t, e.post("/payments", "k1", `{}`), http.StatusCreated, "")
+	if n, _ := e.rdb.XLen(context.Background(), stream).Result(); n != 0 {
+		t.Fatal("the stopped relay delivered")
+	}
+	// Another process: its recovery takes the entry over.
+	other, err := New(e.rdb, e.svc.cfg.Config, WithLogger(zap.NewNop()), fastOutbox, withStreamsOf(t, e.rdb))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = other.Close() })
+	_ = other.Start(context.Background())
+	got := streamEntries(t, e.rdb, stream, 1)
+	waitFor(t, func() bool {
+		n, _ := e.rdb.ZCard(context.Background(), other.outbox.index(e.svc.StoreKey("", "k1"))).Result()
+		return n == 0
+	})
+	// Delivered again (the relay lost its ack): the marker lets nothing in.
+	c := committed{record: e.svc.StoreKey("", "k1"), token: e.record("k1").FencingToken, events: []outboxEvent{{Stream: stream, Data: []byte("paid")}}}
+	other.outbox.relay([]committed{c})
+	after, _ := e.rdb.XRange(context.Background(), stream, "-", "+").Result()
+	if len(got) != 1 || len(after) != 1 {
+		t.Fatalf("entries: %d, then %d after a second delivery; want 1 and 1", len(got), len(after))
+	}
+}
+
+func withStreamsOf(t *testing.T, rdb redis.UniversalClient) Option {
+	streams, err := streamfx.New(rdb, streamfx.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return WithStreams(streams)
+}
