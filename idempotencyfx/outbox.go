@@ -2,6 +2,7 @@ package idempotencyfx
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -217,30 +218,39 @@ func (o *outbox) batch(c committed) []committed {
 func (o *outbox) relay(batch []committed) {
 	ctx, cancel := context.WithTimeout(plugintrace.WithoutCommandSpans(o.s.late.stop), o.s.cfg.StoreTimeout)
 	defer cancel()
-	ctx, span := o.span(ctx, batch)
 	failed := make([]error, len(batch))
+	deliveries := make([][]delivery, len(batch))
+	for i := range batch {
+		deliveries[i] = o.deliveries(&batch[i])
+	}
 	if o.s.store.acks == 0 {
-		o.pipelined(ctx, batch, failed, func(p redis.Pipeliner, c *committed) []*redis.Cmd {
+		o.pipelined(ctx, batch, failed, func(p redis.Pipeliner, i int) []*redis.Cmd {
 			var cmds []*redis.Cmd
-			for _, d := range o.deliveries(c) {
-				cmds = append(cmds, idemscript.Deliver.EvalSha(ctx, p, d.keys, d.args...))
+			for j := range deliveries[i] {
+				d := &deliveries[i][j]
+				d.cmd = idemscript.Deliver.EvalSha(ctx, p, d.keys, d.args...)
+				cmds = append(cmds, d.cmd)
 			}
 			return cmds
 		})
 	} else {
 		for i := range batch {
-			for _, d := range o.deliveries(&batch[i]) {
-				if failed[i] == nil {
-					failed[i] = o.deliverReplicated(ctx, d)
+			for j := range deliveries[i] {
+				if err := o.deliverReplicated(ctx, &deliveries[i][j]); err != nil && failed[i] == nil {
+					failed[i] = err
 				}
 			}
 		}
 	}
-	o.pipelined(ctx, batch, failed, func(p redis.Pipeliner, c *committed) []*redis.Cmd {
+	o.pipelined(ctx, batch, failed, func(p redis.Pipeliner, i int) []*redis.Cmd {
+		c := &batch[i]
 		return []*redis.Cmd{idemscript.Delivered.EvalSha(ctx, p, []string{c.record, o.index(c.record)}, strconv.FormatInt(c.token, 10))}
 	})
 	var err error
 	for i, c := range batch {
+		for _, d := range deliveries[i] {
+			d.finish()
+		}
 		if failed[i] != nil {
 			err = failed[i]
 			o.s.obs.outboxFailure()
@@ -251,17 +261,16 @@ func (o *outbox) relay(batch []committed) {
 	if err != nil {
 		o.s.log.Warn("idempotency: outbox events not delivered yet; the relay tries again", zap.Error(err))
 	}
-	span.Finish(err)
 }
 
 // pipelined sends the commands send makes for each record not failed yet,
 // in one round trip per node, and marks the records whose commands failed.
-func (o *outbox) pipelined(ctx context.Context, batch []committed, failed []error, send func(redis.Pipeliner, *committed) []*redis.Cmd) {
+func (o *outbox) pipelined(ctx context.Context, batch []committed, failed []error, send func(p redis.Pipeliner, i int) []*redis.Cmd) {
 	sent := make([][]*redis.Cmd, len(batch))
 	_, _ = o.s.store.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i := range batch {
 			if failed[i] == nil {
-				sent[i] = send(p, &batch[i])
+				sent[i] = send(p, i)
 			}
 		}
 		return nil
@@ -278,18 +287,27 @@ func (o *outbox) pipelined(ctx context.Context, batch []committed, failed []erro
 	}
 }
 
-// delivery is one Deliver script call: a record's events for one stream.
+// delivery is one Deliver script call: a record's events for one stream,
+// each with its stream.publish span.
 type delivery struct {
-	keys []string
-	args []any
+	keys  []string
+	args  []any
+	spans []*plugintrace.Span
+	cmd   *redis.Cmd
+	err   error // of a replicated delivery
 }
 
 // deliveries are c's Deliver calls, one per stream, the events of each in
-// the order emitted.
+// the order emitted. Each event's stream.publish span is a child of the
+// span that emitted it, and the message carries it, as Publish's does.
 func (o *outbox) deliveries(c *committed) []delivery {
 	var out []delivery
 	at := map[string]int{}
 	execution := c.record + "/" + strconv.FormatInt(c.token, 10)
+	tp := o.s.obs.tracer
+	if tp == nil {
+		tp = noop.NewTracerProvider() // the emitter's trace context still travels
+	}
 	for n, ev := range c.events {
 		i, ok := at[ev.Stream]
 		if !ok {
@@ -298,13 +316,38 @@ func (o *outbox) deliveries(c *committed) []delivery {
 			out = append(out, delivery{keys: []string{ev.Stream, marker},
 				args: []any{o.markerTTL().Milliseconds(), o.streams.MaxLen, o.streams.Retention.Milliseconds()}})
 		}
+		emitted := propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier(ev.Trace))
+		ctx, span := plugintrace.StartKind(emitted, tp, trace.SpanKindProducer, "streams", "stream.publish", "XADD",
+			attribute.String(streamfx.AttrStream, ev.Stream), attribute.Int(streamfx.AttrMessageSize, len(ev.Data)))
 		fields := []any{streamfx.FieldData, ev.Data, streamfx.FieldEventID, execution + "/" + strconv.Itoa(n)}
-		for k, v := range ev.Trace {
+		carrier := propagation.MapCarrier{}
+		propagation.TraceContext{}.Inject(ctx, carrier)
+		for k, v := range carrier {
 			fields = append(fields, k, v)
 		}
 		out[i].args = append(append(out[i].args, len(fields)), fields...)
+		out[i].spans = append(out[i].spans, span)
 	}
 	return out
+}
+
+// finish ends the delivery's spans with its outcome: the message ids when
+// it appended, nothing more when a marker said an earlier try had.
+func (d *delivery) finish() {
+	var ids []any
+	err := d.err
+	if d.cmd != nil {
+		ids, _ = d.cmd.Val().([]any) // 0 when a marker said an earlier try appended them
+		err = cmp.Or(err, d.cmd.Err())
+	}
+	for i, span := range d.spans {
+		if i < len(ids) {
+			id, _ := ids[i].(string)
+			span.SetAttributes(attribute.String(streamfx.AttrMessageID, id))
+			span.AddEvent("message.published")
+		}
+		span.Finish(err)
+	}
 }
 
 // markerTTL is how long a delivery marker lives: as long as the record
@@ -326,37 +369,14 @@ func sameSlot(stream string) string {
 
 // deliverReplicated runs one delivery and WAITs for ReplicaAcks replicas:
 // the record's events are not let go before their append is replicated.
-func (o *outbox) deliverReplicated(ctx context.Context, d delivery) error {
-	_, unreplicated, err := o.s.store.runArgs(ctx, idemscript.Deliver, d.keys, d.args, func(*redis.Cmd) bool { return true })
+func (o *outbox) deliverReplicated(ctx context.Context, d *delivery) error {
+	cmd, unreplicated, err := o.s.store.runArgs(ctx, idemscript.Deliver, d.keys, d.args, func(*redis.Cmd) bool { return true })
 	if err == nil && unreplicated {
 		err = errors.New("the append did not reach ReplicaAcks replicas in time")
 	}
+	d.cmd, d.err = cmd, err
 	return err
 }
-
-// span opens the relay's span, linked to the trace of each event.
-func (o *outbox) span(ctx context.Context, batch []committed) (context.Context, *plugintrace.Span) {
-	tp := o.s.obs.tracer
-	if tp == nil {
-		tp = noop.NewTracerProvider()
-	}
-	ctx, span := plugintrace.StartKind(ctx, tp, trace.SpanKindProducer, "idempotency", "idempotency.outbox.relay", "XADD",
-		attribute.Int(AttrOutboxRecords, len(batch)))
-	if span.IsRecording() {
-		for _, c := range batch {
-			for _, ev := range c.events {
-				if sc := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier(ev.Trace))); sc.IsValid() {
-					span.AddLink(trace.Link{SpanContext: sc})
-					break
-				}
-			}
-		}
-	}
-	return ctx, span
-}
-
-// AttrOutboxRecords is the number of records an idempotency.outbox.relay span delivers.
-const AttrOutboxRecords = "redisfx.idempotency.outbox.records"
 
 // recoverPending reads the index, for the gauges and for the entries left
 // pending past outboxTakeover, and delivers those. One process per poll

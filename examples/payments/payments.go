@@ -156,7 +156,7 @@ func (s *PaymentService) Create(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if p.Status == "succeeded" {
-		s.publishCreated(ctx, p)
+		s.announceCreated(ctx, p)
 	}
 	status := http.StatusCreated
 	if p.Status == "declined" {
@@ -306,10 +306,19 @@ func (s *PaymentService) Get(w http.ResponseWriter, r *http.Request) error {
 // paymentCreated is the stream the service announces succeeded payments on.
 const paymentCreated = "payment.created"
 
-// publishCreated announces a succeeded payment. The payment stands even if
-// the announcement fails (it is logged): the charge has happened.
-func (s *PaymentService) publishCreated(ctx context.Context, p Payment) {
-	if _, err := streamfx.PublishJSON(ctx, s.events, paymentCreated, p); err != nil {
+// announceCreated announces a succeeded payment through the idempotency
+// outbox: committed with the payment's recorded outcome, it reaches the
+// stream exactly once, and never for an execution whose outcome is not
+// the recorded one. A request without a key has no record to commit it
+// with: it is published at once, and lost if that fails (logged); the
+// charge stands either way.
+func (s *PaymentService) announceCreated(ctx context.Context, p Payment) {
+	data, _ := json.Marshal(p) // strings and numbers
+	err := idempotencyfx.Emit(ctx, paymentCreated, data)
+	if errors.Is(err, idempotencyfx.ErrNoOutbox) {
+		_, err = s.events.Publish(ctx, paymentCreated, data)
+	}
+	if err != nil {
 		s.log.Warn("payment.created not published", zap.String("payment", p.ID), zap.Error(err))
 	}
 }

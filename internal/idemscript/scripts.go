@@ -130,14 +130,15 @@ return 1
 // Deliver appends a record's events to one stream, once. KEYS[1] stream,
 // KEYS[2] delivery marker (the stream's slot); ARGV marker ttl ms, MaxLen
 // (0: none), retention ms (0: none), then per event its field count and
-// fields. Replies 1 (appended) or 0 (the marker says it was). Both write, so
-// that a WAIT after either covers the append.
+// fields. Replies the appended entries' ids, or 0 when the marker says an
+// earlier call appended them. Both write, so that a WAIT after either
+// covers the append.
 var Deliver = redis.NewScript(`
 if not redis.call('SET', KEYS[2], 1, 'NX', 'PX', ARGV[1]) then
   redis.call('PEXPIRE', KEYS[2], ARGV[1])
   return 0
 end
-local i = 4
+local ids, i = {}, 4
 while i <= #ARGV do
   local add = {'XADD', KEYS[1]}
   if ARGV[2] ~= '0' then
@@ -147,13 +148,13 @@ while i <= #ARGV do
   for j = i + 1, i + tonumber(ARGV[i]) do
     add[#add + 1] = ARGV[j]
   end
-  redis.call(unpack(add))
+  ids[#ids + 1] = redis.call(unpack(add))
   i = i + tonumber(ARGV[i]) + 1
 end
 if ARGV[3] ~= '0' then
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
 end
-return 1
+return ids
 `)
 
 // Delivered ends a record's outbox entry. KEYS[1] record, KEYS[2] outbox
