@@ -116,7 +116,7 @@ func TestAmtool_RoutingPerSeverity(t *testing.T) {
 var (
 	exportedToday = map[string]string{
 		"store_up": "storefx", "commands_total": "tracingfx", "command_duration_seconds": "tracingfx", "errors_total": "tracingfx",
-		"idempotency_requests_total": "idempotencyfx", "idempotency_wait_seconds": "idempotencyfx",
+		"idempotency_requests_total": "idempotencyfx", "idempotency_wait_seconds": "idempotencyfx", "idempotency_outbox_oldest_pending_seconds": "idempotencyfx",
 		"http_requests_total": "httpfx", "http_request_duration_seconds": "httpfx",
 		"lock_timeouts_total": "lockfx", "lock_attempts_total": "lockfx", "lock_wait_seconds": "lockfx",
 		"lock_acquisitions_total": "lockfx", "locks_active": "lockfx", "lock_wait_duration_seconds": "lockfx",
