@@ -22,6 +22,7 @@ import (
 	"github.com/redisfx/redisfx/internal/keyslot"
 	"github.com/redisfx/redisfx/internal/nodeclient"
 	"github.com/redisfx/redisfx/internal/scripts"
+	"github.com/redisfx/redisfx/internal/throttle"
 	"github.com/redisfx/redisfx/plugintrace"
 	"github.com/redisfx/redisfx/streamfx"
 )
@@ -102,6 +103,7 @@ type outbox struct {
 	done    chan struct{}
 	started atomic.Bool
 	outboxTimings
+	failedLog throttle.Every // at most every 10s
 
 	// the last reading of the index, for the gauges
 	readAt  atomic.Int64 // unix nanos
@@ -111,7 +113,8 @@ type outbox struct {
 
 func newOutbox(s *Service, streams *streamfx.Streams, t outboxTimings) *outbox {
 	return &outbox{s: s, streams: streams.Config(), prefix: s.cfg.KeyPrefix, cluster: nodeclient.Cluster(s.store.rdb) != nil,
-		queue: make(chan committed, 4*outboxBatch), stop: make(chan struct{}), done: make(chan struct{}), outboxTimings: t}
+		queue: make(chan committed, 4*outboxBatch), stop: make(chan struct{}), done: make(chan struct{}), outboxTimings: t,
+		failedLog: throttle.Every{Interval: 10 * time.Second}}
 }
 
 // index is the outbox index of record: in its slot on a Cluster.
@@ -258,7 +261,7 @@ func (o *outbox) relay(batch []committed) {
 		}
 		o.s.obs.outboxDelivered(time.Since(c.at))
 	}
-	if err != nil {
+	if err != nil && o.failedLog.Allow() {
 		o.s.log.Warn("idempotency: outbox events not delivered yet; the relay tries again", zap.Error(err))
 	}
 }

@@ -5,12 +5,15 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/redisfx/redisfx/internal/redistest"
+	"github.com/redisfx/redisfx/storefx"
 	"github.com/redisfx/redisfx/streamfx"
 )
 
@@ -161,4 +164,47 @@ func withStreamsOf(t *testing.T, rdb redis.UniversalClient) Option {
 		t.Fatal(err)
 	}
 	return WithStreams(streams)
+}
+
+// With ReplicaAcks, a record lets its events go only once their append has
+// reached a replica: without one, they stay pending (appended on the
+// master, kept in the record); once a replica is back, the recovery ends
+// the entry without appending them again.
+func TestOutbox_ReplicaAcks_EventsKeptUntilTheirAppendIsReplicated(t *testing.T) {
+	t.Parallel()
+	primary := redistest.StartPrivate(t)
+	ctx := context.Background()
+	client, err := storefx.New("default", storefx.Config{URL: primary.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	cfg := Config{DefaultTTL: time.Minute, StoreTimeout: 5 * time.Second, ReplicaAcks: 1, ReplicaAckTimeout: 200 * time.Millisecond}
+	svc, err := New(client, cfg, fastOutbox, withStreamsOf(t, client))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc.Close()
+	_ = svc.Start(ctx)
+	stream := "events"
+	if _, _, err := svc.Do(ctx, "k1", "fp", func(ctx context.Context) ([]byte, error) {
+		return nil, Emit(ctx, stream, []byte("paid"))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	index, record := svc.outbox.index(svc.StoreKey("", "k1")), svc.StoreKey("", "k1")
+	// No replica: appended (once, the marker holds), but not let go.
+	waitFor(t, func() bool { return client.XLen(ctx, stream).Val() == 1 })
+	for range 3 {
+		svc.outbox.recoverPending()
+	}
+	if client.ZCard(ctx, index).Val() != 1 || !client.HExists(ctx, record, "e").Val() {
+		t.Fatal("the record let its events go while no replica had their append")
+	}
+	host, port, _ := strings.Cut(primary.Addr(), ":")
+	replica := redistest.StartPrivate(t, redistest.WithArgs("--replicaof", host, port))
+	waitFor(t, func() bool { return client.ZCard(ctx, index).Val() == 0 })
+	if n := client.XLen(ctx, stream).Val(); n != 1 || replica.Client().XLen(ctx, stream).Val() != 1 {
+		t.Fatalf("%d entries on the master, %d on the replica; want 1 and 1", n, replica.Client().XLen(ctx, stream).Val())
+	}
 }
