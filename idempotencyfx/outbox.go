@@ -315,7 +315,8 @@ func (o *outbox) deliveries(c *committed) []delivery {
 		i, ok := at[ev.Stream]
 		if !ok {
 			i, at[ev.Stream] = len(out), len(out)
-			marker := sameSlot(ev.Stream) + ":outbox:" + execution
+			// In the stream's slot, named by the stream and the execution.
+			marker := "{" + keyslot.ForSlot(keyslot.Of(ev.Stream)) + "}" + o.prefix + ":outbox:" + strconv.Itoa(len(ev.Stream)) + ":" + ev.Stream + execution
 			out = append(out, delivery{keys: []string{ev.Stream, marker},
 				args: []any{o.markerTTL().Milliseconds(), o.streams.MaxLen, o.streams.Retention.Milliseconds()}})
 		}
@@ -362,14 +363,6 @@ func (o *outbox) markerTTL() time.Duration {
 	return 24 * time.Hour
 }
 
-// sameSlot is a name whose Cluster slot is stream's, to suffix.
-func sameSlot(stream string) string {
-	if _, tagged := keyslot.Tag(stream); tagged {
-		return stream
-	}
-	return "{" + stream + "}"
-}
-
 // deliverReplicated runs one delivery and WAITs for ReplicaAcks replicas:
 // the record's events are not let go before their append is replicated.
 func (o *outbox) deliverReplicated(ctx context.Context, d *delivery) error {
@@ -405,17 +398,31 @@ func (o *outbox) recoverPending() {
 	if err != nil {
 		return
 	}
+	// Beyond the oldest entries, a random sample: entries that keep
+	// failing (a stream under a key of another type) hold up no others.
+	var sampled []*redis.ZSliceCmd
+	_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, index := range indexes {
+			if counts[i].Val() > outboxScan {
+				sampled = append(sampled, p.ZRandMemberWithScores(ctx, index, outboxScan))
+			}
+		}
+		return nil
+	})
 	var pending, oldest int64
 	var due []committed
+	seen := map[string]bool{}
 	takeover := now.Val().Add(-o.takeover).UnixMilli()
 	for i := range indexes {
 		pending += counts[i].Val()
-		for _, z := range firsts[i].Val() {
+	}
+	for _, read := range append(firsts, sampled...) {
+		for _, z := range read.Val() {
 			if oldest == 0 || int64(z.Score) < oldest {
 				oldest = int64(z.Score)
 			}
-			if int64(z.Score) < takeover {
-				record, _ := z.Member.(string)
+			if record, _ := z.Member.(string); int64(z.Score) < takeover && !seen[record] {
+				seen[record] = true
 				due = append(due, committed{record: record, at: time.UnixMilli(int64(z.Score))})
 			}
 		}
@@ -425,14 +432,16 @@ func (o *outbox) recoverPending() {
 	o.readAt.Store(time.Now().UnixNano())
 	for len(due) > 0 {
 		n := min(len(due), outboxBatch)
-		o.relay(o.read(ctx, due[:n]))
+		o.relay(o.read(due[:n]))
 		due = due[n:]
 	}
 }
 
 // read fills in the pending events of records; a record that holds none
 // (expired, deleted) comes with none, and relay ends its entry.
-func (o *outbox) read(ctx context.Context, records []committed) []committed {
+func (o *outbox) read(records []committed) []committed {
+	ctx, cancel := context.WithTimeout(plugintrace.WithoutCommandSpans(o.s.late.stop), o.s.cfg.StoreTimeout)
+	defer cancel()
 	cmds := make([]*redis.SliceCmd, len(records))
 	_, _ = o.s.store.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, r := range records {

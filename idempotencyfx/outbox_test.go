@@ -208,3 +208,33 @@ func TestOutbox_ReplicaAcks_EventsKeptUntilTheirAppendIsReplicated(t *testing.T)
 		t.Fatalf("%d entries on the master, %d on the replica; want 1 and 1", n, replica.Client().XLen(ctx, stream).Val())
 	}
 }
+
+// Entries that keep failing (their stream's name holds a string) hold up
+// no others in the recovery, however many come first.
+func TestOutbox_RecoveryIsNotHeldUpByEntriesThatKeepFailing(t *testing.T) {
+	e := outboxEnv(t, Config{})
+	e.svc.outbox.shutdown(context.Background()) // it commits, but relays nothing
+	ctx := context.Background()
+	broken, healthy := e.svc.cfg.KeyPrefix+"broken", e.svc.cfg.KeyPrefix+"healthy"
+	e.rdb.Set(ctx, broken, "not a stream", time.Minute)
+	emit := func(key, stream string) {
+		if _, _, err := e.svc.Do(ctx, key, "fp", func(ctx context.Context) ([]byte, error) {
+			return nil, Emit(ctx, stream, []byte(key))
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range outboxScan + 1 {
+		emit("b"+strconv.Itoa(i), broken)
+	}
+	emit("last", healthy)
+	other, err := New(e.rdb, e.svc.cfg.Config, WithLogger(zap.NewNop()), fastOutbox, withStreamsOf(t, e.rdb))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = other.Close() })
+	_ = other.Start(ctx)
+	if got := streamEntries(t, e.rdb, healthy, 1); len(got) != 1 {
+		t.Fatalf("%d entries in the healthy stream; want 1", len(got))
+	}
+}
