@@ -237,4 +237,21 @@ func TestOutbox_RecoveryIsNotHeldUpByEntriesThatKeepFailing(t *testing.T) {
 	if got := streamEntries(t, e.rdb, healthy, 1); len(got) != 1 {
 		t.Fatalf("%d entries in the healthy stream; want 1", len(got))
 	}
+	// The failed deliveries left no marker: still pending, and delivered
+	// once each when the stream's name is free again.
+	if n := e.rdb.ZCard(ctx, e.svc.outbox.index("b0")).Val(); n != outboxScan+1 {
+		t.Fatalf("%d entries pending; want the %d whose stream is broken", n, outboxScan+1)
+	}
+	e.rdb.Del(ctx, broken)
+	waitFor(t, func() bool { return e.rdb.ZCard(ctx, e.svc.outbox.index("b0")).Val() == 0 })
+	got := map[string]int{}
+	for _, m := range streamEntries(t, e.rdb, broken, outboxScan+1) {
+		data, _ := m.Values[streamfx.FieldData].(string)
+		got[data]++
+	}
+	for i := range outboxScan + 1 {
+		if n := got["b"+strconv.Itoa(i)]; n != 1 {
+			t.Errorf("event of b%d delivered %d times; want 1", i, n)
+		}
+	}
 }

@@ -132,8 +132,14 @@ return 1
 // (0: none), retention ms (0: none), then per event its field count and
 // fields. Replies the appended entries' ids, or 0 when the marker says an
 // earlier call appended them. Both write, so that a WAIT after either
-// covers the append.
+// covers the append. What can fail fails before the first write (a script
+// is not undone): a key of another type is refused, and Redis refuses
+// only a script's first write for want of memory.
 var Deliver = redis.NewScript(`
+local t = redis.call('TYPE', KEYS[1])['ok']
+if t ~= 'none' and t ~= 'stream' then
+  return redis.error_reply('WRONGTYPE the stream key holds a ' .. t)
+end
 if not redis.call('SET', KEYS[2], 1, 'NX', 'PX', ARGV[1]) then
   redis.call('PEXPIRE', KEYS[2], ARGV[1])
   return 0
