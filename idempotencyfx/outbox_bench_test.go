@@ -28,12 +28,14 @@ import (
 // the relay has delivered its events, so the relay's work is in the block
 // it belongs to. A third kind, commit-only, emits one event through a
 // Service whose relay is stopped: the commit's share of the cost, without
-// the delivery's. Per request it reports the CPU time (user and system) of
+// the delivery's. A fourth, publish, is the announcement as the payments
+// example made it before the outbox: a streamfx Publish in the handler.
+// Per request it reports the CPU time (user and system) of
 // this process (getrusage) and of the private redis-server (INFO cpu), for
 // each kind, and the ratios to the requests without an event: the kinds
 // alternate in the same run, so a loaded machine moves them alike. One
 // b.Loop iteration is one block of each kind. The request goroutines carry
-// the profiler label kind (plain, event, commit-only) for -cpuprofile;
+// the profiler label kind (plain, event, commit-only, publish) for -cpuprofile;
 // OUTBOX_BENCH_STATS=1 logs Redis's commandstats at the end.
 func BenchmarkOutbox_NewKeyCPU(b *testing.B) {
 	b.Run("serial", func(b *testing.B) { benchOutbox(b, 1) })
@@ -84,6 +86,14 @@ func benchOutbox(b *testing.B, clients int) {
 		}
 		paymentHandler(w, r)
 	})))
+	// The announcement as the payments example made it before the outbox:
+	// a Publish on the request path, lost or doubled by a crash.
+	publishing := s.Install(Idempotent()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, err := streams.Publish(r.Context(), stream+".published", event); err != nil {
+			b.Error(err)
+		}
+		paymentHandler(w, r)
+	})))
 	admin := srv.Client() // reads INFO and XLEN; its own CPU is outside Redis's commands' share
 
 	var key atomic.Int64
@@ -116,7 +126,7 @@ func benchOutbox(b *testing.B, clients int) {
 		return processCPU(b) - self0, redisCPU(b, admin) - server0
 	}
 	block("warm-up", emitting, outboxBenchBlock) // warm up: scripts loaded, the stream made
-	var selfPlain, selfEvent, selfCommit, serverPlain, serverEvent, serverCommit time.Duration
+	var selfPlain, selfEvent, selfCommit, selfPublish, serverPlain, serverEvent, serverCommit, serverPublish time.Duration
 	blocks := 0
 	for b.Loop() {
 		self, server := block("plain", plain, 0)
@@ -125,6 +135,8 @@ func benchOutbox(b *testing.B, clients int) {
 		selfEvent, serverEvent = selfEvent+self, serverEvent+server
 		self, server = block("commit-only", commitOnly, 0)
 		selfCommit, serverCommit = selfCommit+self, serverCommit+server
+		self, server = block("publish", publishing, 0)
+		selfPublish, serverPublish = selfPublish+self, serverPublish+server
 		blocks++
 	}
 	if n := admin.XLen(context.Background(), stream).Val(); n != emitted {
@@ -142,6 +154,8 @@ func benchOutbox(b *testing.B, clients int) {
 	b.ReportMetric(float64(serverEvent)/float64(serverPlain), "redis-cpu-ratio")
 	b.ReportMetric(float64(selfCommit)/float64(selfPlain), "commit-only-cpu-ratio")
 	b.ReportMetric(float64(serverCommit)/float64(serverPlain), "commit-only-redis-cpu-ratio")
+	b.ReportMetric(float64(selfPublish)/float64(selfPlain), "publish-cpu-ratio")
+	b.ReportMetric(float64(serverPublish)/float64(serverPlain), "publish-redis-cpu-ratio")
 }
 
 // outboxBenchBlock is the requests of one kind served between two
