@@ -97,9 +97,10 @@ func createdExactlyOnce(t *testing.T, rdb *redis.Client, prefix, key string, rec
 // recorded: the announcement dies with it. Redis refuses the app's scripts
 // (ACL) from the moment its claim has landed, so the completion cannot land
 // and the process is killed while it retries it. The client's retry,
-// through another process, takes the record over and charges again (the
-// first charge was never recorded); payment.created announces only that
-// one. A publish made by the handler itself would have been appended
+// through another process, claims the key again once the dead owner's
+// lease is over (its record in progress may have expired with it) and
+// charges again (the first charge was never recorded); payment.created
+// announces only that one. A publish made by the handler itself would have been appended
 // before the completion failed, and announced both.
 func TestPayments_KilledBetweenChargeAndCompletion_AnnouncesTheRecordedPaymentOnce(t *testing.T) {
 	if testing.Short() {
