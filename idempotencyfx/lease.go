@@ -102,20 +102,23 @@ func (l *lease) complete(parent context.Context, state State, resp []byte, ttl t
 }
 
 // try sends the completion once, past the circuit breaker.
-// A failed outcome commits no events; a recorded one hands them to the relay.
+// A failed outcome commits no events; events the script did not append
+// with it are handed to the relay.
 func (l *lease) try(parent context.Context, state State, resp []byte, ttl time.Duration) (completion, error) {
-	var index string
-	var events []byte
+	var ev *eventCommit
 	if len(l.events) > 0 && state != StateFailed {
-		index, events = l.s.outbox.index(l.key), encodeEvents(l.events)
+		ev = l.s.outbox.commit(l.key, l.token, l.events)
 	}
-	done, unreplicated, err := l.s.store.complete(l.s.calls.Context(storefx.BypassBreaker(parent)), l.key, l.owner, state, resp, ttl, index, events)
+	done, ids, unreplicated, err := l.s.store.complete(l.s.calls.Context(storefx.BypassBreaker(parent)), l.key, l.owner, state, resp, ttl, ev)
 	if unreplicated {
 		l.s.obs.count(OutcomeUnreplicatedCompletion)
 	}
-	if err == nil && done != completionRefused && events != nil && !l.queued {
-		l.queued = true
-		l.s.outbox.relaySoon(committed{record: l.key, token: l.token, events: l.events, at: time.Now()})
+	if ev != nil {
+		ev.finish(ids, err)
+		if err == nil && done != completionRefused && ids == nil && !l.queued {
+			l.queued = true
+			l.s.outbox.relaySoon(committed{record: l.key, token: l.token, events: l.events, at: time.Now()})
+		}
 	}
 	return done, err
 }

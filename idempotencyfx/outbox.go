@@ -65,11 +65,6 @@ type outboxEvent struct {
 	Trace  map[string]string `json:"t,omitempty"`
 }
 
-func encodeEvents(evs []outboxEvent) []byte {
-	b, _ := json.Marshal(evs) // strings, bytes and maps of strings: no error
-	return b
-}
-
 // committed is a record whose events were committed with its outcome.
 type committed struct {
 	record string
@@ -301,24 +296,45 @@ type delivery struct {
 }
 
 // deliveries are c's Deliver calls, one per stream, the events of each in
-// the order emitted. Each event's stream.publish span is a child of the
-// span that emitted it, and the message carries it, as Publish's does.
+// the order emitted.
 func (o *outbox) deliveries(c *committed) []delivery {
 	var out []delivery
 	at := map[string]int{}
 	execution := c.record + "/" + strconv.FormatInt(c.token, 10)
+	for _, ev := range c.events {
+		if _, ok := at[ev.Stream]; ok {
+			continue
+		}
+		at[ev.Stream] = len(out)
+		// In the stream's slot, named by the stream and the execution.
+		marker := "{" + keyslot.ForSlot(keyslot.Of(ev.Stream)) + "}" + o.prefix + ":outbox:" + strconv.Itoa(len(ev.Stream)) + ":" + ev.Stream + execution
+		d := delivery{keys: []string{ev.Stream, marker}, args: []any{o.markerTTL().Milliseconds()}}
+		d.args, d.spans = o.eventArgs(d.args, c.events, execution, func(s string) int {
+			if s == ev.Stream {
+				return 1
+			}
+			return 0
+		})
+		out = append(out, d)
+	}
+	return out
+}
+
+// eventArgs appends to args MaxLen, the retention and the events whose
+// stream keyOf gives a KEYS index (not 0) as the scripts' append reads
+// them, and starts their stream.publish spans. Each span is a child of the
+// span that emitted its event, and the message carries it, as Publish's does.
+func (o *outbox) eventArgs(args []any, events []outboxEvent, execution string, keyOf func(stream string) int) ([]any, []*plugintrace.Span) {
 	tp := o.s.obs.tracer
 	if tp == nil {
 		tp = noop.NewTracerProvider() // the emitter's trace context still travels
 	}
-	for n, ev := range c.events {
-		i, ok := at[ev.Stream]
-		if !ok {
-			i, at[ev.Stream] = len(out), len(out)
-			// In the stream's slot, named by the stream and the execution.
-			marker := "{" + keyslot.ForSlot(keyslot.Of(ev.Stream)) + "}" + o.prefix + ":outbox:" + strconv.Itoa(len(ev.Stream)) + ":" + ev.Stream + execution
-			out = append(out, delivery{keys: []string{ev.Stream, marker},
-				args: []any{o.markerTTL().Milliseconds(), o.streams.MaxLen, o.streams.Retention.Milliseconds()}})
+	args = append(args, o.streams.MaxLen, o.streams.Retention.Milliseconds())
+	var spans []*plugintrace.Span
+	for n, ev := range events {
+		key := keyOf(ev.Stream)
+		if key == 0 {
+			continue
 		}
 		emitted := propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier(ev.Trace))
 		ctx, span := plugintrace.StartKind(emitted, tp, trace.SpanKindProducer, "streams", "stream.publish", "XADD",
@@ -329,10 +345,47 @@ func (o *outbox) deliveries(c *committed) []delivery {
 		for k, v := range carrier {
 			fields = append(fields, k, v)
 		}
-		out[i].args = append(append(out[i].args, len(fields)), fields...)
-		out[i].spans = append(out[i].spans, span)
+		args = append(append(args, key, len(fields)), fields...)
+		spans = append(spans, span)
 	}
-	return out
+	return args, spans
+}
+
+// eventCommit is what the Complete script takes to commit events: the
+// index, the streams when they are on the record's node (always, but on a
+// Cluster where their slots differ), and the arguments.
+type eventCommit struct {
+	keys  []string
+	args  []any
+	spans []*plugintrace.Span
+}
+
+// commit prepares the events of record's execution token for Complete.
+func (o *outbox) commit(record string, token int64, events []outboxEvent) *eventCommit {
+	b, _ := json.Marshal(events) // strings, bytes and maps of strings: no error
+	ev := &eventCommit{keys: []string{o.index(record)}, args: []any{b}}
+	slot := keyslot.Of(record)
+	at := map[string]int{}
+	for _, e := range events {
+		if o.cluster && keyslot.Of(e.Stream) != slot {
+			return ev // a stream in another slot: all go through the relay
+		}
+		if _, ok := at[e.Stream]; !ok {
+			at[e.Stream] = len(ev.keys) + 2 // KEYS[1] is the record
+			ev.keys = append(ev.keys, e.Stream)
+		}
+	}
+	ev.args, ev.spans = o.eventArgs(ev.args, events, record+"/"+strconv.FormatInt(token, 10), func(s string) int { return at[s] })
+	return ev
+}
+
+// finish ends the spans of events appended with the outcome: ids are
+// theirs, none when they went to the relay (which publishes them anew).
+func (ev *eventCommit) finish(ids []any, err error) {
+	if err == nil && ids == nil {
+		err = errors.New("not appended with the outcome: the relay appends it")
+	}
+	finishSpans(ev.spans, ids, err)
 }
 
 // finish ends the delivery's spans with its outcome: the message ids when
@@ -344,7 +397,11 @@ func (d *delivery) finish() {
 		ids, _ = d.cmd.Val().([]any) // 0 when a marker said an earlier try appended them
 		err = cmp.Or(err, d.cmd.Err())
 	}
-	for i, span := range d.spans {
+	finishSpans(d.spans, ids, err)
+}
+
+func finishSpans(spans []*plugintrace.Span, ids []any, err error) {
+	for i, span := range spans {
 		if i < len(ids) {
 			id, _ := ids[i].(string)
 			span.SetAttributes(attribute.String(streamfx.AttrMessageID, id))

@@ -55,6 +55,11 @@ func TestOutbox_EventsReachTheirStreamsOnce_InOrder_WithIDs(t *testing.T) {
 		w.WriteHeader(http.StatusCreated)
 	})
 	wantStatus(t, e.post("/payments", "k1", `{}`), http.StatusCreated, "")
+	if !e.svc.outbox.cluster { // the streams are on the record's node: appended with the outcome
+		if n := e.rdb.XLen(context.Background(), a).Val(); n != 2 {
+			t.Errorf("%d entries when the response came; want 2, appended with the outcome", n)
+		}
+	}
 	wantStatus(t, e.post("/payments", "k1", `{}`), http.StatusCreated, "") // a replay emits nothing
 	gotA, gotB := streamEntries(t, e.rdb, a, 2), streamEntries(t, e.rdb, b, 1)
 	rec := e.record("k1")
@@ -121,7 +126,7 @@ func TestOutbox_StaleOwnerCommitsNoEvents(t *testing.T) {
 	}
 }
 
-// Events committed by a process that died before relaying them are
+// Events committed for the relay by a process that died before relaying them are
 // delivered by another's recovery, once; a second recovery of the same
 // record appends nothing.
 func TestOutbox_RecoveryDeliversWhatADeadProcessCommitted_Once(t *testing.T) {
@@ -133,10 +138,11 @@ func TestOutbox_RecoveryDeliversWhatADeadProcessCommitted_Once(t *testing.T) {
 		_ = Emit(r.Context(), stream, []byte("paid"))
 		w.WriteHeader(http.StatusCreated)
 	})
+	// A key of another type under the stream's name: the completion
+	// cannot append, so the events go to the outbox for the relay.
+	e.rdb.Set(context.Background(), stream, "not a stream", time.Minute)
 	wantStatus(t, e.post("/payments", "k1", `{}`), http.StatusCreated, "")
-	if n, _ := e.rdb.XLen(context.Background(), stream).Result(); n != 0 {
-		t.Fatal("the stopped relay delivered")
-	}
+	e.rdb.Del(context.Background(), stream)
 	// Another process: its recovery takes the entry over.
 	other, err := New(e.rdb, e.svc.cfg.Config, WithLogger(zap.NewNop()), fastOutbox, withStreamsOf(t, e.rdb))
 	if err != nil {
@@ -187,11 +193,13 @@ func TestOutbox_ReplicaAcks_EventsKeptUntilTheirAppendIsReplicated(t *testing.T)
 	defer svc.Close()
 	_ = svc.Start(ctx)
 	stream := "events"
+	client.Set(ctx, stream, "not a stream", time.Minute) // the completion cannot append: the relay will
 	if _, _, err := svc.Do(ctx, "k1", "fp", func(ctx context.Context) ([]byte, error) {
 		return nil, Emit(ctx, stream, []byte("paid"))
 	}); err != nil {
 		t.Fatal(err)
 	}
+	client.Del(ctx, stream)
 	index, record := svc.outbox.index(svc.StoreKey("", "k1")), svc.StoreKey("", "k1")
 	// No replica: appended (once, the marker holds), but not let go.
 	waitFor(t, func() bool { return client.XLen(ctx, stream).Val() == 1 })
@@ -239,11 +247,11 @@ func TestOutbox_RecoveryIsNotHeldUpByEntriesThatKeepFailing(t *testing.T) {
 	}
 	// The failed deliveries left no marker: still pending, and delivered
 	// once each when the stream's name is free again.
-	if n := e.rdb.ZCard(ctx, e.svc.outbox.index("b0")).Val(); n != outboxScan+1 {
+	if n := pendingEntries(t, e.rdb, e.svc.outbox); n != outboxScan+1 {
 		t.Fatalf("%d entries pending; want the %d whose stream is broken", n, outboxScan+1)
 	}
 	e.rdb.Del(ctx, broken)
-	waitFor(t, func() bool { return e.rdb.ZCard(ctx, e.svc.outbox.index("b0")).Val() == 0 })
+	waitFor(t, func() bool { return pendingEntries(t, e.rdb, e.svc.outbox) == 0 })
 	got := map[string]int{}
 	for _, m := range streamEntries(t, e.rdb, broken, outboxScan+1) {
 		data, _ := m.Values[streamfx.FieldData].(string)
@@ -254,4 +262,23 @@ func TestOutbox_RecoveryIsNotHeldUpByEntriesThatKeepFailing(t *testing.T) {
 			t.Errorf("event of b%d delivered %d times; want 1", i, n)
 		}
 	}
+}
+
+// pendingEntries counts the entries of every outbox index.
+func pendingEntries(t *testing.T, rdb redis.UniversalClient, o *outbox) int64 {
+	t.Helper()
+	var cards []*redis.IntCmd
+	if _, err := rdb.Pipelined(context.Background(), func(p redis.Pipeliner) error {
+		for _, index := range o.indexes() {
+			cards = append(cards, p.ZCard(context.Background(), index))
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, c := range cards {
+		n += c.Val()
+	}
+	return n
 }

@@ -70,12 +70,12 @@ type claim struct {
 // claim runs the Claim script. unreplicated reports a write that did not
 // reach ReplicaAcks replicas in time: the claim stands.
 func (s store) claim(ctx context.Context, key, fp, owner string, lease time.Duration, wait bool) (c claim, unreplicated bool, err error) {
-	call := &scriptCall{keys: [2]string{key}, strs: [2]string{fp, owner}, num: lease.Milliseconds()}
+	call := &scriptCall{keys: [1]string{key}, strs: [2]string{fp, owner}, num: lease.Milliseconds()}
 	w := "0"
 	if wait {
 		w = "1"
 	}
-	call.args = [5]any{&call.strs[0], &call.strs[1], &call.num, w}
+	call.args = [4]any{&call.strs[0], &call.strs[1], &call.num, w}
 	wrote := func(cmd *redis.Cmd) bool {
 		v, _ := cmd.Slice()
 		return len(v) > 0 && (v[0] == string(claimNew) || v[0] == string(claimTakeover))
@@ -111,20 +111,17 @@ func (s store) claim(ctx context.Context, key, fp, owner string, lease time.Dura
 // scriptCall is a script's keys and arguments in one allocation (go-redis
 // writes a *string or *int64 as its value).
 type scriptCall struct {
-	keys [2]string
-	args [5]any
+	keys [1]string
+	args [4]any
 	strs [2]string // the string arguments args points to
 	num  int64     // the number argument args points to
-	// the keys and arguments used; 1 and 4 when 0
-	nkeys, nargs int
 }
 
 // run runs the script call. With ReplicaAcks it runs on a connection to the
 // key's master, following MOVED and ASK, and WAITs there when wrote says the
 // script wrote (WAIT covers its own connection's writes only).
 func (s store) run(ctx context.Context, script *redis.Script, call *scriptCall, wrote func(*redis.Cmd) bool) (cmd *redis.Cmd, unreplicated bool, err error) {
-	keys, args := call.keys[:max(call.nkeys, 1)], call.args[:max(call.nargs, 4)]
-	return s.runArgs(ctx, script, keys, args, wrote)
+	return s.runArgs(ctx, script, call.keys[:], call.args[:], wrote)
 }
 
 // runArgs is run with keys and arguments of any number.
@@ -214,27 +211,31 @@ const (
 	completionUnpublished completion = 2 // recorded; the notification to waiters failed
 )
 
-// complete runs the Complete script, WAITing as a claim does. events, when
-// not nil, are committed with the outcome into the outbox index.
-func (s store) complete(ctx context.Context, key, owner string, state State, resp []byte, ttl time.Duration, index string, events []byte) (done completion, unreplicated bool, err error) {
-	wrote := func(cmd *redis.Cmd) bool {
-		n, _ := cmd.Int()
-		return completion(n) != completionRefused
+// complete runs the Complete script, WAITing as a claim does. ev, when not
+// nil, commits events with the outcome; ids are those of the events the
+// script appended.
+func (s store) complete(ctx context.Context, key, owner string, state State, resp []byte, ttl time.Duration, ev *eventCommit) (done completion, ids []any, unreplicated bool, err error) {
+	wrote := func(cmd *redis.Cmd) bool { return cmd.Val() != int64(completionRefused) }
+	var cmd *redis.Cmd
+	call := &scriptCall{keys: [1]string{key}, strs: [2]string{owner, string(state)}, num: ttl.Milliseconds()}
+	call.args = [4]any{&call.strs[0], &call.strs[1], resp, &call.num}
+	if ev == nil {
+		cmd, unreplicated, err = s.run(ctx, idemscript.Complete, call, wrote)
+	} else {
+		cmd, unreplicated, err = s.runArgs(ctx, idemscript.Complete, append([]string{key}, ev.keys...), append(call.args[:], ev.args...), wrote)
 	}
-	call := &scriptCall{keys: [2]string{key, index}, strs: [2]string{owner, string(state)}, num: ttl.Milliseconds()}
-	call.args = [5]any{&call.strs[0], &call.strs[1], resp, &call.num, events}
-	if events != nil {
-		call.nkeys, call.nargs = 2, 5
-	}
-	cmd, unreplicated, err := s.run(ctx, idemscript.Complete, call, wrote)
 	if err != nil {
-		return completionRefused, false, err
+		return completionRefused, nil, false, err
 	}
-	n, err := cmd.Int()
-	if err != nil {
-		return completionRefused, false, err
+	switch v := cmd.Val().(type) {
+	case int64:
+		return completion(v), nil, unreplicated, nil
+	case []any:
+		if n, ok := v[0].(int64); ok {
+			return completion(n), v[1:], unreplicated, nil
+		}
 	}
-	return completion(n), unreplicated, nil
+	return completionRefused, nil, false, fmt.Errorf("unexpected completion reply %v", cmd.Val())
 }
 
 // Record is a stored idempotency record, as read by Service.Get.

@@ -84,17 +84,62 @@ redis.call('PEXPIRE', k, 2 * tonumber(ARGV[2]))
 return 1
 `)
 
-// Complete is the outcome script. KEYS[1] record, KEYS[2] (with events) the
-// outbox index; ARGV owner, state (c|f|u), response, ttl ms (0: no expiry),
-// then the encoded events, if any. Writes the outcome only if the caller
-// still owns the record (else 0); the owner stays, so a completion retried
-// after its reply was lost is recognised (1). Events are written in the
-// record's field 'e' and the record into the index, scored by Redis's time
-// in ms: committed with the outcome or not at all. When a duplicate is waiting, it
-// PUBLISHes on the record key's channel: state, 'o', the owner token's
-// length in decimal, ':', the owner token, then the response; a failed
-// PUBLISH replies 2.
-var Complete = redis.NewScript(`
+// appendEvents is the Lua of Complete and Deliver that appends events:
+// streamsOK(from, to) says whether KEYS[from…to] are streams or free, and
+// append(ev) appends the events from ARGV[ev] on (per event: the KEYS index
+// of its stream, its field count, its fields), with MaxLen ARGV[ev-2] and
+// retention ms ARGV[ev-1] ('0': none), and returns their ids.
+const appendEvents = `
+local function streamsOK(from, to)
+  for i = from, to do
+    local t = redis.call('TYPE', KEYS[i])['ok']
+    if t ~= 'none' and t ~= 'stream' then
+      return false
+    end
+  end
+  return true
+end
+local function append(ev)
+  local ids, streams, i = {}, {}, ev
+  while i <= #ARGV do
+    local key, n = KEYS[tonumber(ARGV[i])], tonumber(ARGV[i + 1])
+    local add = {'XADD', key}
+    if ARGV[ev - 2] ~= '0' then
+      add[3], add[4], add[5] = 'MAXLEN', '~', ARGV[ev - 2]
+    end
+    add[#add + 1] = '*'
+    for j = i + 2, i + 1 + n do
+      add[#add + 1] = ARGV[j]
+    end
+    ids[#ids + 1] = redis.call(unpack(add))
+    streams[key] = true
+    i = i + 2 + n
+  end
+  if ARGV[ev - 1] ~= '0' then
+    for key in pairs(streams) do
+      redis.call('PEXPIRE', key, ARGV[ev - 1])
+    end
+  end
+  return ids
+end
+`
+
+// Complete is the outcome script. KEYS[1] record; ARGV owner, state
+// (c|f|u), response, ttl ms (0: no expiry). Writes the outcome only if the
+// caller still owns the record (else 0); the owner stays, so a completion
+// retried after its reply was lost is recognised (1). When a duplicate is
+// waiting, it PUBLISHes on the record key's channel: state, 'o', the owner
+// token's length in decimal, ':', the owner token, then the response; a
+// failed PUBLISH replies 2.
+//
+// With events, KEYS[2] is the outbox index and KEYS[3…] the streams if
+// they may be written here; ARGV goes on with the encoded events, MaxLen,
+// retention ms and the events as append reads them. They are committed
+// with the outcome or not at all: appended to the streams when those are
+// given and are streams (or free), the reply then {n, ids…}; else written
+// in the record's field 'e' and the record into the index, scored by
+// Redis's time in ms, for the relay.
+var Complete = redis.NewScript(appendEvents + `
 local k = KEYS[1]
 local rec = redis.call('HMGET', k, 'o', 'w', 's')
 if rec[1] ~= ARGV[1] then
@@ -110,57 +155,50 @@ if ARGV[4] ~= '0' then
 else
   redis.call('PERSIST', k)
 end
+local ids
 if ARGV[5] then
-  redis.call('HSET', k, 'e', ARGV[5])
-  local t = redis.call('TIME')
-  redis.call('ZADD', KEYS[2], t[1] * 1000 + math.floor(t[2] / 1000), k)
-  if ttl > 0 then
-    redis.call('PEXPIRE', KEYS[2], ttl) -- its records expire by then
+  if #KEYS > 2 and streamsOK(3, #KEYS) then
+    ids = append(8)
+  else
+    redis.call('HSET', k, 'e', ARGV[5])
+    local t = redis.call('TIME')
+    redis.call('ZADD', KEYS[2], t[1] * 1000 + math.floor(t[2] / 1000), k)
+    if ttl > 0 then
+      redis.call('PEXPIRE', KEYS[2], ttl) -- its records expire by then
+    end
   end
 end
+local n = 1
 if rec[2] then
   local ok = redis.pcall('PUBLISH', k, ARGV[2] .. 'o' .. #ARGV[1] .. ':' .. ARGV[1] .. ARGV[3])
   if type(ok) == 'table' and ok.err then
-    return 2
+    n = 2
   end
 end
-return 1
+if ids then
+  table.insert(ids, 1, n)
+  return ids
+end
+return n
 `)
 
 // Deliver appends a record's events to one stream, once. KEYS[1] stream,
-// KEYS[2] delivery marker (the stream's slot); ARGV marker ttl ms, MaxLen
-// (0: none), retention ms (0: none), then per event its field count and
-// fields. Replies the appended entries' ids, or 0 when the marker says an
-// earlier call appended them. Both write, so that a WAIT after either
-// covers the append. What can fail fails before the first write (a script
-// is not undone): a key of another type is refused, and Redis refuses
-// only a script's first write for want of memory.
-var Deliver = redis.NewScript(`
-local t = redis.call('TYPE', KEYS[1])['ok']
-if t ~= 'none' and t ~= 'stream' then
-  return redis.error_reply('WRONGTYPE the stream key holds a ' .. t)
+// KEYS[2] delivery marker (the stream's slot); ARGV marker ttl ms, MaxLen,
+// retention ms, then the events as append reads them. Replies the appended
+// entries' ids, or 0 when the marker says an earlier call appended them.
+// Both write, so that a WAIT after either covers the append. What can fail
+// fails before the first write (a script is not undone): a key of another
+// type is refused, and Redis refuses only a script's first write for want
+// of memory.
+var Deliver = redis.NewScript(appendEvents + `
+if not streamsOK(1, 1) then
+  return redis.error_reply('WRONGTYPE the stream key holds another type')
 end
 if not redis.call('SET', KEYS[2], 1, 'NX', 'PX', ARGV[1]) then
   redis.call('PEXPIRE', KEYS[2], ARGV[1])
   return 0
 end
-local ids, i = {}, 4
-while i <= #ARGV do
-  local add = {'XADD', KEYS[1]}
-  if ARGV[2] ~= '0' then
-    add[3], add[4], add[5] = 'MAXLEN', '~', ARGV[2]
-  end
-  add[#add + 1] = '*'
-  for j = i + 1, i + tonumber(ARGV[i]) do
-    add[#add + 1] = ARGV[j]
-  end
-  ids[#ids + 1] = redis.call(unpack(add))
-  i = i + tonumber(ARGV[i]) + 1
-end
-if ARGV[3] ~= '0' then
-  redis.call('PEXPIRE', KEYS[1], ARGV[3])
-end
-return ids
+return append(4)
 `)
 
 // Delivered ends a record's outbox entry. KEYS[1] record, KEYS[2] outbox
