@@ -4,10 +4,11 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -47,8 +48,7 @@ func Emit(ctx context.Context, stream string, data []byte) error {
 	if l.s.outbox == nil {
 		return fmt.Errorf("%w: the idempotency Service has no streams (streamfx.Module in the app, or WithStreams)", ErrNoOutbox)
 	}
-	ev := outboxEvent{Stream: stream, Data: bytes.Clone(data), Trace: map[string]string{}}
-	propagation.TraceContext{}.Inject(ctx, propagation.MapCarrier(ev.Trace))
+	ev := outboxEvent{stream: stream, data: bytes.Clone(data), emitter: trace.SpanContextFromContext(ctx)}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.ended.Load() {
@@ -58,11 +58,11 @@ func Emit(ctx context.Context, stream string, data []byte) error {
 	return nil
 }
 
-// outboxEvent is one declared event, as the record keeps it (field 'e').
+// outboxEvent is one declared event.
 type outboxEvent struct {
-	Stream string            `json:"s"`
-	Data   []byte            `json:"d"`
-	Trace  map[string]string `json:"t,omitempty"`
+	stream  string
+	data    []byte
+	emitter trace.SpanContext // the span that emitted it
 }
 
 // committed is a record whose events were committed with its outcome.
@@ -90,9 +90,9 @@ type outboxTimings struct{ poll, takeover time.Duration }
 // entries left behind (a crash, a failover, an outage).
 type outbox struct {
 	s       *Service
-	streams streamfx.Config
 	prefix  string
 	cluster bool
+	maxLen, retention string // of the streams, as the scripts take them
 	queue   chan committed
 	stop    chan struct{}
 	done    chan struct{}
@@ -107,7 +107,9 @@ type outbox struct {
 }
 
 func newOutbox(s *Service, streams *streamfx.Streams, t outboxTimings) *outbox {
-	return &outbox{s: s, streams: streams.Config(), prefix: s.cfg.KeyPrefix, cluster: nodeclient.Cluster(s.store.rdb) != nil,
+	cfg := streams.Config()
+	return &outbox{s: s, prefix: s.cfg.KeyPrefix, cluster: nodeclient.Cluster(s.store.rdb) != nil,
+		maxLen: strconv.FormatInt(cfg.MaxLen, 10), retention: strconv.FormatInt(cfg.Retention.Milliseconds(), 10),
 		queue: make(chan committed, 4*outboxBatch), stop: make(chan struct{}), done: make(chan struct{}), outboxTimings: t,
 		failedLog: throttle.Every{Interval: 10 * time.Second}}
 }
@@ -299,83 +301,86 @@ type delivery struct {
 // the order emitted.
 func (o *outbox) deliveries(c *committed) []delivery {
 	var out []delivery
-	at := map[string]int{}
 	execution := c.record + "/" + strconv.FormatInt(c.token, 10)
-	for _, ev := range c.events {
-		if _, ok := at[ev.Stream]; ok {
+	for i, ev := range c.events {
+		if slices.IndexFunc(c.events[:i], func(e outboxEvent) bool { return e.stream == ev.stream }) >= 0 {
 			continue
 		}
-		at[ev.Stream] = len(out)
 		// In the stream's slot, named by the stream and the execution.
-		marker := "{" + keyslot.ForSlot(keyslot.Of(ev.Stream)) + "}" + o.prefix + ":outbox:" + strconv.Itoa(len(ev.Stream)) + ":" + ev.Stream + execution
-		d := delivery{keys: []string{ev.Stream, marker}, args: []any{o.markerTTL().Milliseconds()}}
-		d.args, d.spans = o.eventArgs(d.args, c.events, execution, func(s string) int {
-			if s == ev.Stream {
-				return 1
-			}
-			return 0
-		})
+		marker := "{" + keyslot.ForSlot(keyslot.Of(ev.stream)) + "}" + o.prefix + ":outbox:" + strconv.Itoa(len(ev.stream)) + ":" + ev.stream + execution
+		d := delivery{keys: []string{ev.stream, marker}, args: []any{o.markerTTL().Milliseconds()}}
+		d.args, d.spans = o.eventArgs(d.args, c.events, execution, []string{ev.stream}, true)
 		out = append(out, d)
 	}
 	return out
 }
 
-// eventArgs appends to args MaxLen, the retention and the events whose
-// stream keyOf gives a KEYS index (not 0) as the scripts' append reads
-// them, and starts their stream.publish spans. Each span is a child of the
-// span that emitted its event, and the message carries it, as Publish's does.
-func (o *outbox) eventArgs(args []any, events []outboxEvent, execution string, keyOf func(stream string) int) ([]any, []*plugintrace.Span) {
+// eventArgs appends to args the events of streams as the scripts' append
+// reads them and, when spans, starts their stream.publish spans: each a
+// child of the span that emitted its event, carried by the message as
+// Publish's is. Without, the message carries the emitter's context.
+func (o *outbox) eventArgs(args []any, events []outboxEvent, execution string, streams []string, spans bool) ([]any, []*plugintrace.Span) {
 	tp := o.s.obs.tracer
 	if tp == nil {
 		tp = noop.NewTracerProvider() // the emitter's trace context still travels
 	}
-	args = append(args, o.streams.MaxLen, o.streams.Retention.Milliseconds())
-	var spans []*plugintrace.Span
+	args = slices.Grow(args, 3+len(streams)+8*len(events))
+	args = append(args, o.maxLen, o.retention, len(streams))
+	for _, s := range streams {
+		args = append(args, s)
+	}
+	var started []*plugintrace.Span
 	for n, ev := range events {
-		key := keyOf(ev.Stream)
+		key := slices.Index(streams, ev.stream) + 1
 		if key == 0 {
 			continue
 		}
-		emitted := propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier(ev.Trace))
-		ctx, span := plugintrace.StartKind(emitted, tp, trace.SpanKindProducer, "streams", "stream.publish", "XADD",
-			attribute.String(streamfx.AttrStream, ev.Stream), attribute.Int(streamfx.AttrMessageSize, len(ev.Data)))
-		fields := []any{streamfx.FieldData, ev.Data, streamfx.FieldEventID, execution + "/" + strconv.Itoa(n)}
-		carrier := propagation.MapCarrier{}
-		propagation.TraceContext{}.Inject(ctx, carrier)
-		for k, v := range carrier {
-			fields = append(fields, k, v)
+		ctx := trace.ContextWithRemoteSpanContext(context.Background(), ev.emitter)
+		if spans {
+			var span *plugintrace.Span
+			ctx, span = plugintrace.StartKind(ctx, tp, trace.SpanKindProducer, "streams", "stream.publish", "XADD",
+				attribute.String(streamfx.AttrStream, ev.stream), attribute.Int(streamfx.AttrMessageSize, len(ev.data)))
+			started = append(started, span)
 		}
-		args = append(append(args, key, len(fields)), fields...)
-		spans = append(spans, span)
+		at := len(args)
+		args = append(args, key, 0, streamfx.FieldData, ev.data, streamfx.FieldEventID, execution+"/"+strconv.Itoa(n))
+		propagation.TraceContext{}.Inject(ctx, fieldCarrier{&args})
+		args[at+1] = len(args) - at - 2
 	}
-	return args, spans
+	return args, started
 }
 
+// fieldCarrier appends the trace context's fields to a stream entry's.
+type fieldCarrier struct{ args *[]any }
+
+func (c fieldCarrier) Get(string) string { return "" }
+func (c fieldCarrier) Keys() []string    { return nil }
+func (c fieldCarrier) Set(k, v string)   { *c.args = append(*c.args, k, v) }
+
 // eventCommit is what the Complete script takes to commit events: the
-// index, the streams when they are on the record's node (always, but on a
-// Cluster where their slots differ), and the arguments.
+// record, the index and the streams when they are on the record's node
+// (always, but on a Cluster where their slots differ), and the arguments.
 type eventCommit struct {
 	keys  []string
 	args  []any
 	spans []*plugintrace.Span
 }
 
-// commit prepares the events of record's execution token for Complete.
+// commit prepares the events of record's execution token for Complete:
+// its keys, and its arguments after the four of every completion.
 func (o *outbox) commit(record string, token int64, events []outboxEvent) *eventCommit {
-	b, _ := json.Marshal(events) // strings, bytes and maps of strings: no error
-	ev := &eventCommit{keys: []string{o.index(record)}, args: []any{b}}
-	slot := keyslot.Of(record)
-	at := map[string]int{}
+	ev := &eventCommit{keys: []string{record, o.index(record)}}
+	var streams []string
 	for _, e := range events {
-		if o.cluster && keyslot.Of(e.Stream) != slot {
-			return ev // a stream in another slot: all go through the relay
-		}
-		if _, ok := at[e.Stream]; !ok {
-			at[e.Stream] = len(ev.keys) + 2 // KEYS[1] is the record
-			ev.keys = append(ev.keys, e.Stream)
+		if !slices.Contains(streams, e.stream) {
+			streams = append(streams, e.stream)
 		}
 	}
-	ev.args, ev.spans = o.eventArgs(ev.args, events, record+"/"+strconv.FormatInt(token, 10), func(s string) int { return at[s] })
+	here := !o.cluster || !slices.ContainsFunc(streams, func(s string) bool { return keyslot.Of(s) != keyslot.Of(record) })
+	if here {
+		ev.keys = append(ev.keys, streams...) // appended with the outcome
+	}
+	ev.args, ev.spans = o.eventArgs(make([]any, 4), events, record+"/"+strconv.FormatInt(token, 10), streams, here)
 	return ev
 }
 
@@ -517,12 +522,44 @@ func (o *outbox) read(records []committed) []committed {
 			c.token, _ = strconv.ParseInt(n, 10, 64)
 		}
 		if e, ok := v[1].(string); ok {
-			if err := json.Unmarshal([]byte(e), &c.events); err != nil {
-				o.s.log.Error("idempotency: outbox events unreadable; left in the record", zap.String("record", c.record), zap.Error(err))
-				continue
-			}
+			c.events = decodeEvents(e)
 		}
 		out = append(out, c)
 	}
 	return out
+}
+
+// decodeEvents reads the events the Complete script kept in a record
+// (field 'e': eventArgs's arguments, each as <length>:<bytes>).
+func decodeEvents(e string) []outboxEvent {
+	var args []string
+	for e != "" {
+		n, rest, _ := strings.Cut(e, ":")
+		size, _ := strconv.Atoi(n)
+		size = min(max(size, 0), len(rest))
+		args, e = append(args, rest[:size]), rest[size:]
+	}
+	// MaxLen, retention, the streams, then the events (see eventArgs).
+	var events []outboxEvent
+	nstreams, _ := strconv.Atoi(at(args, 2))
+	for i := 3 + nstreams; i+1 < len(args); {
+		key, _ := strconv.Atoi(args[i])
+		fields, _ := strconv.Atoi(args[i+1])
+		carrier := propagation.MapCarrier{}
+		for j := i + 2; j+1 < min(i+2+fields, len(args)); j += 2 {
+			carrier[args[j]] = args[j+1]
+		}
+		events = append(events, outboxEvent{stream: at(args, 2+key), data: []byte(carrier[streamfx.FieldData]),
+			emitter: trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), carrier))})
+		i += 2 + max(fields, 0)
+	}
+	return events
+}
+
+// at is s[i], or "" past its end.
+func at(s []string, i int) string {
+	if i < 0 || i >= len(s) {
+		return ""
+	}
+	return s[i]
 }

@@ -115,7 +115,7 @@ func TestOutbox_StaleOwnerCommitsNoEvents(t *testing.T) {
 		t.Fatal(c, err)
 	}
 	stale := e.svc.newLease(key, "stale", c.token)
-	stale.events = []outboxEvent{{Stream: e.svc.cfg.KeyPrefix + "events", Data: []byte("x")}}
+	stale.events = []outboxEvent{{stream: e.svc.cfg.KeyPrefix + "events", data: []byte("x")}}
 	stale.stop()
 	e.rdb.HSet(ctx, key, "o", "someone else") // taken over
 	if done, err := stale.try(ctx, StateCompleted, mustEncode(200, nil, nil), time.Hour); err != nil || done != completionRefused {
@@ -156,7 +156,7 @@ func TestOutbox_RecoveryDeliversWhatADeadProcessCommitted_Once(t *testing.T) {
 		return n == 0
 	})
 	// Delivered again (the relay lost its ack): the marker lets nothing in.
-	c := committed{record: e.svc.StoreKey("", "k1"), token: e.record("k1").FencingToken, events: []outboxEvent{{Stream: stream, Data: []byte("paid")}}}
+	c := committed{record: e.svc.StoreKey("", "k1"), token: e.record("k1").FencingToken, events: []outboxEvent{{stream: stream, data: []byte("paid")}}}
 	other.outbox.relay([]committed{c})
 	after, _ := e.rdb.XRange(context.Background(), stream, "-", "+").Result()
 	if len(got) != 1 || len(after) != 1 {

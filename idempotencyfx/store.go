@@ -222,7 +222,8 @@ func (s store) complete(ctx context.Context, key, owner string, state State, res
 	if ev == nil {
 		cmd, unreplicated, err = s.run(ctx, idemscript.Complete, call, wrote)
 	} else {
-		cmd, unreplicated, err = s.runArgs(ctx, idemscript.Complete, append([]string{key}, ev.keys...), append(call.args[:], ev.args...), wrote)
+		copy(ev.args, call.args[:])
+		cmd, unreplicated, err = s.runArgs(ctx, idemscript.Complete, ev.keys, ev.args, wrote)
 	}
 	if err != nil {
 		return completionRefused, nil, false, err

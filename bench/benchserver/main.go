@@ -29,6 +29,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -52,6 +53,7 @@ import (
 	"github.com/redisfx/redisfx/internal/idemscript"
 	"github.com/redisfx/redisfx/metricsfx"
 	"github.com/redisfx/redisfx/storefx"
+	"github.com/redisfx/redisfx/streamfx"
 	"github.com/redisfx/redisfx/tracingfx"
 )
 
@@ -138,10 +140,10 @@ func main() {
 		}
 		<-app.Wait()
 		_ = app.Stop(context.Background())
-	case "stack", "stack-notracing":
+	case "stack", "stack-notracing", "stack-emit":
 		app := fx.New(append(stackOptions(stackConfig{
 			redisURL: *redisURL, addr: *addr, prefix: *prefix, policy: idempotencyfx.ErrorPolicy(*policy),
-			breaker: *breaker, tracing: *mode == "stack",
+			breaker: *breaker, tracing: *mode != "stack-notracing", emit: *mode == "stack-emit",
 		}), fx.Provide(zap.NewProduction))...)
 		if err := app.Start(context.Background()); err != nil {
 			log.Fatal(err)
@@ -229,7 +231,7 @@ func limit(rdb *redis.Client, prefix string, outcome func(*http.Request, idempot
 type stackConfig struct {
 	redisURL, addr, prefix string
 	policy                 idempotencyfx.ErrorPolicy
-	breaker, tracing       bool
+	breaker, tracing, emit bool
 }
 
 // stackOptions wire the app as the README does (storefx, metricsfx,
@@ -242,11 +244,28 @@ func stackOptions(c stackConfig) []fx.Option {
 			&metricsfx.Config{Prefix: "bench"}),
 		storefx.Module, metricsfx.Module, idempotencyfx.Module, httpfx.Module,
 		fx.Provide(httpfx.AsRoutes(func() httpfx.Routes {
-			return func(r chi.Router) { r.With(idempotencyfx.Idempotent()).Post("/payments", payment) }
+			h := payment
+			if c.emit {
+				h = emitting
+			}
+			return func(r chi.Router) { r.With(idempotencyfx.Idempotent()).Post("/payments", h) }
 		})),
 	}
 	if c.tracing {
 		opts = append(opts, tracingfx.Module)
 	}
+	if c.emit {
+		opts = append(opts, fx.Supply(&streamfx.Config{MaxLen: 100_000, Retention: time.Hour}), streamfx.Module)
+	}
 	return opts
+}
+
+// emitting is payment announcing the payment through the outbox, as the
+// payments example does.
+func emitting(w http.ResponseWriter, r *http.Request) {
+	if err := idempotencyfx.Emit(r.Context(), "payment.created", paymentBody); err != nil && !errors.Is(err, idempotencyfx.ErrNoOutbox) {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	payment(w, r)
 }

@@ -31,6 +31,12 @@ const stackBody = `{"amount":1250,"currency":"EUR","card":"4242424242424242"}`
 // stackRouter starts the stack on a private Redis, with the production
 // logger (JSON, sampled as zap.NewProduction samples) writing nowhere.
 func stackRouter(b testing.TB, tracing bool, env ...string) http.Handler {
+	return stackRouterOf(b, stackConfig{breaker: true, tracing: tracing}, env...)
+}
+
+// stackRouterOf is stackRouter with c's settings (its Redis, address and
+// prefix are the test's).
+func stackRouterOf(b testing.TB, c stackConfig, env ...string) http.Handler {
 	b.Helper()
 	for _, k := range []string{"OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
 		"OTEL_TRACES_SAMPLER", "OTEL_TRACES_SAMPLER_ARG", "OTEL_SDK_DISABLED", "TRACING_EXPORTER"} {
@@ -44,8 +50,8 @@ func stackRouter(b testing.TB, tracing bool, env ...string) http.Handler {
 	log := zap.New(zapcore.NewSamplerWithOptions(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()),
 		zapcore.AddSync(io.Discard), zap.InfoLevel), 1e9, 100, 100))
 	var mux *chi.Mux
-	app := fx.New(append(stackOptions(stackConfig{redisURL: srv.URL(), addr: "127.0.0.1:0", prefix: redistest.Prefix(b),
-		breaker: true, tracing: tracing}), fx.Supply(log), fx.Populate(&mux))...)
+	c.redisURL, c.addr, c.prefix = srv.URL(), "127.0.0.1:0", redistest.Prefix(b)
+	app := fx.New(append(stackOptions(c), fx.Supply(log), fx.Populate(&mux))...)
 	if err := app.Start(context.Background()); err != nil {
 		b.Fatal(err)
 	}
@@ -129,6 +135,13 @@ func BenchmarkStack_NoKey(b *testing.B) {
 
 func BenchmarkStack_NewKey(b *testing.B) {
 	serveStack(b, stackRouter(b, true), func(i int) string { return "new-" + strconv.Itoa(i) })
+}
+
+// BenchmarkStack_NewKeyEmit is BenchmarkStack_NewKey with streamfx and a
+// handler that emits one event (the outbox): issue 38 allows it 10 % more
+// CPU per request.
+func BenchmarkStack_NewKeyEmit(b *testing.B) {
+	serveStack(b, stackRouterOf(b, stackConfig{breaker: true, tracing: true, emit: true}), func(i int) string { return "new-" + strconv.Itoa(i) })
 }
 
 func BenchmarkStack_Replay(b *testing.B) {

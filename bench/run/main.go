@@ -59,6 +59,7 @@ var servers = []server{
 	{name: "stack-otlp100", label: "README stack, OTLP/HTTP export, every trace", mode: "stack",
 		env: []string{"OTEL_EXPORTER_OTLP_ENDPOINT=http://{recv}", "OTEL_TRACES_SAMPLER=parentbased_always_on"}},
 	{name: "stack-notracing", label: "README stack without tracingfx", mode: "stack-notracing"},
+	{name: "stack-emit", label: "README stack with streamfx, the handler emitting one event (idempotencyfx.Emit)", mode: "stack-emit"},
 	// The floor under tracingfx's cost: the limit's round trips on bare
 	// net/http, untraced, and traced with the bare OpenTelemetry SDK at
 	// 10 % making the stack's spans (benchserver's floor.go).
@@ -279,6 +280,7 @@ func report(results map[string]map[load.Keys][]cell, chosen []server, paths []lo
 		fmt.Printf("| %s: OTLP 10 %% ≥ 0.95 × no tracingfx | %s |\n", p, ratio("stack-otlp10", "stack-notracing", p))
 		fmt.Printf("| %s: OTLP 100 %% vs no tracingfx | %s |\n", p, ratio("stack-otlp100", "stack-notracing", p))
 	}
+	fmt.Println("| new key: one emitted event, CPU/req ≤ 1.10 × README stack (the CPU/req column ≥ 0.91) |", ratio("stack-emit", "stack", load.Unique), "|")
 	for _, p := range paths {
 		fmt.Printf("| %s: payments example vs README stack (for reference) | %s |\n", p, ratio("payments", "stack", p))
 	}

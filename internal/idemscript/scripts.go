@@ -86,9 +86,10 @@ return 1
 
 // appendEvents is the Lua of Complete and Deliver that appends events:
 // streamsOK(from, to) says whether KEYS[from…to] are streams or free, and
-// append(ev) appends the events from ARGV[ev] on (per event: the KEYS index
-// of its stream, its field count, its fields), with MaxLen ARGV[ev-2] and
-// retention ms ARGV[ev-1] ('0': none), and returns their ids.
+// append(first, keys) appends the events of ARGV[first…]: MaxLen and the
+// retention in ms ('0': none), the number of streams and their names, then
+// per event the number of its stream (KEYS[keys + number]), its field count
+// and its fields. It returns their ids.
 const appendEvents = `
 local function streamsOK(from, to)
   for i = from, to do
@@ -99,13 +100,13 @@ local function streamsOK(from, to)
   end
   return true
 end
-local function append(ev)
-  local ids, streams, i = {}, {}, ev
+local function append(first, keys)
+  local ids, streams, i = {}, {}, first + 3 + tonumber(ARGV[first + 2])
   while i <= #ARGV do
-    local key, n = KEYS[tonumber(ARGV[i])], tonumber(ARGV[i + 1])
+    local key, n = KEYS[keys + tonumber(ARGV[i])], tonumber(ARGV[i + 1])
     local add = {'XADD', key}
-    if ARGV[ev - 2] ~= '0' then
-      add[3], add[4], add[5] = 'MAXLEN', '~', ARGV[ev - 2]
+    if ARGV[first] ~= '0' then
+      add[3], add[4], add[5] = 'MAXLEN', '~', ARGV[first]
     end
     add[#add + 1] = '*'
     for j = i + 2, i + 1 + n do
@@ -115,9 +116,9 @@ local function append(ev)
     streams[key] = true
     i = i + 2 + n
   end
-  if ARGV[ev - 1] ~= '0' then
+  if ARGV[first + 1] ~= '0' then
     for key in pairs(streams) do
-      redis.call('PEXPIRE', key, ARGV[ev - 1])
+      redis.call('PEXPIRE', key, ARGV[first + 1])
     end
   end
   return ids
@@ -133,11 +134,11 @@ end
 // failed PUBLISH replies 2.
 //
 // With events, KEYS[2] is the outbox index and KEYS[3…] the streams if
-// they may be written here; ARGV goes on with the encoded events, MaxLen,
-// retention ms and the events as append reads them. They are committed
-// with the outcome or not at all: appended to the streams when those are
-// given and are streams (or free), the reply then {n, ids…}; else written
-// in the record's field 'e' and the record into the index, scored by
+// they may be written here; ARGV goes on with the events as append reads
+// them. They are committed with the outcome or not at all: appended to the
+// streams when those are given and are streams (or free), the reply then
+// {n, ids…}; else ARGV[5…] is written in the record's field 'e' (each
+// argument as <length>:<bytes>) and the record into the index, scored by
 // Redis's time in ms, for the relay.
 var Complete = redis.NewScript(appendEvents + `
 local k = KEYS[1]
@@ -158,9 +159,13 @@ end
 local ids
 if ARGV[5] then
   if #KEYS > 2 and streamsOK(3, #KEYS) then
-    ids = append(8)
+    ids = append(5, 2)
   else
-    redis.call('HSET', k, 'e', ARGV[5])
+    local e = {}
+    for i = 5, #ARGV do
+      e[#e + 1] = #ARGV[i] .. ':' .. ARGV[i]
+    end
+    redis.call('HSET', k, 'e', table.concat(e))
     local t = redis.call('TIME')
     redis.call('ZADD', KEYS[2], t[1] * 1000 + math.floor(t[2] / 1000), k)
     if ttl > 0 then
@@ -183,8 +188,8 @@ return n
 `)
 
 // Deliver appends a record's events to one stream, once. KEYS[1] stream,
-// KEYS[2] delivery marker (the stream's slot); ARGV marker ttl ms, MaxLen,
-// retention ms, then the events as append reads them. Replies the appended
+// KEYS[2] delivery marker (the stream's slot); ARGV marker ttl ms, then
+// the events as append reads them (one stream). Replies the appended
 // entries' ids, or 0 when the marker says an earlier call appended them.
 // Both write, so that a WAIT after either covers the append. What can fail
 // fails before the first write (a script is not undone): a key of another
@@ -198,7 +203,7 @@ if not redis.call('SET', KEYS[2], 1, 'NX', 'PX', ARGV[1]) then
   redis.call('PEXPIRE', KEYS[2], ARGV[1])
   return 0
 end
-return append(4)
+return append(2, 0)
 `)
 
 // Delivered ends a record's outbox entry. KEYS[1] record, KEYS[2] outbox
