@@ -89,14 +89,14 @@ type outboxTimings struct{ poll, takeover time.Duration }
 // process that committed them, and by a recovery that polls the index for
 // entries left behind (a crash, a failover, an outage).
 type outbox struct {
-	s       *Service
-	prefix  string
-	cluster bool
+	s                 *Service
+	prefix            string
+	cluster           bool
 	maxLen, retention string // of the streams, as the scripts take them
-	queue   chan committed
-	stop    chan struct{}
-	done    chan struct{}
-	started atomic.Bool
+	queue             chan committed
+	stop              chan struct{}
+	done              chan struct{}
+	started           atomic.Bool
 	outboxTimings
 	failedLog throttle.Every // at most every 10s
 
