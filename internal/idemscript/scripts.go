@@ -168,8 +168,8 @@ if ARGV[5] then
     redis.call('HSET', k, 'e', table.concat(e))
     local t = redis.call('TIME')
     redis.call('ZADD', KEYS[2], t[1] * 1000 + math.floor(t[2] / 1000), k)
-    if ttl > 0 then
-      redis.call('PEXPIRE', KEYS[2], ttl) -- its records expire by then
+    if ARGV[4] ~= '0' then
+      redis.call('PEXPIRE', KEYS[2], ARGV[4]) -- its records expire by then
     end
   end
 end
