@@ -216,7 +216,7 @@ func (o *outbox) batch(c committed) []committed {
 // entry in the index. A record that fails stays pending: the recovery
 // delivers it again, and the delivery markers let no event in twice.
 func (o *outbox) relay(batch []committed) {
-	ctx, cancel := context.WithTimeout(plugintrace.WithoutCommandSpans(o.s.late.stop), o.s.cfg.StoreTimeout)
+	ctx, cancel := o.callContext()
 	defer cancel()
 	failed := make([]error, len(batch))
 	deliveries := make([][]delivery, len(batch))
@@ -438,32 +438,60 @@ func (o *outbox) deliverReplicated(ctx context.Context, d *delivery) error {
 
 // recoverPending reads the index, for the gauges and for the entries left
 // pending past outboxTakeover, and delivers those. One process per poll
-// does it (a lease in Redis): on a Cluster it reads one index per slot.
+// does it (a lease in Redis). On a Cluster it reads one index per slot,
+// outboxChunk at a time, each chunk within its own StoreTimeout.
 func (o *outbox) recoverPending() {
-	ctx, cancel := context.WithTimeout(plugintrace.WithoutCommandSpans(o.s.late.stop), o.s.cfg.StoreTimeout)
-	defer cancel()
+	ctx, cancel := o.callContext()
 	rdb := o.s.store.rdb
-	if ok, err := rdb.SetNX(ctx, o.prefix+":outbox:relay", 1, o.poll-o.poll/10).Result(); err != nil || !ok {
+	leased, err := rdb.SetNX(ctx, o.prefix+":outbox:relay", 1, o.poll-o.poll/10).Result()
+	now, _ := rdb.Time(ctx).Result()
+	cancel()
+	if err != nil || !leased || now.IsZero() {
 		return
 	}
-	indexes := o.indexes()
+	r := indexReading{takeover: now.Add(-o.takeover).UnixMilli(), seen: map[string]bool{}}
+	for indexes := o.indexes(); len(indexes) > 0; indexes = indexes[min(len(indexes), outboxChunk):] {
+		if !r.read(o, indexes[:min(len(indexes), outboxChunk)]) {
+			return
+		}
+	}
+	o.pending.Store(r.pending)
+	o.oldest.Store(r.oldest)
+	o.readAt.Store(time.Now().UnixNano())
+	for due := r.due; len(due) > 0; due = due[min(len(due), outboxBatch):] {
+		o.relay(o.read(due[:min(len(due), outboxBatch)]))
+	}
+}
+
+// outboxChunk is how many indexes one round trip of the recovery reads.
+const outboxChunk = 512
+
+// indexReading is what the recovery has read of the indexes so far.
+type indexReading struct {
+	takeover        int64 // entries committed before it (Redis ms) are due
+	pending, oldest int64
+	due             []committed
+	seen            map[string]bool
+}
+
+// read reads indexes: each one's oldest entries, its size and, beyond the
+// oldest, a random sample, so that entries that keep failing (a stream
+// under a key of another type) hold up no others.
+func (r *indexReading) read(o *outbox, indexes []string) bool {
+	ctx, cancel := o.callContext()
+	defer cancel()
 	firsts := make([]*redis.ZSliceCmd, len(indexes))
 	counts := make([]*redis.IntCmd, len(indexes))
-	var now *redis.TimeCmd
-	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		now = p.Time(ctx)
+	if _, err := o.s.store.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, index := range indexes {
 			firsts[i], counts[i] = p.ZRangeWithScores(ctx, index, 0, outboxScan-1), p.ZCard(ctx, index)
 		}
 		return nil
-	})
-	if err != nil {
-		return
+	}); err != nil {
+		return false
 	}
-	// Beyond the oldest entries, a random sample: entries that keep
-	// failing (a stream under a key of another type) hold up no others.
 	var sampled []*redis.ZSliceCmd
-	_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, _ = o.s.store.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, index := range indexes {
 			if counts[i].Val() > outboxScan {
 				sampled = append(sampled, p.ZRandMemberWithScores(ctx, index, outboxScan))
@@ -471,38 +499,33 @@ func (o *outbox) recoverPending() {
 		}
 		return nil
 	})
-	var pending, oldest int64
-	var due []committed
-	seen := map[string]bool{}
-	takeover := now.Val().Add(-o.takeover).UnixMilli()
 	for i := range indexes {
-		pending += counts[i].Val()
+		r.pending += counts[i].Val()
 	}
 	for _, read := range append(firsts, sampled...) {
 		for _, z := range read.Val() {
-			if oldest == 0 || int64(z.Score) < oldest {
-				oldest = int64(z.Score)
+			if r.oldest == 0 || int64(z.Score) < r.oldest {
+				r.oldest = int64(z.Score)
 			}
-			if record, _ := z.Member.(string); int64(z.Score) < takeover && !seen[record] {
-				seen[record] = true
-				due = append(due, committed{record: record, at: time.UnixMilli(int64(z.Score))})
+			if record, _ := z.Member.(string); int64(z.Score) < r.takeover && !r.seen[record] {
+				r.seen[record] = true
+				r.due = append(r.due, committed{record: record, at: time.UnixMilli(int64(z.Score))})
 			}
 		}
 	}
-	o.pending.Store(pending)
-	o.oldest.Store(oldest)
-	o.readAt.Store(time.Now().UnixNano())
-	for len(due) > 0 {
-		n := min(len(due), outboxBatch)
-		o.relay(o.read(due[:n]))
-		due = due[n:]
-	}
+	return true
+}
+
+// callContext bounds one round trip of the relay by StoreTimeout; it ends
+// with the Service, and its commands make no span.
+func (o *outbox) callContext() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(plugintrace.WithoutCommandSpans(o.s.late.stop), o.s.cfg.StoreTimeout)
 }
 
 // read fills in the pending events of records; a record that holds none
 // (expired, deleted) comes with none, and relay ends its entry.
 func (o *outbox) read(records []committed) []committed {
-	ctx, cancel := context.WithTimeout(plugintrace.WithoutCommandSpans(o.s.late.stop), o.s.cfg.StoreTimeout)
+	ctx, cancel := o.callContext()
 	defer cancel()
 	cmds := make([]*redis.SliceCmd, len(records))
 	_, _ = o.s.store.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {

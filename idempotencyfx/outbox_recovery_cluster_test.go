@@ -1,0 +1,62 @@
+package idempotencyfx
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/redisfx/redisfx/internal/redistest"
+	"github.com/redisfx/redisfx/storefx"
+)
+
+// On a Cluster, with a prefix without a hash tag, the recovery reads one
+// outbox index per slot: 16,384 ZRANGE and 16,384 ZCARD in one pipeline,
+// within one StoreTimeout, and the pending records with what is left of
+// it. Where that does not fit (a short StoreTimeout, a loaded host: the
+// Cluster checker's instances, StoreTimeout 1 s under -race, saw every
+// poll fail for 20 s), no poll ever delivers what a dead process
+// committed, and the events are lost when their records expire. This
+// test gives the recovery 5 s to deliver one event with StoreTimeout
+// 100 ms, a setting that bounds each call of a request well.
+func TestOutbox_Cluster_RecoveryDeliversWithAShortStoreTimeout(t *testing.T) {
+	if os.Getenv("REDISFX_TEST_CLUSTER") == "" {
+		t.Skip("a Cluster test: make test-cluster (REDISFX_TEST_CLUSTER=1)")
+	}
+	cl := redistest.StartCluster(t, 3, 0)
+	client, err := storefx.New("default", storefx.Config{Addrs: cl.Addrs(), ConnectTimeout: time.Second, ReadTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.Close() })
+	cfg := Config{KeyPrefix: "rec:", StoreTimeout: 100 * time.Millisecond, DefaultTTL: time.Hour}
+	ctx := context.Background()
+	dead, err := New(client, cfg, withStreamsOf(t, client))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = dead.Start(ctx)
+	dead.outbox.shutdown(ctx) // it commits, but relays nothing
+	stream := "rec:events"
+	_, _, err = dead.Do(ctx, "k1", "fp", func(ctx context.Context) ([]byte, error) {
+		return []byte("ok"), Emit(ctx, stream, []byte("paid"))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := New(client, cfg, withStreamsOf(t, client), fastOutbox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = other.Start(ctx)
+	t.Cleanup(func() { _ = other.Close() })
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		if n, _ := client.XLen(ctx, stream).Result(); n == 1 {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("the event a dead process committed was not delivered in 5 s (the recovery reads %d indexes per poll within StoreTimeout %v)",
+		len(other.outbox.indexes()), cfg.StoreTimeout)
+}
