@@ -59,6 +59,7 @@ import (
 	"github.com/redisfx/redisfx/internal/idemcheck"
 	"github.com/redisfx/redisfx/internal/redistest"
 	"github.com/redisfx/redisfx/storefx"
+	"github.com/redisfx/redisfx/streamfx"
 )
 
 // idemCheckerSeeds are seeds that once failed; each runs briefly every
@@ -81,6 +82,16 @@ var (
 	chkKeys   = []string{"k1", "k2", "t1:k1", "a%3Ab"}
 	chkDoKeys = []string{"k1", "t1:k1", "d1"}
 )
+
+// chkStreams are the streams the handlers' events go to, outside the
+// prefix: in a Cluster each is in a slot of its own, not its records'.
+var chkStreams = []string{"chkev:a", "chkev:b"}
+
+// chkOutbox is the outbox's recovery in the checker: it polls every
+// 250 ms and takes over entries pending for 1 s (the defaults, 5 s and
+// 10 s, are longer than the checker's DefaultTTL, 3 s: a record expires
+// with its pending events if no relay delivers them by then).
+var chkOutbox = outboxTimings{poll: 250 * time.Millisecond, takeover: time.Second}
 
 // chkKeyEpoch is how often the key space moves on: key "k1" is sent as
 // "k1.<epoch>", so that fresh records keep being created.
@@ -158,31 +169,93 @@ func runChecker(t *testing.T, kept []uint64, duration time.Duration, newWorld fu
 	for i, seed := range seeds {
 		t.Run(strconv.FormatUint(seed, 10), func(t *testing.T) {
 			w := newWorld(t, seed)
-			w.run(durations[i])
-			violations := w.hist.Check(w.bounds)
-			st := w.hist.Stats()
-			t.Logf("seed %d, %v: %s", seed, durations[i], st)
-			if excused := w.hist.ExcusedByStalls(w.bounds); len(excused) > 0 {
-				t.Logf("excused because the process or Redis stalled (longest stall %v): %d, the first: %s\n%s",
-					w.hist.LongestStall(), len(excused), excused[0], w.hist.Explain(excused, 1))
-			}
-			if st.Executions == 0 || st.Requests < 10 {
-				t.Errorf("the checker did hardly anything: %s", st)
-			}
-			groups := idemcheck.Group(violations)
-			kinds := slices.Sorted(maps.Keys(groups))
-			for _, kind := range kinds {
-				for _, v := range groups[kind][:min(len(groups[kind]), 5)] {
-					t.Error(v)
-				}
-			}
-			for _, kind := range kinds {
-				t.Errorf("%d violations of kind %q", len(groups[kind]), kind)
+			violations := w.check(durations[i])
+			for kind, n := range idemcheck.Count(violations) {
+				t.Errorf("%d violations of kind %q", n, kind)
 			}
 			if len(violations) > 0 {
 				t.Log(w.hist.Explain(violations, 3))
 				t.Errorf("%d violations; replay with:\n  REDISFX_CHECK_SEED=%d REDISFX_CHECK_DURATION=%v go test -race -count=1 -run '^%s$' ./idempotencyfx",
 					len(violations), seed, durations[i], strings.Split(t.Name(), "/")[0])
+			}
+		})
+	}
+}
+
+// check runs w for d and returns the violations of every rule, the
+// effects' included, logging the run's figures and the first violations
+// of each kind.
+func (w *chkWorld) check(d time.Duration) []string {
+	t := w.t
+	w.run(d)
+	violations := w.hist.Check(w.bounds)
+	st := w.hist.Stats()
+	t.Logf("seed %d, %v: %s", w.seed, d, st)
+	if w.effects {
+		ev, est := w.hist.CheckEffects(w.bounds)
+		violations = append(violations, ev...)
+		t.Logf("%s", est)
+		if est.Delivered == 0 && !w.mutant {
+			t.Errorf("no event was delivered: %s", est)
+		}
+	}
+	if excused := w.hist.ExcusedByStalls(w.bounds); len(excused) > 0 {
+		t.Logf("excused because the process or Redis stalled (longest stall %v): %d, the first: %s\n%s",
+			w.hist.LongestStall(), len(excused), excused[0], w.hist.Explain(excused, 1))
+	}
+	if st.Executions == 0 || st.Requests < 10 {
+		t.Errorf("the checker did hardly anything: %s", st)
+	}
+	groups := idemcheck.Group(violations)
+	for _, kind := range slices.Sorted(maps.Keys(groups)) {
+		for _, v := range groups[kind][:min(len(groups[kind]), 5)] {
+			if w.mutant {
+				t.Log(v)
+			} else {
+				t.Error(v)
+			}
+		}
+	}
+	return violations
+}
+
+// chkMutantSeeds are the seeds TestIdempotencyChecker_PublishFirstIsCaught
+// runs (see there).
+var chkMutantSeeds = []uint64{1}
+
+// TestIdempotencyChecker_PublishFirstIsCaught is the checker's own check:
+// with handlers that publish their events themselves before their outcome
+// is recorded (the commit made non-atomic on purpose), it must find events
+// that no recorded execution committed, delivered twice for one record, or
+// lost. A checker that passes this mutant would not see the outbox fail.
+func TestIdempotencyChecker_PublishFirstIsCaught(t *testing.T) {
+	t.Parallel()
+	runMutant(t, chkMutantSeeds, 4*time.Second, newChkWorld)
+}
+
+// TestIdempotencyChecker_Cluster_PublishFirstIsCaught is the mutant in
+// Cluster mode (make test-cluster).
+func TestIdempotencyChecker_Cluster_PublishFirstIsCaught(t *testing.T) {
+	if os.Getenv("REDISFX_TEST_CLUSTER") == "" {
+		t.Skip("a Cluster checker: make test-cluster (REDISFX_TEST_CLUSTER=1)")
+	}
+	t.Parallel()
+	runMutant(t, chkMutantSeeds, 5*time.Second, newChkClusterWorld)
+}
+
+func runMutant(t *testing.T, seeds []uint64, d time.Duration, newWorld func(*testing.T, uint64) *chkWorld) {
+	if seed, fromEnv := idemcheck.Seed(t); fromEnv {
+		seeds = []uint64{seed}
+	}
+	for _, seed := range seeds {
+		t.Run(strconv.FormatUint(seed, 10), func(t *testing.T) {
+			w := newWorld(t, seed)
+			w.mutant = true
+			violations := w.check(idemcheck.Duration(t, d))
+			n := idemcheck.Count(violations)
+			t.Logf("the mutant's violations by kind: %v", n)
+			if n["is never recorded"]+n["two executions of one record"]+n["were never delivered"] == 0 {
+				t.Errorf("the checker found no event delivered for nothing, twice or never, with events published before the outcome is recorded")
 			}
 		})
 	}
@@ -216,6 +289,15 @@ type chkWorld struct {
 	execSeq atomic.Int64
 	retired sync.WaitGroup // closing of crashed instances
 	extra   sync.WaitGroup // requests sent by the fault injector
+
+	// Effects: handlers declare events (Emit) to chkStreams, which the
+	// checker reads; mutant: they publish them themselves before their
+	// outcome is recorded (the non-atomic commit the outbox replaces).
+	effects  bool
+	mutant   bool
+	streams  Option         // WithStreams and the outbox's timings
+	ownExecs sync.Map       // request id -> the *idemcheck.Exec it ran
+	lookups  sync.WaitGroup // reads of records (seeRecorded)
 }
 
 // chkInstance is one app instance: a client, a Service and a router.
@@ -231,6 +313,7 @@ type chkInstance struct {
 	running map[string]*idemcheck.Exec   // executions in its handlers
 	reqs    map[int64]*idemcheck.Request // requests in flight
 	flight  sync.WaitGroup
+	stopped sync.Once // its Service's Close
 }
 
 func newChkWorld(t *testing.T, seed uint64) *chkWorld {
@@ -242,6 +325,7 @@ func newChkWorld(t *testing.T, seed uint64) *chkWorld {
 	w.admin = redis.NewClient(&redis.Options{Addr: srv.Addr(), DisableIdentity: true,
 		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}})
 	t.Cleanup(func() { _ = w.admin.Close() })
+	w.withEffects(chkOutbox)
 	for i := range w.proxies {
 		w.proxies[i] = faultproxy.Start(t, srv.Addr())
 		w.slots[i] = w.newInstance(i)
@@ -261,6 +345,9 @@ func newChkClusterWorld(t *testing.T, seed uint64) *chkWorld {
 	w.cadmin = redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), DisableIdentity: true,
 		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}})
 	t.Cleanup(func() { _ = w.cadmin.Close() })
+	w.bounds.Failover = true
+	// A recovery reads every slot's index (16,384): once a second.
+	w.withEffects(outboxTimings{poll: time.Second, takeover: 2 * time.Second})
 	shards, err := w.cadmin.ClusterShards(context.Background()).Result()
 	if err != nil {
 		t.Fatal(err)
@@ -482,13 +569,34 @@ func (w *chkWorld) newInstance(slot int) *chkInstance {
 			DialTimeout: 200 * time.Millisecond, ReadTimeout: time.Second, WriteTimeout: time.Second, DisableIdentity: true,
 			MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}})
 	}
-	svc, err := New(in.rdb, w.cfg)
+	var opts []Option
+	if w.streams != nil {
+		opts = append(opts, w.streams)
+	}
+	svc, err := New(in.rdb, w.cfg, opts...)
 	if err != nil {
 		w.t.Fatal(err)
 	}
 	in.svc = svc
 	w.serve(in)
 	return in
+}
+
+// withEffects turns the handlers' events on: each execution declares 1 to
+// 3 events, each to one of chkStreams, and the Services relay them with the
+// recovery's timings t. Only the streams' configuration is used.
+func (w *chkWorld) withEffects(t outboxTimings) {
+	unused := redis.NewClient(&redis.Options{Addr: "127.0.0.1:0", ContextTimeoutEnabled: true})
+	w.t.Cleanup(func() { _ = unused.Close() })
+	streams, err := streamfx.New(unused, streamfx.Config{})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	w.effects = true
+	w.streams = func(o *options) {
+		WithStreams(streams)(o)
+		withOutboxTimings(t)(o)
+	}
 }
 
 // serve starts in's Service and routes the checker's POST /pay through it,
@@ -518,22 +626,80 @@ func (w *chkWorld) serve(in *chkInstance) {
 // close ends an instance once its requests are over.
 func (in *chkInstance) close() {
 	in.flight.Wait()
-	_ = in.svc.Close()
+	in.stop()
 	_ = in.rdb.Close()
 }
+
+// stop closes the instance's Service (its outbox relay stops at once, what
+// it has not delivered stays pending).
+func (in *chkInstance) stop() { in.stopped.Do(func() { _ = in.svc.Close() }) }
 
 // startExec registers an execution of request req in instance in.
 func (w *chkWorld) startExec(ctx context.Context, in *chkInstance, req int64, scope, key, fp string) (*idemcheck.Exec, bool) {
 	e := &idemcheck.Exec{ID: "e" + strconv.FormatInt(w.execSeq.Add(1), 10), Req: req, Scope: scope, Key: key, FP: fp,
 		Token: FencingToken(ctx), Instance: in.id, Start: time.Now()}
+	if w.effects {
+		if m, _ := ctx.Value(fenceKey{}).(*leaseMark); m != nil {
+			e.Record = m.lease.key
+		}
+		for range 1 + rand.IntN(3) {
+			e.Events = append(e.Events, chkStreams[rand.IntN(len(chkStreams))])
+		}
+	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	if in.crashed {
 		return nil, false
 	}
 	w.hist.AddExec(e)
+	w.ownExecs.Store(req, e)
 	in.running[e.ID] = e
 	return e, true
+}
+
+// declare declares e's events: through Emit, or in the mutant mode
+// published at once, before the outcome is recorded.
+func (w *chkWorld) declare(ctx context.Context, in *chkInstance, e *idemcheck.Exec) {
+	for i, stream := range e.Events {
+		data := idemcheck.EventData(e.ID, i)
+		if !w.mutant {
+			if err := Emit(ctx, stream, []byte(data)); err != nil {
+				w.hist.Violation("execution %s could not declare its event %d: %v", e.ID, i, err)
+			}
+			continue
+		}
+		pctx, cancel := context.WithTimeout(ctx, w.cfg.StoreTimeout)
+		_ = in.rdb.XAdd(pctx, &redis.XAddArgs{Stream: stream,
+			Values: []any{streamfx.FieldData, data, streamfx.FieldEventID, idemcheck.EventID(e, i)}}).Err()
+		cancel()
+	}
+}
+
+// seeRecorded reads the record of request r's execution, if it declared
+// events: if its outcome is there with its token, its events were committed.
+func (w *chkWorld) seeRecorded(r *idemcheck.Request) {
+	v, ok := w.ownExecs.LoadAndDelete(r.ID)
+	if !ok || len(v.(*idemcheck.Exec).Events) == 0 {
+		return
+	}
+	e := v.(*idemcheck.Exec)
+	w.lookups.Go(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		defer cancel()
+		rec, err := w.watched().HMGet(ctx, e.Record, "s", "n").Result()
+		if err == nil && (rec[0] == string(StateCompleted) || rec[0] == string(StateNotReplayable)) &&
+			rec[1] == strconv.FormatInt(e.Token, 10) {
+			w.hist.Recorded(e.ID)
+		}
+	})
+}
+
+// watched is the admin client: of the server, or of the Cluster.
+func (w *chkWorld) watched() redis.UniversalClient {
+	if w.cl != nil {
+		return w.cadmin
+	}
+	return w.admin
 }
 
 func (w *chkWorld) endExec(in *chkInstance, e *idemcheck.Exec, kind string, status int, body []byte) {
@@ -574,6 +740,7 @@ func (w *chkWorld) handle(in *chkInstance, rw http.ResponseWriter, r *http.Reque
 		return nil
 	}
 	_, _ = io.Copy(io.Discard, r.Body)
+	w.declare(r.Context(), in, e)
 	outcome := r.Header.Get("X-Outcome")
 	kind, status, body := idemcheck.ExecOK, 201, execBody(e)
 	defer func() { w.endExec(in, e, kind, status, body) }()
@@ -610,6 +777,7 @@ func (w *chkWorld) doFn(in *chkInstance, req int64, key, fp, outcome string) fun
 			<-in.dead
 			return nil, errors.New("checker: crashed")
 		}
+		w.declare(ctx, in, e)
 		kind, body := idemcheck.ExecOK, execBody(e)
 		defer func() { w.endExec(in, e, kind, 200, body) }()
 		if !w.work(in, outcome) {
@@ -769,6 +937,7 @@ func (w *chkWorld) send(r *idemcheck.Request, slot int, outcome, body string, ca
 	}
 	in.mu.Unlock()
 	w.hist.AddRequest(r)
+	w.seeRecorded(r)
 }
 
 func (w *chkWorld) httpCall(ctx context.Context, in *chkInstance, r *idemcheck.Request, outcome, body string) {
@@ -835,12 +1004,15 @@ func (w *chkWorld) run(d time.Duration) {
 	}
 	probeCtx, stopProbe := context.WithCancel(context.Background())
 	var probe sync.WaitGroup
-	var watched redis.UniversalClient = w.admin
-	if w.cl != nil {
-		watched = w.cadmin
-	}
-	probe.Go(func() { w.hist.WatchStalls(probeCtx, watched, chkStallThreshold) })
+	probe.Go(func() { w.hist.WatchStalls(probeCtx, w.watched(), chkStallThreshold) })
 	defer func() { stopProbe(); probe.Wait() }()
+	stopReading := make(chan struct{})
+	var readers sync.WaitGroup
+	if w.effects {
+		for _, stream := range chkStreams {
+			readers.Go(func() { w.read(stream, stopReading) })
+		}
+	}
 	faults := rand.New(rand.NewPCG(w.seed, 0))
 	for time.Now().Before(deadline) {
 		wait := time.Duration(300+faults.IntN(1700)) * time.Millisecond
@@ -857,25 +1029,76 @@ func (w *chkWorld) run(d time.Duration) {
 	current := w.slots
 	w.mu.Unlock()
 	w.retired.Wait()
-	w.quiescent()
+	w.lookups.Wait()
+	w.quiescent() // the outbox's recovery has had its time too
+	close(stopReading)
+	readers.Wait()
 	for _, in := range current {
 		in.close()
 	}
 }
 
+// read records every entry of stream, in its order, until stop, then reads
+// once more. It reads what a restart or an eviction leaves too: entries
+// added later have higher ids.
+func (w *chkWorld) read(stream string, stop <-chan struct{}) {
+	const page = 1000
+	last := "0-0"
+	next := func() int {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		msgs, err := w.watched().XRangeN(ctx, stream, "("+last, "+", page).Result()
+		if err != nil {
+			return 0
+		}
+		at := time.Now()
+		for _, m := range msgs {
+			data, _ := m.Values[streamfx.FieldData].(string)
+			id, _ := m.Values[streamfx.FieldEventID].(string)
+			w.hist.AddDelivery(idemcheck.Delivery{Stream: stream, EntryID: m.ID, EventID: id, Data: data, At: at})
+			last = m.ID
+		}
+		return len(msgs)
+	}
+	for {
+		for next() == page {
+		}
+		select {
+		case <-stop:
+			for next() == page {
+			}
+			return
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
 // quiescent checks the end state: two leases after everything stopped, no
-// record is in progress (a lease that outlived its handler), and every key
-// has an expiry.
+// record is in progress (a lease that outlived its handler), every key has
+// an expiry, and the outbox holds nothing (its recovery polled and took
+// over meanwhile).
 func (w *chkWorld) quiescent() {
 	time.Sleep(2*w.cfg.LockTimeout + w.cfg.StoreTimeout + 500*time.Millisecond)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	index, relay := w.prefix+":outbox", w.prefix+":outbox:relay"
 	for _, rdb := range w.stores(ctx) {
 		iter := rdb.Scan(ctx, 0, w.prefix+"*", 200).Iterator()
 		for iter.Next(ctx) {
-			if s, _ := rdb.HGet(ctx, iter.Val(), "s").Result(); s == string(StateInProgress) {
+			key := iter.Val()
+			if strings.HasPrefix(key, index) && key != relay {
+				if n, _ := rdb.ZCard(ctx, key).Result(); n > 0 {
+					w.hist.Violation("outbox index %q still holds %d records pending after every request ended", key, n)
+				}
+				continue
+			}
+			rec, _ := rdb.HMGet(ctx, key, "s", "e").Result()
+			if len(rec) == 2 && rec[0] == string(StateInProgress) {
 				w.hist.Violation("record %q is still in progress %v after every request and handler ended (a lease outlived its handler)",
-					iter.Val(), 2*w.cfg.LockTimeout)
+					key, 2*w.cfg.LockTimeout)
+			}
+			if len(rec) == 2 && rec[1] != nil {
+				w.hist.Violation("record %q still holds outbox events no relay delivered after every request ended", key)
 			}
 		}
 		if err := iter.Err(); err != nil {
@@ -913,7 +1136,7 @@ func (w *chkWorld) fault(rng *rand.Rand) {
 			w.hist.AddFault(f)
 			return
 		}
-		n = []int{0, 80}[rng.IntN(2)] // a crash or a Delete
+		n = []int{0, 71, 80}[rng.IntN(3)] // a crash, a kill or a Delete
 	}
 	switch {
 	case n < 12:
@@ -951,6 +1174,9 @@ func (w *chkWorld) fault(rng *rand.Rand) {
 	case n < 71:
 		f.Kind = idemcheck.FaultEviction
 		w.evict(ctx, rng)
+	case n < 80:
+		f.Kind, f.Instance = idemcheck.FaultKill, inst
+		w.kill(slot, rng)
 	default:
 		f.Kind = idemcheck.FaultDelete
 		epoch := "." + strconv.FormatInt(int64(time.Since(w.began)/chkKeyEpoch), 10)
@@ -1015,6 +1241,50 @@ func (w *chkWorld) crash(slot int, rng *rand.Rand) {
 	close(in.dead)
 	w.retired.Go(in.close)
 	_ = rng
+}
+
+// kill ends the instance of a slot as its process's death between commit
+// and delivery would: its Service stops at once (Close: the outbox relay
+// stops, and what it has not delivered stays pending), its handlers run on
+// for up to 300 ms and record their outcomes, committing events no relay of
+// theirs will deliver, then its client closes and its handlers' work is
+// discarded, as in a crash; a new instance takes the slot. One kill in
+// three (not in a Cluster, whose clients dial no proxy) first freezes the
+// instance's connections for up to 200 ms, so that it dies in the middle
+// of round trips (a relay's pipeline, a completion): what it sent reaches
+// Redis when they thaw, after the client gave up.
+func (w *chkWorld) kill(slot int, rng *rand.Rand) {
+	var frozen []*faultproxy.Conn
+	if w.cl == nil && rng.IntN(3) == 0 {
+		frozen = w.proxies[slot].Conns()
+		for _, c := range frozen {
+			c.SetMode(faultproxy.Freeze)
+		}
+		time.Sleep(time.Duration(20+rng.IntN(180)) * time.Millisecond)
+	}
+	w.mu.Lock()
+	in := w.slots[slot]
+	w.slots[slot] = w.newInstance(slot)
+	w.mu.Unlock()
+	in.mu.Lock()
+	in.crashed = true // its clients get nothing
+	in.mu.Unlock()
+	in.stop()
+	if frozen == nil {
+		time.Sleep(time.Duration(rng.IntN(300)) * time.Millisecond)
+	}
+	now := time.Now()
+	in.mu.Lock()
+	for id := range in.running {
+		w.hist.CrashExec(id, now)
+	}
+	in.mu.Unlock()
+	_ = in.rdb.Close()
+	close(in.dead)
+	for _, c := range frozen {
+		c.SetMode(faultproxy.Forward)
+	}
+	w.retired.Go(in.close)
 }
 
 // evict makes Redis evict keys for a moment: maxmemory just above what it

@@ -53,6 +53,11 @@ const (
 	FaultRestart      = "restart"       // redis-server killed and restarted empty
 	FaultEviction     = "eviction"      // a small maxmemory with allkeys-random, filler written
 	FaultDelete       = "delete"        // the operator's Service.Delete of one record
+	// FaultKill is a crash that lets completions through first: the
+	// instance's Service stops at once (its outbox relay with it), its
+	// handlers run on and record their outcomes for a moment, then its
+	// client closes as in FaultCrash. The rules read it as a crash.
+	FaultKill = "kill"
 	// FaultStall is not injected: the checker's process or Redis did not
 	// answer a probe (WatchStalls) for a while, as on a loaded machine
 	// (the race detector, other test packages). A stall of a third of the
@@ -62,7 +67,7 @@ const (
 )
 
 // FaultKinds lists every fault kind, for reports.
-var FaultKinds = []string{FaultCrash, FaultPubSubKill, FaultFreeze, FaultFreezePubSub, FaultPause,
+var FaultKinds = []string{FaultCrash, FaultKill, FaultPubSubKill, FaultFreeze, FaultFreezePubSub, FaultPause,
 	FaultScriptFlush, FaultRestart, FaultEviction, FaultDelete, FaultStall}
 
 // Bounds are the configuration the checked services run with, and the
@@ -88,6 +93,10 @@ type Bounds struct {
 	// shard), and a crash only where it stopped a withdrawal (a crash
 	// within Withdraw after a store error of its instance).
 	Withdraw time.Duration
+	// Failover: a restart is a master's replica taking over, which loses
+	// the writes it had not received and keeps the others (an outbox
+	// delivery marker may be lost while the record still holds the events).
+	Failover bool
 }
 
 // Exec is one run of a handler or of a Do function.
@@ -104,6 +113,11 @@ type Exec struct {
 	Kind     string
 	Status   int    // for HTTP outcomes
 	Body     []byte // what it answered (or Do returned)
+	// Record is its record's Redis key, which its events' ids name.
+	Record string
+	// Events are the streams of the events it declared, in order (the
+	// outbox: see CheckEffects); none where the checker runs without.
+	Events []string
 }
 
 // Request is one request (HTTP or Do) and what its client saw.
@@ -150,10 +164,13 @@ type History struct {
 	reqs   []*Request
 	faults []Fault
 	notes  []string // violations found while running (expiry scans)
+
+	deliveries []Delivery      // stream entries read, in each stream's order
+	recorded   map[string]bool // executions seen recorded in their record
 }
 
 // NewHistory returns an empty history.
-func NewHistory() *History { return &History{execs: map[string]*Exec{}} }
+func NewHistory() *History { return &History{execs: map[string]*Exec{}, recorded: map[string]bool{}} }
 
 // AddExec records the start of an execution; the driver fills in the rest
 // with EndExec.
@@ -507,7 +524,7 @@ func (h *History) holder(r *Request, b Bounds, idx index) bool {
 		switch f.Kind {
 		case FaultRestart, FaultEviction, FaultFreeze:
 			return true
-		case FaultCrash:
+		case FaultCrash, FaultKill:
 			if b.Withdraw == 0 {
 				return true
 			}
@@ -527,7 +544,7 @@ func (h *History) holder(r *Request, b Bounds, idx index) bool {
 // crashedWithin reports a crash of instance inst in [from, to].
 func (h *History) crashedWithin(inst int, from, to time.Time) bool {
 	for _, f := range h.faults {
-		if f.Kind == FaultCrash && f.Instance == inst && !f.Start.Before(from) && !f.Start.After(to) {
+		if (f.Kind == FaultCrash || f.Kind == FaultKill) && f.Instance == inst && !f.Start.Before(from) && !f.Start.After(to) {
 			return true
 		}
 	}
@@ -551,7 +568,7 @@ func (h *History) disturbed(a *Exec, t time.Time, b Bounds) bool {
 			if f.End.Sub(f.Start) >= b.LockTimeout/3 {
 				return true
 			}
-		case FaultFreeze, FaultCrash:
+		case FaultFreeze, FaultCrash, FaultKill:
 			if f.Instance == a.Instance {
 				return true
 			}
@@ -580,7 +597,7 @@ func (h *History) faultNear(inst int, from, to time.Time, b Bounds) bool {
 			if f.End.Sub(f.Start) >= b.StoreTimeout/2 {
 				return true
 			}
-		case FaultFreeze, FaultCrash:
+		case FaultFreeze, FaultCrash, FaultKill:
 			if f.Instance == inst {
 				return true
 			}
@@ -775,7 +792,9 @@ func Seeds(t testing.TB, kept []uint64) []uint64 {
 
 // violationKinds are the kinds of violation Check reports, by a phrase of
 // its message.
-var violationKinds = []string{"ANOTHER RECORD", "another fingerprint", "not a completed one", "replay differs",
+var violationKinds = []string{"no execution declared", "does not match it", "times: ", "is never recorded",
+	"two executions of one record", "were never delivered", "out of order", "come after those", "outbox",
+	"ANOTHER RECORD", "another fingerprint", "not a completed one", "replay differs",
 	"without being a replay", "own answer differs", "which never ran", "none of the documented", "store_unavailable",
 	"key_reused", "previous_failed", "in_progress", "without running", "its execution started", "after its execution ended",
 	"no fault that could end its lease", "not above", "a second execution", "still in progress",
@@ -844,8 +863,8 @@ func (h *History) explainRecord(b *strings.Builder, k [2]string) {
 			continue
 		}
 		span(e.Start, e.End)
-		lines = append(lines, line{e.Start, fmt.Sprintf("exec %s req %d instance %d token %d fp %s: %s, ran until %s (status %d)",
-			e.ID, e.Req, e.Instance, e.Token, e.FP, e.Kind, ts(e.End), e.Status)})
+		lines = append(lines, line{e.Start, fmt.Sprintf("exec %s req %d instance %d token %d fp %s: %s, ran until %s (status %d)%s",
+			e.ID, e.Req, e.Instance, e.Token, e.FP, e.Kind, ts(e.End), e.Status, declared(e, h.recorded[e.ID]))})
 	}
 	for _, r := range h.reqs {
 		if r.Scope != k[0] || r.Key != k[1] {
@@ -868,6 +887,11 @@ func (h *History) explainRecord(b *strings.Builder, k [2]string) {
 		}
 		lines = append(lines, line{r.Start, fmt.Sprintf("request %d %s instance %d fp %s: until %s, status %d, %s",
 			r.ID, r.Via, r.Instance, r.FP, ts(r.End), r.Status, answer)})
+	}
+	for _, d := range h.deliveries {
+		if e, _ := h.eventOf(d.Data); e != nil && e.Scope == k[0] && e.Key == k[1] {
+			lines = append(lines, line{d.At, fmt.Sprintf("read event %s in %s as %s (event_id %s)", d.Data, d.Stream, d.EntryID, d.EventID)})
+		}
 	}
 	from, to = from.Add(-2*time.Second), to.Add(time.Second)
 	for _, f := range h.faults {
@@ -983,6 +1007,15 @@ func (h *History) RunTwice(b Bounds) [][2]Exec {
 				out = append(out, [2]Exec{*a, *bx})
 			}
 		}
+	}
+	return out
+}
+
+// Count is how many violations there are of each kind (as Group sorts them).
+func Count(violations []string) map[string]int {
+	out := map[string]int{}
+	for kind, vs := range Group(violations) {
+		out[kind] = len(vs)
 	}
 	return out
 }
