@@ -87,11 +87,16 @@ var (
 // prefix: in a Cluster each is in a slot of its own, not its records'.
 var chkStreams = []string{"chkev:a", "chkev:b"}
 
-// chkOutbox is the outbox's recovery in the checker: it polls every
-// 250 ms and takes over entries pending for 1 s (the defaults, 5 s and
-// 10 s, are longer than the checker's DefaultTTL, 3 s: a record expires
-// with its pending events if no relay delivers them by then).
-var chkOutbox = outboxTimings{poll: 250 * time.Millisecond, takeover: time.Second}
+// chkOutbox are the outbox's recovery timings in the checker: the first
+// instance's polls every 50 ms and takes over every entry at once, racing
+// the relays of the processes that committed them (every event is
+// delivered twice or more, and the delivery markers must keep all but the
+// first out); the others' poll every 250 ms and take over entries pending
+// for 1 s. (The defaults, 5 s and 10 s, are longer than the checker's
+// DefaultTTL, 3 s: a record expires with its pending events if no relay
+// delivers them by then.)
+var chkOutbox = [2]outboxTimings{{poll: 50 * time.Millisecond, takeover: time.Nanosecond},
+	{poll: 250 * time.Millisecond, takeover: time.Second}}
 
 // chkKeyEpoch is how often the key space moves on: key "k1" is sent as
 // "k1.<epoch>", so that fresh records keep being created.
@@ -295,7 +300,8 @@ type chkWorld struct {
 	// outcome is recorded (the non-atomic commit the outbox replaces).
 	effects  bool
 	mutant   bool
-	streams  Option         // WithStreams and the outbox's timings
+	streams  *streamfx.Streams
+	relays   [2]outboxTimings // the first instance's, the others'
 	ownExecs sync.Map       // request id -> the *idemcheck.Exec it ran
 	lookups  sync.WaitGroup // reads of records (seeRecorded)
 }
@@ -311,6 +317,7 @@ type chkInstance struct {
 	mu      sync.Mutex
 	crashed bool
 	running map[string]*idemcheck.Exec   // executions in its handlers
+	commits map[string]bool              // those that will answer at once and be recorded
 	reqs    map[int64]*idemcheck.Request // requests in flight
 	flight  sync.WaitGroup
 	stopped sync.Once // its Service's Close
@@ -346,8 +353,9 @@ func newChkClusterWorld(t *testing.T, seed uint64) *chkWorld {
 		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}})
 	t.Cleanup(func() { _ = w.cadmin.Close() })
 	w.bounds.Failover = true
-	// A recovery reads every slot's index (16,384): once a second.
-	w.withEffects(outboxTimings{poll: time.Second, takeover: 2 * time.Second})
+	// A recovery reads every slot's index (16,384): twice a second at most.
+	w.withEffects([2]outboxTimings{{poll: 500 * time.Millisecond, takeover: time.Nanosecond},
+		{poll: time.Second, takeover: 2 * time.Second}})
 	shards, err := w.cadmin.ClusterShards(context.Background()).Result()
 	if err != nil {
 		t.Fatal(err)
@@ -546,7 +554,7 @@ func (w *chkWorld) waitClusterOK(gone *redistest.Server) {
 
 func (w *chkWorld) newInstance(slot int) *chkInstance {
 	w.nInst++
-	in := &chkInstance{id: w.nInst, dead: make(chan struct{}), running: map[string]*idemcheck.Exec{}, reqs: map[int64]*idemcheck.Request{}}
+	in := &chkInstance{id: w.nInst, dead: make(chan struct{}), running: map[string]*idemcheck.Exec{}, commits: map[string]bool{}, reqs: map[int64]*idemcheck.Request{}}
 	switch {
 	case w.cl != nil:
 		client, err := storefx.New("chk", storefx.Config{Addrs: w.cl.Addrs(), DialTimeout: 200 * time.Millisecond,
@@ -570,8 +578,8 @@ func (w *chkWorld) newInstance(slot int) *chkInstance {
 			MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}})
 	}
 	var opts []Option
-	if w.streams != nil {
-		opts = append(opts, w.streams)
+	if w.effects {
+		opts = append(opts, WithStreams(w.streams), withOutboxTimings(w.relays[min(slot, 1)]))
 	}
 	svc, err := New(in.rdb, w.cfg, opts...)
 	if err != nil {
@@ -583,20 +591,17 @@ func (w *chkWorld) newInstance(slot int) *chkInstance {
 }
 
 // withEffects turns the handlers' events on: each execution declares 1 to
-// 3 events, each to one of chkStreams, and the Services relay them with the
-// recovery's timings t. Only the streams' configuration is used.
-func (w *chkWorld) withEffects(t outboxTimings) {
+// 3 events, each to one of chkStreams, and the Services relay them, the
+// first instance's recovery with timings t[0], the others' with t[1]. Only
+// the streams' configuration is used.
+func (w *chkWorld) withEffects(t [2]outboxTimings) {
 	unused := redis.NewClient(&redis.Options{Addr: "127.0.0.1:0", ContextTimeoutEnabled: true})
 	w.t.Cleanup(func() { _ = unused.Close() })
 	streams, err := streamfx.New(unused, streamfx.Config{})
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	w.effects = true
-	w.streams = func(o *options) {
-		WithStreams(streams)(o)
-		withOutboxTimings(t)(o)
-	}
+	w.effects, w.streams, w.relays = true, streams, t
 }
 
 // serve starts in's Service and routes the checker's POST /pay through it,
@@ -657,6 +662,17 @@ func (w *chkWorld) startExec(ctx context.Context, in *chkInstance, req int64, sc
 	return e, true
 }
 
+// willCommit notes that e will answer at once and its outcome be recorded.
+func (in *chkInstance) willCommit(e *idemcheck.Exec, commits bool) {
+	if commits {
+		in.mu.Lock()
+		if in.running[e.ID] != nil {
+			in.commits[e.ID] = true
+		}
+		in.mu.Unlock()
+	}
+}
+
 // declare declares e's events: through Emit, or in the mutant mode
 // published at once, before the outcome is recorded.
 func (w *chkWorld) declare(ctx context.Context, in *chkInstance, e *idemcheck.Exec) {
@@ -705,6 +721,7 @@ func (w *chkWorld) watched() redis.UniversalClient {
 func (w *chkWorld) endExec(in *chkInstance, e *idemcheck.Exec, kind string, status int, body []byte) {
 	in.mu.Lock()
 	delete(in.running, e.ID)
+	delete(in.commits, e.ID)
 	in.mu.Unlock()
 	w.hist.EndExec(e.ID, kind, status, body, time.Now())
 }
@@ -742,6 +759,7 @@ func (w *chkWorld) handle(in *chkInstance, rw http.ResponseWriter, r *http.Reque
 	_, _ = io.Copy(io.Discard, r.Body)
 	w.declare(r.Context(), in, e)
 	outcome := r.Header.Get("X-Outcome")
+	in.willCommit(e, outcome == "ok" || outcome == "4xx")
 	kind, status, body := idemcheck.ExecOK, 201, execBody(e)
 	defer func() { w.endExec(in, e, kind, status, body) }()
 	if !w.work(in, outcome) {
@@ -778,6 +796,7 @@ func (w *chkWorld) doFn(in *chkInstance, req int64, key, fp, outcome string) fun
 			return nil, errors.New("checker: crashed")
 		}
 		w.declare(ctx, in, e)
+		in.willCommit(e, outcome == "ok")
 		kind, body := idemcheck.ExecOK, execBody(e)
 		defer func() { w.endExec(in, e, kind, 200, body) }()
 		if !w.work(in, outcome) {
@@ -1014,11 +1033,14 @@ func (w *chkWorld) run(d time.Duration) {
 		}
 	}
 	faults := rand.New(rand.NewPCG(w.seed, 0))
-	for time.Now().Before(deadline) {
+	for first := true; time.Now().Before(deadline); first = false {
 		wait := time.Duration(300+faults.IntN(1700)) * time.Millisecond
 		time.Sleep(min(wait, time.Until(deadline)))
 		if !time.Now().Before(deadline) {
 			break
+		}
+		if first && w.effects {
+			w.firstKill() // every run, however short, leaves events to the recovery
 		}
 		w.fault(faults)
 		w.scanExpiries()
@@ -1243,11 +1265,50 @@ func (w *chkWorld) crash(slot int, rng *rand.Rand) {
 	_ = rng
 }
 
+// firstKill kills an instance (kill) running a handler that will record
+// its outcome, and records the fault. It draws from a source of its own:
+// the seed's other faults stay as they were.
+func (w *chkWorld) firstKill() {
+	rng := rand.New(rand.NewPCG(w.seed, 1<<32))
+	slot := rng.IntN(chkInstances)
+	// The instance of a handler that will record its outcome, if one runs
+	// within a second.
+	for until := time.Now().Add(time.Second); time.Now().Before(until); time.Sleep(2 * time.Millisecond) {
+		if i := w.committing(); i >= 0 {
+			slot = i
+			break
+		}
+	}
+	w.mu.Lock()
+	f := idemcheck.Fault{Kind: idemcheck.FaultKill, Instance: w.slots[slot].id, Start: time.Now()}
+	w.mu.Unlock()
+	w.kill(slot, rng)
+	f.End = time.Now()
+	w.hist.AddFault(f)
+}
+
+// committing is the slot of an instance running a handler that will
+// record its outcome, -1 if none.
+func (w *chkWorld) committing() int {
+	w.mu.Lock()
+	slots := w.slots
+	w.mu.Unlock()
+	for i, in := range slots {
+		in.mu.Lock()
+		n := len(in.commits)
+		in.mu.Unlock()
+		if n > 0 {
+			return i
+		}
+	}
+	return -1
+}
+
 // kill ends the instance of a slot as its process's death between commit
 // and delivery would: its Service stops at once (Close: the outbox relay
 // stops, and what it has not delivered stays pending), its handlers run on
-// for up to 300 ms and record their outcomes, committing events no relay of
-// theirs will deliver, then its client closes and its handlers' work is
+// until one of them returns and records its outcome (300 ms at most),
+// committing events no relay of theirs will deliver, then its client closes and its handlers' work is
 // discarded, as in a crash; a new instance takes the slot. One kill in
 // three (not in a Cluster, whose clients dial no proxy) first freezes the
 // instance's connections for up to 200 ms, so that it dies in the middle
@@ -1268,10 +1329,24 @@ func (w *chkWorld) kill(slot int, rng *rand.Rand) {
 	w.mu.Unlock()
 	in.mu.Lock()
 	in.crashed = true // its clients get nothing
+	running := slices.Collect(maps.Keys(in.running))
+	if committing := slices.Collect(maps.Keys(in.commits)); len(committing) > 0 {
+		running = committing
+	}
 	in.mu.Unlock()
 	in.stop()
 	if frozen == nil {
-		time.Sleep(time.Duration(rng.IntN(300)) * time.Millisecond)
+		// Until one of its handlers returns (one that records its outcome
+		// if any will), then 30 ms for its completion; 300 ms at most.
+		for until := time.Now().Add(300 * time.Millisecond); time.Now().Before(until); time.Sleep(2 * time.Millisecond) {
+			in.mu.Lock()
+			returned := slices.ContainsFunc(running, func(id string) bool { return in.running[id] == nil })
+			in.mu.Unlock()
+			if returned {
+				time.Sleep(30 * time.Millisecond)
+				break
+			}
+		}
 	}
 	now := time.Now()
 	in.mu.Lock()

@@ -55,14 +55,15 @@ type EffectStats struct {
 	Delivered  int // stream entries read
 	Executions int // executions with events delivered
 	Recorded   int // executions known recorded (seen in their record, replayed, or delivered)
+	Seen       int // executions seen recorded in their record (Recorded)
 	Excused    int // recorded executions whose missing events a lost record excuses
 	// From an execution's end to the reading of its first event.
 	LagP50, LagP99, LagMax time.Duration
 }
 
 func (s EffectStats) String() string {
-	return fmt.Sprintf("events: %d declared, %d delivered, of %d executions (%d known recorded, %d lost with their record); lag to the first event p50 %v p99 %v max %v",
-		s.Declared, s.Delivered, s.Executions, s.Recorded, s.Excused, s.LagP50, s.LagP99, s.LagMax)
+	return fmt.Sprintf("events: %d declared, %d delivered, of %d executions (%d known recorded, %d of them seen in their record; %d lost with their record); lag to the first event p50 %v p99 %v max %v",
+		s.Declared, s.Delivered, s.Executions, s.Recorded, s.Seen, s.Excused, s.LagP50, s.LagP99, s.LagMax)
 }
 
 // effects is the history's events, indexed.
@@ -211,7 +212,7 @@ func (h *History) CheckEffects(b Bounds) ([]string, EffectStats) {
 		}
 	}
 	// 9.
-	st := EffectStats{Delivered: len(h.deliveries), Executions: len(x.byExec), Recorded: len(x.recorded)}
+	st := EffectStats{Delivered: len(h.deliveries), Executions: len(x.byExec), Recorded: len(x.recorded), Seen: len(h.recorded)}
 	for _, e := range h.order {
 		st.Declared += len(e.Events)
 		how := x.recorded[e]
