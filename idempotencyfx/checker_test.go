@@ -302,8 +302,8 @@ type chkWorld struct {
 	mutant   bool
 	streams  *streamfx.Streams
 	relays   [2]outboxTimings // the first instance's, the others'
-	ownExecs sync.Map       // request id -> the *idemcheck.Exec it ran
-	lookups  sync.WaitGroup // reads of records (seeRecorded)
+	ownExecs sync.Map         // request id -> the *idemcheck.Exec it ran
+	lookups  sync.WaitGroup   // reads of records (seeRecorded)
 }
 
 // chkInstance is one app instance: a client, a Service and a router.
