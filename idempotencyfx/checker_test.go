@@ -353,9 +353,9 @@ func newChkClusterWorld(t *testing.T, seed uint64) *chkWorld {
 		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}})
 	t.Cleanup(func() { _ = w.cadmin.Close() })
 	w.bounds.Failover = true
-	// A recovery reads every slot's index (16,384): twice a second at most.
-	w.withEffects([2]outboxTimings{{poll: 500 * time.Millisecond, takeover: time.Nanosecond},
-		{poll: time.Second, takeover: 2 * time.Second}})
+	// A recovery reads every slot's index (16,384): about once a second.
+	w.withEffects([2]outboxTimings{{poll: time.Second, takeover: time.Nanosecond},
+		{poll: 2 * time.Second, takeover: 2 * time.Second}})
 	shards, err := w.cadmin.ClusterShards(context.Background()).Result()
 	if err != nil {
 		t.Fatal(err)
