@@ -23,6 +23,21 @@ package idempotencyfx
 // no record may still be in progress after two leases, and every key under
 // the prefix must have an expiry (also scanned during the run).
 //
+// Effects (the outbox): every execution declares 1 to 3 events with Emit,
+// each to one of two streams, its data naming the execution and the
+// event's index. The checker reads the streams throughout (XRANGE) and
+// checks them against the executions (idemcheck's CheckEffects): each
+// recorded execution's events delivered once, in order, none of an
+// execution whose outcome was not recorded, none lost; at the end no
+// record or outbox index holds pending events. A kill (the first fault of
+// every run, and some more) stops an instance's Service while its
+// handlers still record outcomes, then closes its client: their events
+// wait for another process's recovery. The first instance's recovery
+// takes over at once, racing the committing processes' relays. The
+// mutant (TestIdempotencyChecker_PublishFirstIsCaught) publishes the
+// events from the handler instead, before the outcome is recorded, and
+// the checker must see it.
+//
 // REDISFX_CHECK_DURATION sets how long the fresh seed runs (default 30s, 5s
 // with -short); REDISFX_CHECK_SEED replays one seed. The schedule is the
 // seed's; the timing of Redis and of the Go scheduler is not, so a replay
