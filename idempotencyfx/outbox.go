@@ -25,6 +25,7 @@ import (
 	"github.com/redisfx/redisfx/internal/scripts"
 	"github.com/redisfx/redisfx/internal/throttle"
 	"github.com/redisfx/redisfx/plugintrace"
+	"github.com/redisfx/redisfx/storefx"
 	"github.com/redisfx/redisfx/streamfx"
 )
 
@@ -517,9 +518,11 @@ func (r *indexReading) read(o *outbox, indexes []string) bool {
 }
 
 // callContext bounds one round trip of the relay by StoreTimeout; it ends
-// with the Service, and its commands make no span.
+// with the Service, and its commands make no span. They pass the circuit
+// breaker as completions do, and their failures, background work's, do not
+// open it for the requests.
 func (o *outbox) callContext() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(plugintrace.WithoutCommandSpans(o.s.late.stop), o.s.cfg.StoreTimeout)
+	return context.WithTimeout(plugintrace.WithoutCommandSpans(storefx.BypassBreaker(o.s.late.stop)), o.s.cfg.StoreTimeout)
 }
 
 // read fills in the pending events of records; a record that holds none
