@@ -354,9 +354,14 @@ func (o *outbox) eventArgs(args []any, events []outboxEvent, execution string, s
 // fieldCarrier appends the trace context's fields to a stream entry's.
 type fieldCarrier struct{ args *[]any }
 
+// Get implements propagation.TextMapCarrier; the fields are only written.
 func (c fieldCarrier) Get(string) string { return "" }
-func (c fieldCarrier) Keys() []string    { return nil }
-func (c fieldCarrier) Set(k, v string)   { *c.args = append(*c.args, k, v) }
+
+// Keys implements propagation.TextMapCarrier.
+func (c fieldCarrier) Keys() []string { return nil }
+
+// Set implements propagation.TextMapCarrier: the field follows the others.
+func (c fieldCarrier) Set(k, v string) { *c.args = append(*c.args, k, v) }
 
 // eventCommit is what the Complete script takes to commit events: the
 // record, the index and the streams when they are on the record's node

@@ -4,8 +4,9 @@ import (
 	"context"
 	"testing"
 
-	"github.com/redisfx/redisfx/internal/redistest"
 	"go.uber.org/goleak"
+
+	"github.com/redisfx/redisfx/internal/redistest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
