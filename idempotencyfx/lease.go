@@ -109,13 +109,16 @@ func (l *lease) try(parent context.Context, state State, resp []byte, ttl time.D
 	if len(l.events) > 0 && state != StateFailed {
 		ev = l.s.outbox.commit(l.key, l.token, l.events)
 	}
-	done, ids, unreplicated, err := l.s.store.complete(l.s.calls.Context(storefx.BypassBreaker(parent)), l.key, l.owner, state, resp, ttl, ev)
+	done, ids, relay, unreplicated, err := l.s.store.complete(l.s.calls.Context(storefx.BypassBreaker(parent)), l.key, l.owner, state, resp, ttl, ev)
 	if unreplicated {
 		l.s.obs.count(OutcomeUnreplicatedCompletion)
 	}
 	if ev != nil {
 		ev.finish(ids, err)
-		if err == nil && done != completionRefused && ids == nil && !l.queued {
+		// Only this try's word: a retry that finds the outcome recorded
+		// cannot tell whether an earlier try appended the events (they are
+		// in the index for the recovery if it did not).
+		if relay && !l.queued {
 			l.queued = true
 			l.s.outbox.relaySoon(committed{record: l.key, token: l.token, events: l.events, at: time.Now()})
 		}

@@ -393,8 +393,8 @@ func (o *outbox) commit(record string, token int64, events []outboxEvent) *event
 // finish ends the spans of events appended with the outcome: ids are
 // theirs, none when they went to the relay (which publishes them anew).
 func (ev *eventCommit) finish(ids []any, err error) {
-	if err == nil && ids == nil {
-		err = errors.New("not appended with the outcome: the relay appends it")
+	if err == nil && len(ids) == 0 {
+		err = errors.New("not appended by this completion: the relay appends it, or an earlier try did")
 	}
 	finishSpans(ev.spans, ids, err)
 }

@@ -282,3 +282,38 @@ func pendingEntries(t *testing.T, rdb redis.UniversalClient, o *outbox) int64 {
 	}
 	return n
 }
+
+// A completion retried after its reply was lost finds the outcome recorded
+// and cannot tell whether the first try appended the events: it hands
+// nothing to the relay (if the first try kept them for it, they are in the
+// index for the recovery), so nothing is appended twice.
+func TestOutbox_RetriedCompletion_AppendsNothingTwice(t *testing.T) {
+	e := outboxEnv(t, Config{})
+	e.svc.outbox.shutdown(context.Background()) // what is handed to the relay stays in its queue
+	ctx := context.Background()
+	key := e.svc.StoreKey("", "k1")
+	stream := e.svc.cfg.KeyPrefix + "events"
+	c, _, err := e.svc.store.claim(ctx, key, "fp", "owner", time.Minute, false)
+	if err != nil || c.kind != claimNew {
+		t.Fatal(c, err)
+	}
+	l := e.svc.newLease(key, "owner", c.token)
+	l.events = []outboxEvent{{stream: stream, data: []byte("paid")}}
+	l.stop()
+	try := func() {
+		t.Helper()
+		if done, err := l.try(ctx, StateCompleted, mustEncode(200, nil, nil), time.Hour); err != nil || done == completionRefused {
+			t.Fatal(done, err)
+		}
+	}
+	try()
+	queued := len(e.svc.outbox.queue) // 1 where the streams are in another slot, else 0 (appended)
+	l.queued = false                  // as for a first try whose reply was lost
+	try()
+	if n := len(e.svc.outbox.queue); n != queued {
+		t.Fatalf("the retry handed the events to the relay (%d queued, %d before): they would be appended twice", n, queued)
+	}
+	if !e.svc.outbox.cluster && e.rdb.XLen(ctx, stream).Val() != 1 {
+		t.Fatalf("%d entries; want 1, appended by the first try", e.rdb.XLen(ctx, stream).Val())
+	}
+}

@@ -436,21 +436,21 @@ func TestLease_StaleOwnerWrite_Rejected(t *testing.T) {
 		c, _, _ := e.svc.store.claim(ctx, key, fp, "new:1", 10*time.Second, false)
 		return c.kind == 't'
 	})
-	done, _, _, err := e.svc.store.complete(ctx, key, "stale:1", StateCompleted, mustEncode(200, nil, []byte("stale")), time.Hour, nil)
+	done, _, _, _, err := e.svc.store.complete(ctx, key, "stale:1", StateCompleted, mustEncode(200, nil, []byte("stale")), time.Hour, nil)
 	if err != nil || done != completionRefused {
 		t.Fatalf("stale complete = %v, %v; want refused", done, err)
 	}
-	done, _, _, err = e.svc.store.complete(ctx, key, "new:1", StateCompleted, mustEncode(201, nil, []byte("new")), time.Hour, nil)
+	done, _, _, _, err = e.svc.store.complete(ctx, key, "new:1", StateCompleted, mustEncode(201, nil, []byte("new")), time.Hour, nil)
 	if err != nil || done != completionRecorded {
 		t.Fatalf("owner complete = %v, %v", done, err)
 	}
 	// A retry of the same completion (its reply lost) is recognised, and
 	// the stale owner stays refused.
-	done, _, _, err = e.svc.store.complete(ctx, key, "new:1", StateCompleted, mustEncode(201, nil, []byte("new")), time.Hour, nil)
+	done, _, _, _, err = e.svc.store.complete(ctx, key, "new:1", StateCompleted, mustEncode(201, nil, []byte("new")), time.Hour, nil)
 	if err != nil || done != completionRecorded {
 		t.Fatalf("retried owner complete = %v, %v", done, err)
 	}
-	if done, _, _, _ = e.svc.store.complete(ctx, key, "stale:1", StateFailed, nil, time.Hour, nil); done != completionRefused {
+	if done, _, _, _, _ = e.svc.store.complete(ctx, key, "stale:1", StateFailed, nil, time.Hour, nil); done != completionRefused {
 		t.Fatalf("stale complete after completion = %v; want refused", done)
 	}
 	if r := e.post("/payments", "k", `{}`); r.body != "new" {

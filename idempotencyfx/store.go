@@ -212,9 +212,9 @@ const (
 )
 
 // complete runs the Complete script, WAITing as a claim does. ev, when not
-// nil, commits events with the outcome; ids are those of the events the
-// script appended.
-func (s store) complete(ctx context.Context, key, owner string, state State, resp []byte, ttl time.Duration, ev *eventCommit) (done completion, ids []any, unreplicated bool, err error) {
+// nil, commits events with the outcome: ids are those of the events the
+// script appended, relay says it kept them for the relay instead.
+func (s store) complete(ctx context.Context, key, owner string, state State, resp []byte, ttl time.Duration, ev *eventCommit) (done completion, ids []any, relay, unreplicated bool, err error) {
 	wrote := func(cmd *redis.Cmd) bool { return cmd.Val() != int64(completionRefused) }
 	var cmd *redis.Cmd
 	call := &scriptCall{keys: [1]string{key}, strs: [2]string{owner, string(state)}, num: ttl.Milliseconds()}
@@ -226,17 +226,17 @@ func (s store) complete(ctx context.Context, key, owner string, state State, res
 		cmd, unreplicated, err = s.runArgs(ctx, idemscript.Complete, ev.keys, ev.args, wrote)
 	}
 	if err != nil {
-		return completionRefused, nil, false, err
+		return completionRefused, nil, false, false, err
 	}
 	switch v := cmd.Val().(type) {
 	case int64:
-		return completion(v), nil, unreplicated, nil
+		return completion(v), nil, false, unreplicated, nil
 	case []any:
 		if n, ok := v[0].(int64); ok {
-			return completion(n), v[1:], unreplicated, nil
+			return completion(n), v[1:], len(v) == 1, unreplicated, nil
 		}
 	}
-	return completionRefused, nil, false, fmt.Errorf("unexpected completion reply %v", cmd.Val())
+	return completionRefused, nil, false, false, fmt.Errorf("unexpected completion reply %v", cmd.Val())
 }
 
 // Record is a stored idempotency record, as read by Service.Get.

@@ -139,7 +139,8 @@ end
 // streams when those are given and are streams (or free), the reply then
 // {n, ids…}; else ARGV[5…] is written in the record's field 'e' (each
 // argument as <length>:<bytes>) and the record into the index, scored by
-// Redis's time in ms, for the relay.
+// Redis's time in ms, for the relay, the reply then {n}. A retry that finds
+// the outcome recorded replies 1 whatever became of the events.
 var Complete = redis.NewScript(appendEvents + `
 local k = KEYS[1]
 local rec = redis.call('HMGET', k, 'o', 'w', 's')
@@ -161,6 +162,7 @@ if ARGV[5] then
   if #KEYS > 2 and streamsOK(3, #KEYS) then
     ids = append(5, 2)
   else
+    ids = {} -- none appended: {n} tells the caller the relay has them
     local e = {}
     for i = 5, #ARGV do
       e[#e + 1] = #ARGV[i] .. ':' .. ARGV[i]
