@@ -20,6 +20,7 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/redisfx/redisfx/bench/internal/protocol"
 	"github.com/redisfx/redisfx/idempotencyfx"
 )
 
@@ -46,7 +47,7 @@ func floorHandler(opts *redis.Options, prefix string, traced bool) (http.Handler
 	rdb := redis.NewClient(opts)
 	var outcome func(*http.Request, idempotencyfx.Outcome)
 	stop := func() { _ = rdb.Close() }
-	h := http.Handler(http.HandlerFunc(payment))
+	h := http.Handler(http.HandlerFunc(protocol.Payment))
 	if traced {
 		exp, err := otlptracehttp.New(context.Background())
 		if err != nil {
@@ -67,9 +68,9 @@ func floorHandler(opts *redis.Options, prefix string, traced bool) (http.Handler
 			}
 		}
 		h = floorServer(tp.Tracer("github.com/redisfx/redisfx/httpfx"), propagation.TraceContext{}, "/payments",
-			limit(rdb, prefix, outcome)(h))
+			protocol.Limit(rdb, prefix, outcome)(h))
 	} else {
-		h = limit(rdb, prefix, nil)(h)
+		h = protocol.Limit(rdb, prefix, nil)(h)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("POST /payments", h)

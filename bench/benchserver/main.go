@@ -25,21 +25,15 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"log"
 	"net/http"
 	"os"
 	"os/signal"
 	"runtime/pprof"
-	"strconv"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -48,30 +42,14 @@ import (
 	"go.uber.org/fx"
 	"go.uber.org/zap"
 
+	"github.com/redisfx/redisfx/bench/internal/protocol"
 	"github.com/redisfx/redisfx/httpfx"
 	"github.com/redisfx/redisfx/idempotencyfx"
-	"github.com/redisfx/redisfx/internal/idemscript"
 	"github.com/redisfx/redisfx/metricsfx"
 	"github.com/redisfx/redisfx/storefx"
 	"github.com/redisfx/redisfx/streamfx"
 	"github.com/redisfx/redisfx/tracingfx"
 )
-
-var paymentBody = []byte(`{"id":"pay_3f9a1c0e5b7d2468ace13579","amount":1250,"currency":"EUR","status":"succeeded"}`)
-
-// payment is the handler every mode serves. The processor-failure test card
-// answers 500, so that soak runs exercise failed records too.
-func payment(w http.ResponseWriter, r *http.Request) {
-	body, _ := io.ReadAll(r.Body)
-	if bytes.Contains(body, []byte("4000000000000119")) {
-		http.Error(w, "processor failed", http.StatusInternalServerError)
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Location", "/payments/pay_3f9a1c0e5b7d2468ace13579")
-	w.WriteHeader(http.StatusCreated)
-	_, _ = w.Write(paymentBody)
-}
 
 func main() {
 	mode := flag.String("mode", "redisfx", "plain, limit or redisfx")
@@ -82,7 +60,7 @@ func main() {
 	memProfile := flag.String("memprofile", "", "write an allocation profile here when the server stops")
 	policy := flag.String("policy", "fail-closed", "idempotencyfx ErrorPolicy: fail-closed or fail-open")
 	breaker := flag.Bool("breaker", true, "storefx's circuit breaker")
-	flag.IntVar(&spin, "spin", 0, "limit: hash the body this many times more per keyed request, to give the limit a server's CPU per request without changing what it sends Redis")
+	flag.IntVar(&protocol.Spin, "spin", 0, "limit: hash the body this many times more per keyed request, to give the limit a server's CPU per request without changing what it sends Redis")
 	flag.Parse()
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
@@ -105,7 +83,7 @@ func main() {
 	switch *mode {
 	case "plain":
 		r := chi.NewRouter()
-		r.Post("/payments", payment)
+		r.Post("/payments", protocol.Payment)
 		serve(*addr, r)
 	case "limit":
 		opts, err := redis.ParseURL(*redisURL)
@@ -115,7 +93,7 @@ func main() {
 		opts.DisableIdentity = true
 		rdb := redis.NewClient(opts)
 		r := chi.NewRouter()
-		r.With(limit(rdb, *prefix, nil)).Post("/payments", payment)
+		r.With(protocol.Limit(rdb, *prefix, nil)).Post("/payments", protocol.Payment)
 		serve(*addr, r)
 	case "nethttp", "sdk-floor":
 		opts, err := redis.ParseURL(*redisURL)
@@ -132,7 +110,7 @@ func main() {
 				&idempotencyfx.Config{KeyPrefix: *prefix, DefaultTTL: time.Hour}, &metricsfx.Config{Prefix: "bench"}),
 			storefx.Module, metricsfx.Module, idempotencyfx.Module, httpfx.Module,
 			fx.Provide(httpfx.AsRoutes(func() httpfx.Routes {
-				return func(r chi.Router) { r.With(idempotencyfx.Idempotent()).Post("/payments", payment) }
+				return func(r chi.Router) { r.With(idempotencyfx.Idempotent()).Post("/payments", protocol.Payment) }
 			})),
 		)
 		if err := app.Start(context.Background()); err != nil {
@@ -169,64 +147,6 @@ func serve(addr string, h http.Handler) {
 	}
 }
 
-// spin is -spin: more hashing per keyed request in the limit.
-var spin int
-
-// limit does the protocol's round trips and nothing else: the fingerprint is
-// a SHA-256 of the body, the recorded response is the raw body. outcome,
-// when not nil, is told what became of each request (the SDK floor puts it
-// on its SERVER span, as idempotencyfx does).
-func limit(rdb *redis.Client, prefix string, outcome func(*http.Request, idempotencyfx.Outcome)) func(http.Handler) http.Handler {
-	var owner atomic.Int64
-	return func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			key := r.Header.Get("Idempotency-Key")
-			if key == "" {
-				if outcome != nil {
-					outcome(r, idempotencyfx.OutcomeBypass)
-				}
-				next.ServeHTTP(w, r)
-				return
-			}
-			body, _ := io.ReadAll(r.Body)
-			sum := sha256.Sum256(body)
-			fp := hex.EncodeToString(sum[:])
-			for range spin {
-				sum = sha256.Sum256(append(body[:len(body):len(body)], sum[:]...))
-			}
-			me := strconv.FormatInt(owner.Add(1), 36)
-			v, err := idemscript.Claim.Run(r.Context(), rdb, []string{prefix + key}, fp, me, 30000, "1").Slice()
-			if err != nil {
-				http.Error(w, err.Error(), 500)
-				return
-			}
-			kind, _ := v[0].(string)
-			switch kind {
-			case "c":
-				if outcome != nil {
-					outcome(r, idempotencyfx.OutcomeReplay)
-				}
-				resp, _ := v[1].(string)
-				w.Header().Set("Content-Type", "application/json")
-				w.WriteHeader(http.StatusCreated)
-				_, _ = io.WriteString(w, resp)
-			case "n", "t":
-				if outcome != nil {
-					outcome(r, idempotencyfx.OutcomeNew)
-				}
-				err := idemscript.Complete.Run(r.Context(), rdb, []string{prefix + key}, me, "c", paymentBody, 3600000).Err()
-				if err != nil {
-					http.Error(w, err.Error(), 500)
-					return
-				}
-				next.ServeHTTP(w, r)
-			default:
-				http.Error(w, fmt.Sprint(v[0]), http.StatusConflict)
-			}
-		})
-	}
-}
-
 // stackConfig is what differs between the README stacks measured.
 type stackConfig struct {
 	redisURL, addr, prefix string
@@ -244,7 +164,7 @@ func stackOptions(c stackConfig) []fx.Option {
 			&metricsfx.Config{Prefix: "bench"}),
 		storefx.Module, metricsfx.Module, idempotencyfx.Module, httpfx.Module,
 		fx.Provide(httpfx.AsRoutes(func() httpfx.Routes {
-			h := payment
+			h := protocol.Payment
 			if c.emit {
 				h = emitting
 			}
@@ -263,9 +183,9 @@ func stackOptions(c stackConfig) []fx.Option {
 // emitting is payment announcing the payment through the outbox, as the
 // payments example does.
 func emitting(w http.ResponseWriter, r *http.Request) {
-	if err := idempotencyfx.Emit(r.Context(), "payment.created", paymentBody); err != nil && !errors.Is(err, idempotencyfx.ErrNoOutbox) {
+	if err := idempotencyfx.Emit(r.Context(), "payment.created", protocol.Body); err != nil && !errors.Is(err, idempotencyfx.ErrNoOutbox) {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}
-	payment(w, r)
+	protocol.Payment(w, r)
 }

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/redisfx/redisfx/bench/internal/protocol"
 	"github.com/redisfx/redisfx/internal/redistest"
 )
 
@@ -97,7 +98,7 @@ func cpuTime(b *testing.B) time.Duration {
 }
 
 // limitRouter is the limit server in process: only the protocol's round
-// trips, on a plain go-redis client (see limit).
+// trips, on a plain go-redis client (see protocol.Limit).
 func limitRouter(b *testing.B) http.Handler {
 	b.Helper()
 	srv := redistest.Start(b)
@@ -109,7 +110,7 @@ func limitRouter(b *testing.B) http.Handler {
 	rdb := redis.NewClient(opts)
 	b.Cleanup(func() { _ = rdb.Close() })
 	r := chi.NewRouter()
-	r.With(limit(rdb, redistest.Prefix(b), nil)).Post("/payments", payment)
+	r.With(protocol.Limit(rdb, redistest.Prefix(b), nil)).Post("/payments", protocol.Payment)
 	return r
 }
 
@@ -125,7 +126,7 @@ func BenchmarkStack_LimitReplay(b *testing.B) {
 // request and recorder the benchmark itself allocates, to subtract.
 func BenchmarkStack_Plain(b *testing.B) {
 	r := chi.NewRouter()
-	r.Post("/payments", payment)
+	r.Post("/payments", protocol.Payment)
 	serveStack(b, r, func(int) string { return "" })
 }
 
