@@ -5,7 +5,9 @@
 // spans over OTLP/HTTP to a receiver in this process at 10 % and 100 %
 // sampling, the stack without tracingfx, the SDK floor (the limit on bare
 // net/http traced with the bare OpenTelemetry SDK at 10 %) and its
-// untraced baseline, and the stripped server of earlier tables, on the
+// untraced baseline, the hand-assembled stack (bench/assembled: the limit
+// behind otelhttp, a zap access log, Prometheus and redisotel) with the
+// SDK's default and at 10 %, and the stripped server of earlier tables, on the
 // three paths (new key, replay, no key) with the closed-loop load
 // generator. Each repeat runs every server once, path by path, each
 // repeat starting with another server, so the servers share the machine's
@@ -66,6 +68,12 @@ var servers = []server{
 	{name: "nethttp", label: "net/http and the limit's round trips (the SDK floor untraced)", mode: "nethttp"},
 	{name: "sdk-floor", label: "SDK floor: net/http, the limit's round trips, bare OpenTelemetry SDK, OTLP/HTTP, 10 % sampled", mode: "sdk-floor",
 		env: []string{"OTEL_EXPORTER_OTLP_ENDPOINT=http://{recv}"}},
+	// What a team assembles by hand around the limit's round trips:
+	// otelhttp, chi's RequestID, a zap access log, a Prometheus middleware,
+	// redisotel (bench/assembled, its own module).
+	{name: "assembled", label: "hand-assembled: the limit's round trips, otelhttp, RequestID, zap access log, Prometheus, redisotel; SDK default", mode: "assembled"},
+	{name: "assembled-otlp10", label: "hand-assembled, OTLP/HTTP export, 10 % sampled", mode: "assembled",
+		env: []string{"OTEL_EXPORTER_OTLP_ENDPOINT=http://{recv}", "OTEL_TRACES_SAMPLER=parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG=0.1"}},
 	{name: "stripped", label: "stripped: no-op logger, no tracingfx (earlier tables' \"redisfx\")", mode: "redisfx"},
 	// The payments example as users start it, only HTTP_ADDR and REDIS_URL
 	// set: its own handler, which also caches each payment and publishes a
@@ -100,6 +108,10 @@ func main() {
 	}
 	payments := filepath.Join(dir, "payments")
 	if out, err := exec.Command("go", "build", "-o", payments, "./examples/payments").CombinedOutput(); err != nil {
+		log.Fatalf("build: %v\n%s", err, out)
+	}
+	assembled := filepath.Join(dir, "assembled")
+	if out, err := exec.Command("go", "build", "-C", "bench/assembled", "-o", assembled, ".").CombinedOutput(); err != nil {
 		log.Fatalf("build: %v\n%s", err, out)
 	}
 	if *down {
@@ -145,6 +157,10 @@ func main() {
 				if s.mode == "payments" {
 					srv = exec.Command(payments)
 					srv.Env = append(serverEnv(s.env, recvAddr), "HTTP_ADDR="+addr, "REDIS_URL=redis://"+redisAddr, "IDEMPOTENCY_KEY_PREFIX="+prefix)
+				}
+				if s.mode == "assembled" {
+					srv = exec.Command(assembled, "-addr", addr, "-redis", "redis://"+redisAddr, "-prefix", prefix)
+					srv.Env = serverEnv(s.env, recvAddr)
 				}
 				if err := srv.Start(); err != nil {
 					log.Fatal(err)
@@ -280,6 +296,11 @@ func report(results map[string]map[load.Keys][]cell, chosen []server, paths []lo
 		fmt.Printf("| %s: OTLP 10 %% ≥ 0.95 × no tracingfx | %s |\n", p, ratio("stack-otlp10", "stack-notracing", p))
 		fmt.Printf("| %s: OTLP 100 %% vs no tracingfx | %s |\n", p, ratio("stack-otlp100", "stack-notracing", p))
 	}
+	for _, p := range paths {
+		fmt.Printf("| %s: README stack ≥ 1.2 × assembled (req/s) on every path | %s |\n", p, ratio("stack", "assembled", p))
+		fmt.Printf("| %s: OTLP 10 %%, README stack vs assembled (for reference) | %s |\n", p, ratio("stack-otlp10", "assembled-otlp10", p))
+	}
+	fmt.Println("| README stack ≥ 0.80 × limit, new key (the regression floor) |", ratio("stack", "limit", load.Unique), "|")
 	fmt.Println("| new key: one emitted event, CPU/req ≤ 1.10 × README stack (the CPU/req column ≥ 0.91) |", ratio("stack-emit", "stack", load.Unique), "|")
 	for _, p := range paths {
 		fmt.Printf("| %s: payments example vs README stack (for reference) | %s |\n", p, ratio("payments", "stack", p))
