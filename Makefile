@@ -60,10 +60,12 @@ bench-smoke:
 ## lint: golangci-lint (vet, staticcheck, revive, godot, errorlint, … and gofmt/goimports), go.mod tidiness, no build output in git.
 lint: tidy-lint tree-lint
 	$(GOLANGCI_LINT) run ./...
+	cd bench/assembled && $(GOLANGCI_LINT) run ./...
 
-## tidy-lint: go.mod and go.sum are tidy.
+## tidy-lint: go.mod and go.sum are tidy (the root's and bench/assembled's, a module of its own).
 tidy-lint:
 	$(GO) mod tidy -diff
+	cd bench/assembled && $(GO) mod tidy -diff
 
 ## tree-lint: no tracked file is a binary or larger than 1 MB (every consumer of the module downloads them).
 tree-lint:
