@@ -27,6 +27,10 @@ var errShuttingDown = errors.New("tracingfx: the provider is shut down")
 // spanExporter is the OTLP span exporter with the export guards: valid
 // UTF-8 (validutf8.go) and the end at shutdown. It tells gate (the
 // dropGate in front of its batch processor) how many spans it received.
+//
+// Protobuf checks every string as it encodes the batch and fails the
+// export before anything is sent, so the strings are only looked at, and
+// repaired, when an export fails: the batches that succeed pay nothing.
 type spanExporter struct {
 	sdktrace.SpanExporter
 	net  *netGate
@@ -38,7 +42,13 @@ func (e *spanExporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnl
 	e.gate.exported(len(spans))
 	ctx, release := e.net.bound(ctx)
 	defer release()
-	return e.SpanExporter.ExportSpans(ctx, validSpans(spans))
+	err := e.SpanExporter.ExportSpans(ctx, spans)
+	if err != nil {
+		if valid := validSpans(spans); valid != nil {
+			err = e.SpanExporter.ExportSpans(ctx, valid)
+		}
+	}
+	return err
 }
 
 // logExporter is the OTLP log exporter with the same guards.
@@ -51,7 +61,13 @@ type logExporter struct {
 func (e *logExporter) Export(ctx context.Context, records []sdklog.Record) error {
 	ctx, release := e.net.bound(ctx)
 	defer release()
-	return e.Exporter.Export(ctx, validRecords(records))
+	err := e.Exporter.Export(ctx, records)
+	if err != nil {
+		if valid := validRecords(records); valid != nil {
+			err = e.Exporter.Export(ctx, valid)
+		}
+	}
+	return err
 }
 
 // netGate dials every connection of a provider's OTLP exporters. close

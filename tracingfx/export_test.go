@@ -175,15 +175,16 @@ func exportGoroutines(d time.Duration) string {
 	}
 }
 
-// Valid spans, nearly all of them, are exported as they are: the guard
-// allocates nothing for them, not even a wrapper per span.
+// Valid spans, nearly all of them, are exported as they are: the guard,
+// when a failed export calls it, allocates nothing for them, not even a
+// wrapper per span.
 func TestExport_ValidSpansPassWithoutACopy(t *testing.T) {
 	spans := []sdktrace.ReadOnlySpan{tracetest.SpanStub{Name: "GET /payments",
 		Attributes: []attribute.KeyValue{attribute.String("url.path", "/payments"), attribute.StringSlice("tags", []string{"a"})},
 		Events:     []sdktrace.Event{{Name: "exception", Attributes: []attribute.KeyValue{attribute.String("exception.message", "ERR")}}},
 		Status:     sdktrace.Status{Code: codes.Error, Description: "failed"}}.Snapshot()}
 	allocs := testing.AllocsPerRun(100, func() {
-		if out := validSpans(spans); &out[0] != &spans[0] {
+		if out := validSpans(spans); out != nil {
 			t.Fatal("a valid span was copied")
 		}
 	})

@@ -14,8 +14,8 @@ import (
 
 // Protobuf refuses to encode a string that is not valid UTF-8, and the
 // OTLP exporter then fails the whole request, every span of the batch. So
-// every string is made valid before it is exported; spans whose strings
-// are all valid are passed on without a copy.
+// a batch that failed is exported again with its strings made valid, when
+// some were not.
 
 // validString is s with each run of invalid bytes replaced by U+FFFD.
 func validString(s string) string {
@@ -77,15 +77,15 @@ func validAttributes(kvs []attribute.KeyValue) []attribute.KeyValue {
 	return out
 }
 
-// validSpans is spans with the ones holding invalid UTF-8 replaced by a
-// valid copy; spans itself is returned when all are valid.
+// validSpans is a copy of spans with the ones holding invalid UTF-8
+// replaced by a valid copy; nil when all are valid.
 func validSpans(spans []sdktrace.ReadOnlySpan) []sdktrace.ReadOnlySpan {
-	out := spans
+	var out []sdktrace.ReadOnlySpan
 	for i, s := range spans {
 		if spanValid(s) {
 			continue
 		}
-		if &out[0] == &spans[0] { // the first invalid one
+		if out == nil { // the first invalid one
 			out = slices.Clone(spans)
 		}
 		out[i] = validSpan(s)
@@ -133,17 +133,18 @@ func validResource(res *resource.Resource) *resource.Resource {
 	return resource.NewWithAttributes(validString(res.SchemaURL()), validAttributes(res.Attributes())...)
 }
 
-// validRecords is records with the ones holding invalid UTF-8 (body,
-// attributes, severity text, event name) replaced by a valid clone; the
-// SDK asks an exporter to clone a record before changing it.
+// validRecords is a copy of records with the ones holding invalid UTF-8
+// (body, attributes, severity text, event name) replaced by a valid clone
+// (the SDK asks an exporter to clone a record before changing it); nil
+// when all are valid.
 func validRecords(records []sdklog.Record) []sdklog.Record {
-	out := records
+	var out []sdklog.Record
 	for i := range records {
 		r := &records[i]
 		if recordValid(r) {
 			continue
 		}
-		if &out[0] == &records[0] { // the first invalid one
+		if out == nil { // the first invalid one
 			out = slices.Clone(records)
 		}
 		var attrs []attribute.KeyValue
