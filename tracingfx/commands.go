@@ -53,12 +53,20 @@ type commandHook struct {
 	clusterNode bool
 	// followMaster: the hook learns the server from each new connection.
 	followMaster bool
+	// dropsChildren: tracer's sampler drops the children of a local span
+	// that is neither sampled nor recorded, so none is started: the
+	// unsampled requests, most of them, cost no span per command.
+	dropsChildren bool
 }
 
 // Instrumentation returns the storefx instrumentation that adds command
 // spans (tp non-nil) and command metrics (metrics non-nil) to every
 // client, one hook per server so that every span names its node.
 func Instrumentation(tp trace.TracerProvider, spans SpanConfig, metrics *CommandMetrics) storefx.Instrumentation {
+	return instrumentation(tp, spans, metrics, false)
+}
+
+func instrumentation(tp trace.TracerProvider, spans SpanConfig, metrics *CommandMetrics, dropsChildren bool) storefx.Instrumentation {
 	exclude := map[string]bool{}
 	for _, c := range spans.ExcludeCommands {
 		exclude[strings.ToLower(c)] = true
@@ -68,7 +76,7 @@ func Instrumentation(tp trace.TracerProvider, spans SpanConfig, metrics *Command
 		if tp == nil && metrics == nil {
 			return nil
 		}
-		h := &commandHook{metrics: metrics, spans: spans, exclude: exclude, clusterNode: ci.Cluster, followMaster: ci.Node == "",
+		h := &commandHook{metrics: metrics, spans: spans, exclude: exclude, clusterNode: ci.Cluster, followMaster: ci.Node == "", dropsChildren: dropsChildren,
 			base: append(slices.Clone(plugintrace.DBSystem), plugintrace.Client.String(ci.Name), semconv.DBNamespace(strconv.Itoa(ci.DB)))}
 		if tp != nil {
 			h.tracer = tp.Tracer(plugintrace.ScopeName)
@@ -111,10 +119,16 @@ func (h *commandHook) DialHook(next redis.DialHook) redis.DialHook {
 }
 
 func (h *commandHook) traced(ctx context.Context, name string) bool {
-	if h.tracer == nil || plugintrace.CommandSpansSuppressed(ctx) {
+	if h.tracer == nil {
 		return false
 	}
-	return !h.clusterNode || !bookkeeping[name] || trace.SpanContextFromContext(ctx).IsValid()
+	parent := trace.SpanFromContext(ctx)
+	sc := parent.SpanContext()
+	if h.dropsChildren && sc.IsValid() && !sc.IsRemote() && !sc.IsSampled() && !parent.IsRecording() ||
+		plugintrace.CommandSpansSuppressed(ctx) {
+		return false
+	}
+	return !h.clusterNode || !bookkeeping[name] || sc.IsValid()
 }
 
 // ProcessHook implements redis.Hook.

@@ -469,6 +469,46 @@ func TestCommandSpans_UnsampledBuildNothing(t *testing.T) {
 	}
 }
 
+// A command under a local span that its sampler dropped starts no span:
+// the sampler would drop that one too. It does start one where that is not
+// known: the hook of an application's own provider, a remote parent, a
+// span recorded to keep its errors, or no parent at all.
+func TestCommandSpans_NoneStartedUnderADroppedSpan(t *testing.T) {
+	tracer := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.NeverSample()))).Tracer("t")
+	dropped, _ := tracer.Start(context.Background(), "POST")
+	kept, _ := sdktrace.NewTracerProvider(sdktrace.WithSampler(recordAll{sdktrace.NeverSample()})).Tracer("t").Start(context.Background(), "POST")
+	remote := trace.ContextWithRemoteSpanContext(context.Background(), trace.SpanContextFromContext(dropped))
+	for _, c := range []struct {
+		name          string
+		ctx           context.Context
+		dropsChildren bool
+		want          bool
+	}{
+		{"dropped parent", dropped, true, false},
+		{"own provider", dropped, false, true},
+		{"remote parent", remote, true, true},
+		{"recorded parent", kept, true, true},
+		{"no parent", context.Background(), true, true},
+	} {
+		h := &commandHook{tracer: tracer, dropsChildren: c.dropsChildren}
+		if got := h.traced(c.ctx, "get"); got != c.want {
+			t.Errorf("%s: traced = %v", c.name, got)
+		}
+	}
+	for sampler, want := range map[string]bool{"": true, "parentbased_traceidratio": true, "always_off": true, "always_on": false, "traceidratio": false} {
+		t.Setenv(envSampler, sampler)
+		var s settings
+		if err := s.readSampler(context.Background()); err != nil || s.dropsChildren != want {
+			t.Errorf("%q: dropsChildren = %v (%v)", sampler, s.dropsChildren, err)
+		}
+	}
+	t.Setenv(envSampler, "")
+	s := settings{Config: Config{Sampling: SamplingConfig{KeepErrors: true}}}
+	if err := s.readSampler(context.Background()); err != nil || s.dropsChildren {
+		t.Errorf("KeepErrors: dropsChildren = %v (%v)", s.dropsChildren, err)
+	}
+}
+
 // Every node of a Cluster client has its own hook: a span names the master
 // that served it, so spans of keys on different masters carry different
 // server.port values. The client's own slot-map loads start no trace.

@@ -226,6 +226,7 @@ func (s *settings) readSampler(context.Context) error {
 	if s.sampler = samplers[name]; s.sampler == nil {
 		return envError(envSampler, "%q is not always_on, always_off, traceidratio, parentbased_always_on, parentbased_always_off or parentbased_traceidratio", os.Getenv(envSampler))
 	}
+	s.dropsChildren = !keeps(s.Sampling) && (name == "" || name == "always_off" || strings.HasPrefix(name, "parentbased_"))
 	if keeps(s.Sampling) {
 		s.sampler = recordAll{s.sampler}
 	}

@@ -134,7 +134,7 @@ func newInstrumentation(p instrumentationParams) (storefx.Instrumentation, error
 	if !p.Provider.cfg.DisableRedisCommands && p.Provider.exports() {
 		tp = p.Provider.TracerProvider()
 	}
-	return Instrumentation(tp, p.Provider.cfg.Spans, metrics), nil
+	return instrumentation(tp, p.Provider.cfg.Spans, metrics, p.Provider.Tracer != nil && p.Provider.cfg.dropsChildren), nil
 }
 
 type errorLogParams struct {

@@ -24,9 +24,12 @@ import (
 // settings is a normalized Config with the environment folded in.
 type settings struct {
 	Config
-	disabled   bool // OTEL_SDK_DISABLED=true: no spans at all
-	sampler    sdktrace.Sampler
-	propagator propagation.TextMapPropagator
+	disabled bool // OTEL_SDK_DISABLED=true: no spans at all
+	sampler  sdktrace.Sampler
+	// dropsChildren: the sampler drops every child of a local span that is
+	// neither sampled nor recorded, whoever made the span.
+	dropsChildren bool
+	propagator    propagation.TextMapPropagator
 	// traces and logs are the OTLP endpoints; logs.url is "" when the log
 	// bridge exports nothing.
 	traces, logs        endpoint
