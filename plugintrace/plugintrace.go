@@ -61,17 +61,29 @@ func Start(ctx context.Context, tp trace.TracerProvider, plugin, name, operation
 // The attributes are set only on a span that records: an unsampled or
 // no-op span costs no attribute building.
 func StartKind(ctx context.Context, tp trace.TracerProvider, kind trace.SpanKind, plugin, name, operation string, attrs ...attribute.KeyValue) (context.Context, *Span) {
-	ctx, sp := tp.Tracer(ScopeName).Start(ctx, name, trace.WithSpanKind(kind))
+	var opts []trace.SpanStartOption
+	if int(kind) < len(kinds) {
+		opts = kinds[kind]
+	}
+	ctx, sp := tp.Tracer(ScopeName).Start(ctx, name, opts...)
 	if sp.IsRecording() {
-		sp.SetAttributes(Plugin.String(plugin))
-		sp.SetAttributes(DBSystem...)
+		kvs := append(append(make([]attribute.KeyValue, 0, 5+len(attrs)), Plugin.String(plugin)), DBSystem...)
 		if operation != "" {
-			sp.SetAttributes(semconv.DBOperationName(operation), attribute.String("db.operation", operation))
+			kvs = append(kvs, semconv.DBOperationName(operation), attribute.String("db.operation", operation))
 		}
-		sp.SetAttributes(attrs...)
+		sp.SetAttributes(append(kvs, attrs...)...) // one call: the span is locked once
 	}
 	return ctx, &Span{Span: sp, began: time.Now()}
 }
+
+// kinds are the start options of each span kind, made once: a variadic
+// list passed to Tracer.Start is allocated per call.
+var kinds = func() (o [trace.SpanKindConsumer + 1][]trace.SpanStartOption) {
+	for k := range o {
+		o[k] = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKind(k))}
+	}
+	return o
+}()
 
 // Finish sets redisfx.duration_ms and the status, and ends the span: ERROR
 // with err's message, the exception event and redisfx.error=true when err

@@ -10,6 +10,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 	"go.uber.org/goleak"
 
 	"github.com/redisfx/redisfx/plugintrace"
@@ -116,5 +117,19 @@ func TestWithoutCommandSpans(t *testing.T) {
 	}
 	if !plugintrace.CommandSpansSuppressed(plugintrace.WithoutCommandSpans(ctx)) {
 		t.Fatal("not suppressed")
+	}
+}
+
+// A span that does not record allocates its context, its *Span and the
+// call's attribute list, nothing more: not the span kind's start option,
+// not the attributes set on a recording span (six allocations before).
+func TestStart_UnrecordedSpanAllocatesOnlyItsContextAndSpan(t *testing.T) {
+	tp := noop.NewTracerProvider()
+	allocs := testing.AllocsPerRun(100, func() {
+		_, s := plugintrace.StartKind(context.Background(), tp, trace.SpanKindProducer, "streams", "stream.publish", "XADD", attribute.String("k", "v"))
+		s.Finish(nil)
+	})
+	if allocs > 3 {
+		t.Fatalf("%v allocations per unrecorded span", allocs)
 	}
 }
