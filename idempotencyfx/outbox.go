@@ -1,7 +1,6 @@
 package idempotencyfx
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -49,7 +48,7 @@ func Emit(ctx context.Context, stream string, data []byte) error {
 	if l.s.outbox == nil {
 		return fmt.Errorf("%w: the idempotency Service has no streams (streamfx.Module in the app, or WithStreams)", ErrNoOutbox)
 	}
-	ev := outboxEvent{stream: stream, data: bytes.Clone(data), emitter: trace.SpanContextFromContext(ctx)}
+	ev := outboxEvent{stream: stream, data: string(data), emitter: trace.SpanContextFromContext(ctx)}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.ended.Load() {
@@ -62,7 +61,7 @@ func Emit(ctx context.Context, stream string, data []byte) error {
 // outboxEvent is one declared event.
 type outboxEvent struct {
 	stream  string
-	data    []byte
+	data    string
 	emitter trace.SpanContext // the span that emitted it
 }
 
@@ -93,7 +92,8 @@ type outbox struct {
 	s                 *Service
 	prefix            string
 	cluster           bool
-	maxLen, retention string // of the streams, as the scripts take them
+	maxLen, retention any    // of the streams, as the scripts take them (strings)
+	box               string // the index off a Cluster
 	queue             chan committed
 	stop              chan struct{}
 	done              chan struct{}
@@ -109,7 +109,7 @@ type outbox struct {
 
 func newOutbox(s *Service, streams *streamfx.Streams, t outboxTimings) *outbox {
 	cfg := streams.Config()
-	return &outbox{s: s, prefix: s.cfg.KeyPrefix, cluster: nodeclient.Cluster(s.store.rdb) != nil,
+	return &outbox{s: s, prefix: s.cfg.KeyPrefix, cluster: nodeclient.Cluster(s.store.rdb) != nil, box: s.cfg.KeyPrefix + ":outbox",
 		maxLen: strconv.FormatInt(cfg.MaxLen, 10), retention: strconv.FormatInt(cfg.Retention.Milliseconds(), 10),
 		queue: make(chan committed, 4*outboxBatch), stop: make(chan struct{}), done: make(chan struct{}), outboxTimings: t,
 		failedLog: throttle.Every{Interval: 10 * time.Second}}
@@ -118,7 +118,7 @@ func newOutbox(s *Service, streams *streamfx.Streams, t outboxTimings) *outbox {
 // index is the outbox index of record: in its slot on a Cluster.
 func (o *outbox) index(record string) string {
 	if !o.cluster {
-		return o.prefix + ":outbox"
+		return o.box
 	}
 	return o.prefix + ":outbox{" + keyslot.ForSlot(keyslot.Of(record)) + "}"
 }
@@ -309,29 +309,31 @@ func (o *outbox) deliveries(c *committed) []delivery {
 		}
 		// In the stream's slot, named by the stream and the execution.
 		marker := "{" + keyslot.ForSlot(keyslot.Of(ev.stream)) + "}" + o.prefix + ":outbox:" + strconv.Itoa(len(ev.stream)) + ":" + ev.stream + execution
-		d := delivery{keys: []string{ev.stream, marker}, args: []any{o.markerTTL().Milliseconds()}}
-		d.args, d.spans = o.eventArgs(d.args, c.events, execution, []string{ev.stream}, true)
-		out = append(out, d)
+		out = append(out, delivery{keys: []string{ev.stream, marker}})
+		d := &out[len(out)-1]
+		d.spans = o.eventArgs(&d.args, 1, c.events, execution, []string{ev.stream}, true)
+		d.args[0] = o.markerTTL().Milliseconds()
 	}
 	return out
 }
 
-// eventArgs appends to args the events of streams as the scripts' append
-// reads them and, when spans, starts their stream.publish spans: each a
-// child of the span that emitted its event, carried by the message as
-// Publish's is. Without, the message carries the emitter's context.
-func (o *outbox) eventArgs(args []any, events []outboxEvent, execution string, streams []string, spans bool) ([]any, []*plugintrace.Span) {
+// eventArgs makes *args: head arguments left to the caller, then the
+// events of streams as the scripts' append reads them. When spans, it
+// starts their stream.publish spans: each a child of the span that emitted
+// its event, carried by the message as Publish's is. Without, the message
+// carries the emitter's context.
+func (o *outbox) eventArgs(args *[]any, head int, events []outboxEvent, execution string, streams []string, spans bool) []*plugintrace.Span {
 	tp := o.s.obs.tracer
 	if tp == nil {
 		tp = noop.NewTracerProvider() // the emitter's trace context still travels
 	}
-	args = slices.Grow(args, 3+len(streams)+8*len(events))
-	args = append(args, o.maxLen, o.retention, len(streams))
+	*args = append(make([]any, head, head+3+len(streams)+8*len(events)), o.maxLen, o.retention, len(streams))
 	for _, s := range streams {
-		args = append(args, s)
+		*args = append(*args, s)
 	}
 	var started []*plugintrace.Span
-	for n, ev := range events {
+	for n := range events {
+		ev := &events[n]
 		key := slices.Index(streams, ev.stream) + 1
 		if key == 0 {
 			continue
@@ -343,12 +345,13 @@ func (o *outbox) eventArgs(args []any, events []outboxEvent, execution string, s
 				attribute.String(streamfx.AttrStream, ev.stream), attribute.Int(streamfx.AttrMessageSize, len(ev.data)))
 			started = append(started, span)
 		}
-		at := len(args)
-		args = append(args, key, 0, streamfx.FieldData, ev.data, streamfx.FieldEventID, execution+"/"+strconv.Itoa(n))
-		propagation.TraceContext{}.Inject(ctx, fieldCarrier{&args})
-		args[at+1] = len(args) - at - 2
+		at := len(*args)
+		// &ev.data: go-redis writes a *string as its value, with no copy to box.
+		*args = append(*args, key, 0, streamfx.FieldData, &ev.data, streamfx.FieldEventID, execution+"/"+strconv.Itoa(n))
+		propagation.TraceContext{}.Inject(ctx, fieldCarrier{args})
+		(*args)[at+1] = len(*args) - at - 2
 	}
-	return args, started
+	return started
 }
 
 // fieldCarrier appends the trace context's fields to a stream entry's.
@@ -375,18 +378,18 @@ type eventCommit struct {
 // commit prepares the events of record's execution token for Complete:
 // its keys, and its arguments after the four of every completion.
 func (o *outbox) commit(record string, token int64, events []outboxEvent) *eventCommit {
-	ev := &eventCommit{keys: []string{record, o.index(record)}}
 	var streams []string
 	for _, e := range events {
 		if !slices.Contains(streams, e.stream) {
 			streams = append(streams, e.stream)
 		}
 	}
+	ev := &eventCommit{keys: append(make([]string, 0, 2+len(streams)), record, o.index(record))}
 	here := !o.cluster || !slices.ContainsFunc(streams, func(s string) bool { return keyslot.Of(s) != keyslot.Of(record) })
 	if here {
 		ev.keys = append(ev.keys, streams...) // appended with the outcome
 	}
-	ev.args, ev.spans = o.eventArgs(make([]any, 4), events, record+"/"+strconv.FormatInt(token, 10), streams, here)
+	ev.spans = o.eventArgs(&ev.args, 4, events, record+"/"+strconv.FormatInt(token, 10), streams, here)
 	return ev
 }
 
@@ -413,7 +416,7 @@ func (d *delivery) finish() {
 
 func finishSpans(spans []*plugintrace.Span, ids []any, err error) {
 	for i, span := range spans {
-		if i < len(ids) {
+		if i < len(ids) && span.IsRecording() {
 			id, _ := ids[i].(string)
 			span.SetAttributes(attribute.String(streamfx.AttrMessageID, id))
 			span.AddEvent("message.published")
@@ -580,7 +583,7 @@ func decodeEvents(e string) []outboxEvent {
 		for j := i + 2; j+1 < min(i+2+fields, len(args)); j += 2 {
 			carrier[args[j]] = args[j+1]
 		}
-		events = append(events, outboxEvent{stream: at(args, 2+key), data: []byte(carrier[streamfx.FieldData]),
+		events = append(events, outboxEvent{stream: at(args, 2+key), data: carrier[streamfx.FieldData],
 			emitter: trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), carrier))})
 		i += 2 + max(fields, 0)
 	}

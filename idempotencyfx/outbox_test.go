@@ -115,7 +115,7 @@ func TestOutbox_StaleOwnerCommitsNoEvents(t *testing.T) {
 		t.Fatal(c, err)
 	}
 	stale := e.svc.newLease(key, "stale", c.token)
-	stale.events = []outboxEvent{{stream: e.svc.cfg.KeyPrefix + "events", data: []byte("x")}}
+	stale.events = []outboxEvent{{stream: e.svc.cfg.KeyPrefix + "events", data: "x"}}
 	stale.stop()
 	e.rdb.HSet(ctx, key, "o", "someone else") // taken over
 	if done, err := stale.try(ctx, StateCompleted, mustEncode(200, nil, nil), time.Hour); err != nil || done != completionRefused {
@@ -156,7 +156,7 @@ func TestOutbox_RecoveryDeliversWhatADeadProcessCommitted_Once(t *testing.T) {
 		return n == 0
 	})
 	// Delivered again (the relay lost its ack): the marker lets nothing in.
-	c := committed{record: e.svc.StoreKey("", "k1"), token: e.record("k1").FencingToken, events: []outboxEvent{{stream: stream, data: []byte("paid")}}}
+	c := committed{record: e.svc.StoreKey("", "k1"), token: e.record("k1").FencingToken, events: []outboxEvent{{stream: stream, data: "paid"}}}
 	other.outbox.relay([]committed{c})
 	after, _ := e.rdb.XRange(context.Background(), stream, "-", "+").Result()
 	if len(got) != 1 || len(after) != 1 {
@@ -298,7 +298,7 @@ func TestOutbox_RetriedCompletion_AppendsNothingTwice(t *testing.T) {
 		t.Fatal(c, err)
 	}
 	l := e.svc.newLease(key, "owner", c.token)
-	l.events = []outboxEvent{{stream: stream, data: []byte("paid")}}
+	l.events = []outboxEvent{{stream: stream, data: "paid"}}
 	l.stop()
 	try := func() {
 		t.Helper()

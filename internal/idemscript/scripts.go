@@ -86,10 +86,11 @@ return 1
 
 // appendEvents is the Lua of Complete and Deliver that appends events:
 // streamsOK(from, to) says whether KEYS[from…to] are streams or free, and
-// append(first, keys) appends the events of ARGV[first…]: MaxLen and the
-// retention in ms ('0': none), the number of streams and their names, then
-// per event the number of its stream (KEYS[keys + number]), its field count
-// and its fields. It returns their ids.
+// append(first, keys, ids) appends the events of ARGV[first…]: MaxLen and
+// the retention in ms ('0': none), the number of streams and their names
+// (KEYS[keys + 1…]), then per event the number of its stream (KEYS[keys +
+// number]), its field count and its fields. It adds their ids to ids, which
+// it returns.
 const appendEvents = `
 local function streamsOK(from, to)
   for i = from, to do
@@ -100,25 +101,20 @@ local function streamsOK(from, to)
   end
   return true
 end
-local function append(first, keys)
-  local ids, streams, i = {}, {}, first + 3 + tonumber(ARGV[first + 2])
-  while i <= #ARGV do
-    local key, n = KEYS[keys + tonumber(ARGV[i])], tonumber(ARGV[i + 1])
-    local add = {'XADD', key}
+local function append(first, keys, ids)
+  local i, last = first + 3 + tonumber(ARGV[first + 2]), #ARGV
+  while i <= last do
+    local key, to = KEYS[keys + tonumber(ARGV[i])], i + 1 + tonumber(ARGV[i + 1])
     if ARGV[first] ~= '0' then
-      add[3], add[4], add[5] = 'MAXLEN', '~', ARGV[first]
+      ids[#ids + 1] = redis.call('XADD', key, 'MAXLEN', '~', ARGV[first], '*', unpack(ARGV, i + 2, to))
+    else
+      ids[#ids + 1] = redis.call('XADD', key, '*', unpack(ARGV, i + 2, to))
     end
-    add[#add + 1] = '*'
-    for j = i + 2, i + 1 + n do
-      add[#add + 1] = ARGV[j]
-    end
-    ids[#ids + 1] = redis.call(unpack(add))
-    streams[key] = true
-    i = i + 2 + n
+    i = to + 1
   end
   if ARGV[first + 1] ~= '0' then
-    for key in pairs(streams) do
-      redis.call('PEXPIRE', key, ARGV[first + 1])
+    for j = keys + 1, keys + tonumber(ARGV[first + 2]) do
+      redis.call('PEXPIRE', KEYS[j], ARGV[first + 1])
     end
   end
   return ids
@@ -159,10 +155,10 @@ else
 end
 local ids
 if ARGV[5] then
+  ids = {0} -- n, then the ids; none appended: {n} tells the caller the relay has them
   if #KEYS > 2 and streamsOK(3, #KEYS) then
-    ids = append(5, 2)
+    append(5, 2, ids)
   else
-    ids = {} -- none appended: {n} tells the caller the relay has them
     local e = {}
     for i = 5, #ARGV do
       e[#e + 1] = #ARGV[i] .. ':' .. ARGV[i]
@@ -183,7 +179,7 @@ if rec[2] then
   end
 end
 if ids then
-  table.insert(ids, 1, n)
+  ids[1] = n
   return ids
 end
 return n
@@ -205,7 +201,7 @@ if not redis.call('SET', KEYS[2], 1, 'NX', 'PX', ARGV[1]) then
   redis.call('PEXPIRE', KEYS[2], ARGV[1])
   return 0
 end
-return append(2, 0)
+return append(2, 0, {})
 `)
 
 // Delivered ends a record's outbox entry. KEYS[1] record, KEYS[2] outbox
