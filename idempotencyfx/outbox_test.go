@@ -86,6 +86,30 @@ func TestOutbox_EventsReachTheirStreamsOnce_InOrder_WithIDs(t *testing.T) {
 	}
 }
 
+// Every stream an execution's events go to gets the streams' retention.
+func TestOutbox_StreamsGetTheirRetention(t *testing.T) {
+	unused := redis.NewClient(&redis.Options{Addr: "127.0.0.1:0", ContextTimeoutEnabled: true}) // as outboxEnv's
+	t.Cleanup(func() { _ = unused.Close() })
+	e := newEnvAt(t, Config{}, nil, "", withStreamsOf(t, unused, streamfx.Config{Retention: time.Hour}))
+	a, b := e.svc.cfg.KeyPrefix+"events.a", e.svc.cfg.KeyPrefix+"events.b"
+	e.setHandler(func(w http.ResponseWriter, r *http.Request) {
+		for _, s := range []string{a, b, a} {
+			if err := Emit(r.Context(), s, []byte("ev")); err != nil {
+				t.Error(err)
+			}
+		}
+		w.WriteHeader(http.StatusCreated)
+	})
+	wantStatus(t, e.post("/payments", "k1", `{}`), http.StatusCreated, "")
+	streamEntries(t, e.rdb, a, 2)
+	streamEntries(t, e.rdb, b, 1)
+	for _, s := range []string{a, b} {
+		if ttl := e.rdb.PTTL(context.Background(), s).Val(); ttl <= 0 || ttl > time.Hour {
+			t.Errorf("stream %s expires in %v; want the retention, an hour", s, ttl)
+		}
+	}
+}
+
 func TestOutbox_FailedWorkCommitsNoEvents(t *testing.T) {
 	e := outboxEnv(t, Config{}, fastOutbox)
 	stream := e.svc.cfg.KeyPrefix + "events"
@@ -164,8 +188,8 @@ func TestOutbox_RecoveryDeliversWhatADeadProcessCommitted_Once(t *testing.T) {
 	}
 }
 
-func withStreamsOf(t *testing.T, rdb redis.UniversalClient) Option {
-	streams, err := streamfx.New(rdb, streamfx.Config{})
+func withStreamsOf(t *testing.T, rdb redis.UniversalClient, cfg ...streamfx.Config) Option {
+	streams, err := streamfx.New(rdb, append(cfg, streamfx.Config{})[0])
 	if err != nil {
 		t.Fatal(err)
 	}
