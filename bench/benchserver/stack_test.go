@@ -208,28 +208,34 @@ func BenchmarkStack_ReplayOTLP100(b *testing.B) {
 // every request should be seen and weighed here (docs/performance.md).
 // The counts include the test's own request and recorder, as the
 // benchmarks' allocs/op do, averaged over 1000 requests; each budget is
-// the count measured (2026-11-27) plus one, because zap's sampler writes
+// the count measured (2026-11-27, the event's 2026-11-29) plus one, because zap's sampler writes
 // every access-log line of the first hundred each second, so a slow
 // machine logs a larger share of the requests.
 func TestStack_AllocationsPerRequest(t *testing.T) {
 	h := stackRouter(t, true)
+	emitting := stackRouterOf(t, stackConfig{breaker: true, tracing: true, emit: true})
 	for _, tc := range []struct {
 		path   string
 		key    func(i int) string
 		budget float64 // without -race, with it
 		race   float64
+		h      http.Handler // the stack's, or with one emitted event
 	}{
-		{"no key", func(int) string { return "" }, 30 + 1, 32 + 1},
-		{"new key", func(i int) string { return "alloc-new-" + strconv.Itoa(i) }, 79 + 1, 85 + 1},
-		{"replay", func(int) string { return "alloc-replayed" }, 55 + 1, 62 + 1},
+		{"no key", func(int) string { return "" }, 30 + 1, 32 + 1, nil},
+		{"new key", func(i int) string { return "alloc-new-" + strconv.Itoa(i) }, 79 + 1, 85 + 1, nil},
+		{"replay", func(int) string { return "alloc-replayed" }, 55 + 1, 62 + 1, nil},
+		{"new key, one event", func(i int) string { return "alloc-emit-" + strconv.Itoa(i) }, 106 + 1, 114 + 1, emitting},
 	} {
+		if tc.h == nil {
+			tc.h = h
+		}
 		if raceDetector {
 			tc.budget = tc.race
 		}
 		i := 0
 		serve := func() {
 			w := httptest.NewRecorder()
-			h.ServeHTTP(w, stackRequest(tc.key(i)))
+			tc.h.ServeHTTP(w, stackRequest(tc.key(i)))
 			i++
 			if w.Code != http.StatusCreated {
 				t.Fatalf("%s: status %d: %s", tc.path, w.Code, w.Body)
