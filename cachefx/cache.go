@@ -13,6 +13,7 @@ import (
 
 	"github.com/redisfx/redisfx"
 	"github.com/redisfx/redisfx/internal/clientcheck"
+	"github.com/redisfx/redisfx/internal/plugin"
 	"github.com/redisfx/redisfx/internal/scripts"
 	"github.com/redisfx/redisfx/plugintrace"
 	"github.com/redisfx/redisfx/storefx"
@@ -85,16 +86,13 @@ func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Cache, error) 
 	if err := clientcheck.HonoursDeadlines("cachefx", "Config.StoreTimeout", rdb); err != nil {
 		return nil, err
 	}
-	var o options
-	for _, f := range opts {
-		f(&o)
-	}
+	o := plugin.Apply("cache", plugin.Options{}, opts...)
 	s := &shared{cfg: cfg, rdb: rdb, inOrder: singleNode(rdb)}
 	if cfg.Local.MaxEntries > 0 {
 		s.local = newLocalLayer(cfg.Local.MaxEntries, cfg.Local.TTL)
 		s.bcast = newBroadcaster(rdb, cfg.KeyPrefix+"invalidate", s.local, cfg.Local.TTL, s.wrote)
 	}
-	if s.obs, err = newObserver(o.registerer, o.tracer, cfg.KeyAttribute, s.local); err != nil {
+	if s.obs, err = newObserver(o.Registerer, o.Tracer, cfg.KeyAttribute, s.local); err != nil {
 		return nil, err
 	}
 	return &Cache{shared: s, ns: cfg.Namespace}, nil

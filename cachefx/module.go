@@ -1,43 +1,25 @@
 package cachefx
 
 import (
-	"fmt"
-
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
-	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/fx"
 
 	"github.com/redisfx/redisfx/internal/clientcheck"
-	"github.com/redisfx/redisfx/internal/fxconfig"
+	"github.com/redisfx/redisfx/internal/plugin"
 )
 
 // Module provides the *Cache. It needs a Redis client (storefx.Module); a
 // Config or *Config, registerer and plugin tracer are used when present.
-var Module = fx.Module("redisfx.cache", clientcheck.Required("cachefx.Module"), fx.Provide(NewFromParams))
+var Module = fx.Module("redisfx.cache", clientcheck.Required("cachefx.Module"), fx.Provide(newFromGraph))
 
-// Params are the inputs of the Cache in an Fx app.
-type Params struct {
-	fx.In
-	Lifecycle fx.Lifecycle
-	// The app's configuration, in either form (at most one of them).
-	Config      *Config `optional:"true"`
-	ConfigValue Config  `optional:"true"`
-	Redis       redis.UniversalClient
-	Registerer  prometheus.Registerer `optional:"true"`
-	Tracer      trace.TracerProvider  `name:"redisfx.plugin_tracer" optional:"true"`
-}
-
-// NewFromParams builds the Cache from the Fx graph.
-func NewFromParams(p Params) (*Cache, error) {
-	cfg, err := fxconfig.Pick(p.Config, p.ConfigValue)
-	if err != nil {
-		return nil, fmt.Errorf("cachefx: %w", err)
-	}
-	c, err := New(p.Redis, cfg, WithRegisterer(p.Registerer), WithTracerProvider(p.Tracer))
+func newFromGraph(in plugin.In[Config]) (*Cache, error) {
+	cfg, opts, err := in.Pick("cachefx")
 	if err != nil {
 		return nil, err
 	}
-	p.Lifecycle.Append(fx.StartStopHook(c.Start, c.Close))
+	c, err := New(in.Redis, cfg, opts...)
+	if err != nil {
+		return nil, err
+	}
+	in.Lifecycle.Append(fx.StartStopHook(c.Start, c.Close))
 	return c, nil
 }

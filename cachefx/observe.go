@@ -6,25 +6,20 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/redisfx/redisfx/internal/plugin"
 	"github.com/redisfx/redisfx/plugintrace"
 )
 
 // Option adds an optional collaborator to New.
-type Option func(*options)
-
-type options struct {
-	registerer prometheus.Registerer
-	tracer     trace.TracerProvider
-}
+type Option = plugin.Option
 
 // WithRegisterer registers the cache metrics with reg. A nil reg registers nothing.
-func WithRegisterer(reg prometheus.Registerer) Option { return func(o *options) { o.registerer = reg } }
+func WithRegisterer(reg prometheus.Registerer) Option { return plugin.WithRegisterer(reg) }
 
 // WithTracerProvider opens the cache spans with tp (tracingfx's plugin
 // tracer: a no-op unless PluginTracing is on).
-func WithTracerProvider(tp trace.TracerProvider) Option { return func(o *options) { o.tracer = tp } }
+func WithTracerProvider(tp trace.TracerProvider) Option { return plugin.WithTracerProvider(tp) }
 
 // Attribute names of the cache spans. Tags carry no prefix, as the tracing
 // spec names them.
@@ -51,9 +46,6 @@ type observer struct {
 }
 
 func newObserver(reg prometheus.Registerer, tp trace.TracerProvider, keys plugintrace.KeyAttribute, local *localLayer) (*observer, error) {
-	if tp == nil {
-		tp = noop.NewTracerProvider()
-	}
 	hits := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cache_hits_total", Help: "Cache reads answered, by the layer that answered."}, []string{"layer"})
 	o := &observer{tracer: tp, keys: keys,
 		hits:      map[string]prometheus.Counter{LayerRedis: hits.WithLabelValues(LayerRedis)}, // series exist from the start: rates are defined at once
@@ -66,15 +58,7 @@ func newObserver(reg prometheus.Registerer, tp trace.TracerProvider, keys plugin
 		cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "cache_size", Help: "Entries held by a cache layer.", ConstLabels: prometheus.Labels{"layer": LayerLocal}},
 			func() float64 { return float64(local.len()) }))
 	}
-	if reg == nil {
-		return o, nil
-	}
-	for _, c := range cs {
-		if err := reg.Register(c); err != nil {
-			return nil, err
-		}
-	}
-	return o, nil
+	return o, plugin.Register(reg, cs...)
 }
 
 // start opens a span of namespace ns with redisfx.cache.key set to keys

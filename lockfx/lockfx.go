@@ -17,6 +17,7 @@ import (
 	"github.com/redisfx/redisfx/internal/backoff"
 	"github.com/redisfx/redisfx/internal/clientcheck"
 	"github.com/redisfx/redisfx/internal/durations"
+	"github.com/redisfx/redisfx/internal/plugin"
 	"github.com/redisfx/redisfx/internal/randid"
 	"github.com/redisfx/redisfx/internal/scripts"
 	"github.com/redisfx/redisfx/plugintrace"
@@ -99,11 +100,8 @@ func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Locker, error)
 	if err := clientcheck.HonoursDeadlines("lockfx", "Config.WaitTimeout", rdb); err != nil {
 		return nil, err
 	}
-	var o options
-	for _, f := range opts {
-		f(&o)
-	}
-	obs, err := newObserver(o.registerer, o.tracer, cfg.KeyAttribute)
+	o := plugin.Apply("locks", plugin.Options{}, opts...)
+	obs, err := newObserver(o.Registerer, o.Tracer, cfg.KeyAttribute)
 	if err != nil {
 		return nil, err
 	}

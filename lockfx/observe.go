@@ -7,25 +7,20 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/redisfx/redisfx/internal/plugin"
 	"github.com/redisfx/redisfx/plugintrace"
 )
 
 // Option adds an optional collaborator to New.
-type Option func(*options)
-
-type options struct {
-	registerer prometheus.Registerer
-	tracer     trace.TracerProvider
-}
+type Option = plugin.Option
 
 // WithRegisterer registers the lock metrics with reg. A nil reg registers nothing.
-func WithRegisterer(reg prometheus.Registerer) Option { return func(o *options) { o.registerer = reg } }
+func WithRegisterer(reg prometheus.Registerer) Option { return plugin.WithRegisterer(reg) }
 
 // WithTracerProvider opens the lock.acquire and lock.release spans with tp
 // (tracingfx's plugin tracer: a no-op unless PluginTracing is on).
-func WithTracerProvider(tp trace.TracerProvider) Option { return func(o *options) { o.tracer = tp } }
+func WithTracerProvider(tp trace.TracerProvider) Option { return plugin.WithTracerProvider(tp) }
 
 // Attribute names of the lock spans.
 const (
@@ -46,9 +41,6 @@ type observer struct {
 
 func newObserver(reg prometheus.Registerer, tp trace.TracerProvider, keys plugintrace.KeyAttribute) (*observer, error) {
 	buckets := []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2, 5}
-	if tp == nil {
-		tp = noop.NewTracerProvider()
-	}
 	o := &observer{tracer: tp, keys: keys,
 		active:       prometheus.NewGauge(prometheus.GaugeOpts{Name: "locks_active", Help: "Locks held by this process."}),
 		acquisitions: prometheus.NewCounter(prometheus.CounterOpts{Name: "lock_acquisitions_total", Help: "Locks acquired."}),
@@ -61,15 +53,7 @@ func newObserver(reg prometheus.Registerer, tp trace.TracerProvider, keys plugin
 			prometheus.NewHistogram(prometheus.HistogramOpts{Name: "lock_wait_duration_seconds", Help: "Same as lock_wait_seconds (the older name, kept for dashboards).", Buckets: buckets}),
 		},
 	}
-	if reg == nil {
-		return o, nil
-	}
-	for _, c := range []prometheus.Collector{o.active, o.acquisitions, o.attempts, o.timeouts, o.lost, o.wait[0], o.wait[1]} {
-		if err := reg.Register(c); err != nil {
-			return nil, err
-		}
-	}
-	return o, nil
+	return o, plugin.Register(reg, o.active, o.acquisitions, o.attempts, o.timeouts, o.lost, o.wait[0], o.wait[1])
 }
 
 // start opens the span of a lock operation with its key attribute.

@@ -15,6 +15,7 @@ import (
 	"github.com/redisfx/redisfx"
 	"github.com/redisfx/redisfx/httpfx"
 	"github.com/redisfx/redisfx/internal/clientcheck"
+	"github.com/redisfx/redisfx/internal/plugin"
 	"github.com/redisfx/redisfx/internal/randid"
 	"github.com/redisfx/redisfx/internal/scripts"
 	"github.com/redisfx/redisfx/internal/throttle"
@@ -68,19 +69,20 @@ func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Limiter, error
 	if err := clientcheck.HonoursDeadlines("ratelimitfx", "Config.StoreTimeout", rdb); err != nil {
 		return nil, err
 	}
-	o := options{log: zap.NewNop()}
+	var o options
 	for _, f := range opts {
 		f(&o)
 	}
-	obs, err := newObserver(o.registerer, o.tracer, cfg.KeyAttribute)
+	o.Options = plugin.Apply("ratelimit", o.Options)
+	obs, err := newObserver(o.Registerer, o.Tracer, cfg.KeyAttribute)
 	if err != nil {
 		return nil, err
 	}
 	errs := o.errors
 	if errs == nil {
-		errs = httpfx.NewErrors(o.log, httpfx.RegisteredErrorFilter{Name: "ratelimit", Filter: httpfx.ErrorFilter(DefaultErrorFilter)})
+		errs = httpfx.NewErrors(o.Log, httpfx.RegisteredErrorFilter{Name: "ratelimit", Filter: httpfx.ErrorFilter(DefaultErrorFilter)})
 	}
-	return &Limiter{cfg: cfg, proxies: proxies, rdb: rdb, obs: obs, log: o.log, errors: errs,
+	return &Limiter{cfg: cfg, proxies: proxies, rdb: rdb, obs: obs, log: o.Log, errors: errs,
 		warnLog: throttle.Every{Interval: 10 * time.Second}}, nil
 }
 

@@ -6,10 +6,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 	"go.uber.org/zap"
 
 	"github.com/redisfx/redisfx/httpfx"
+	"github.com/redisfx/redisfx/internal/plugin"
 	"github.com/redisfx/redisfx/plugintrace"
 )
 
@@ -17,10 +17,8 @@ import (
 type Option func(*options)
 
 type options struct {
-	registerer prometheus.Registerer
-	tracer     trace.TracerProvider
-	log        *zap.Logger
-	errors     *httpfx.Errors
+	plugin.Options
+	errors *httpfx.Errors
 }
 
 // WithErrors renders the middleware's refusals through an application's
@@ -29,21 +27,15 @@ type options struct {
 func WithErrors(e *httpfx.Errors) Option { return func(o *options) { o.errors = e } }
 
 // WithRegisterer registers the rate-limit metrics with reg. A nil reg registers nothing.
-func WithRegisterer(reg prometheus.Registerer) Option { return func(o *options) { o.registerer = reg } }
+func WithRegisterer(reg prometheus.Registerer) Option { return func(o *options) { o.Registerer = reg } }
 
 // WithTracerProvider opens the rate_limit.check spans with tp (tracingfx's
 // plugin tracer: a no-op unless PluginTracing is on).
-func WithTracerProvider(tp trace.TracerProvider) Option { return func(o *options) { o.tracer = tp } }
+func WithTracerProvider(tp trace.TracerProvider) Option { return func(o *options) { o.Tracer = tp } }
 
 // WithLogger logs store failures (at most every 10s) to log, named
 // "ratelimit". A nil log is ignored.
-func WithLogger(log *zap.Logger) Option {
-	return func(o *options) {
-		if log != nil {
-			o.log = log.Named("ratelimit")
-		}
-	}
-}
+func WithLogger(log *zap.Logger) Option { return func(o *options) { o.Log = log } }
 
 // Attribute names of the rate_limit.check span.
 const (
@@ -71,21 +63,13 @@ type observer struct {
 }
 
 func newObserver(reg prometheus.Registerer, tp trace.TracerProvider, keys plugintrace.KeyAttribute) (*observer, error) {
-	if tp == nil {
-		tp = noop.NewTracerProvider()
-	}
 	o := &observer{tracer: tp, keys: keys,
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratelimit_requests_total", Help: "Rate-limit checks by outcome: allowed, rejected, or error (store unavailable; the ErrorPolicy decided)."}, []string{"status"}),
 		allowed:  prometheus.NewCounter(prometheus.CounterOpts{Name: "ratelimit_allowed_total", Help: "Requests the rate limiter let through."}),
 		rejected: prometheus.NewCounter(prometheus.CounterOpts{Name: "ratelimit_rejected_total", Help: "Requests the rate limiter refused (429)."}),
 	}
-	if reg == nil {
-		return o, nil
-	}
-	for _, c := range []prometheus.Collector{o.requests, o.allowed, o.rejected} {
-		if err := reg.Register(c); err != nil {
-			return nil, err
-		}
+	if err := plugin.Register(reg, o.requests, o.allowed, o.rejected); err != nil {
+		return nil, err
 	}
 	for _, s := range []string{StatusAllowed, StatusRejected, StatusError} {
 		o.requests.WithLabelValues(s)

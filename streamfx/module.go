@@ -1,23 +1,17 @@
 package streamfx
 
 import (
-	"fmt"
-
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
-	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/fx"
-	"go.uber.org/zap"
 
 	"github.com/redisfx/redisfx/internal/clientcheck"
-	"github.com/redisfx/redisfx/internal/fxconfig"
+	"github.com/redisfx/redisfx/internal/plugin"
 )
 
 // Module provides *Streams, built with the app even when nothing asks for
 // it: handlers alone must consume. It needs a Redis client (storefx.Module);
 // a Config or *Config, logger, registerer and plugin tracer are used when
 // present.
-var Module = fx.Module("redisfx.streams", clientcheck.Required("streamfx.Module"), fx.Provide(NewFromParams),
+var Module = fx.Module("redisfx.streams", clientcheck.Required("streamfx.Module"), fx.Provide(newFromGraph),
 	fx.Invoke(func(*Streams) {}))
 
 // HandlerGroup is the Fx value group of stream handlers.
@@ -39,28 +33,15 @@ func AsHandler(constructor any) any {
 	return fx.Annotate(constructor, fx.ResultTags(`group:"`+HandlerGroup+`"`))
 }
 
-// Params are the inputs of Streams in an Fx app.
-type Params struct {
-	fx.In
-	Lifecycle fx.Lifecycle
-	// The app's configuration, in either form (at most one of them).
-	Config      *Config `optional:"true"`
-	ConfigValue Config  `optional:"true"`
-	Redis       redis.UniversalClient
-	Log         *zap.Logger           `optional:"true"`
-	Registerer  prometheus.Registerer `optional:"true"`
-	Tracer      trace.TracerProvider  `name:"redisfx.plugin_tracer" optional:"true"`
-	Handlers    []StreamHandler       `group:"redisfx.stream.handlers"`
-}
-
-// NewFromParams builds Streams from the Fx graph and ties the consumers to
-// the lifecycle.
-func NewFromParams(p Params) (*Streams, error) {
-	cfg, err := fxconfig.Pick(p.Config, p.ConfigValue)
+func newFromGraph(p struct {
+	plugin.In[Config]
+	Handlers []StreamHandler `group:"redisfx.stream.handlers"`
+}) (*Streams, error) {
+	cfg, opts, err := p.Pick("streamfx")
 	if err != nil {
-		return nil, fmt.Errorf("streamfx: %w", err)
+		return nil, err
 	}
-	s, err := New(p.Redis, cfg, WithRegisterer(p.Registerer), WithTracerProvider(p.Tracer), WithLogger(p.Log))
+	s, err := New(p.Redis, cfg, opts...)
 	if err != nil {
 		return nil, err
 	}

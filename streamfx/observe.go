@@ -12,37 +12,25 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 	"go.uber.org/zap"
 
+	"github.com/redisfx/redisfx/internal/plugin"
 	"github.com/redisfx/redisfx/plugintrace"
 )
 
 // Option adds an optional collaborator to New.
-type Option func(*options)
-
-type options struct {
-	registerer prometheus.Registerer
-	tracer     trace.TracerProvider
-	log        *zap.Logger
-}
+type Option = plugin.Option
 
 // WithRegisterer registers the stream metrics with reg. A nil reg registers nothing.
-func WithRegisterer(reg prometheus.Registerer) Option { return func(o *options) { o.registerer = reg } }
+func WithRegisterer(reg prometheus.Registerer) Option { return plugin.WithRegisterer(reg) }
 
 // WithTracerProvider opens the stream spans with tp (tracingfx's plugin
 // tracer: a no-op unless PluginTracing is on).
-func WithTracerProvider(tp trace.TracerProvider) Option { return func(o *options) { o.tracer = tp } }
+func WithTracerProvider(tp trace.TracerProvider) Option { return plugin.WithTracerProvider(tp) }
 
 // WithLogger logs handler panics and store failures.
 // A nil log is ignored. The logger is named "streams".
-func WithLogger(log *zap.Logger) Option {
-	return func(o *options) {
-		if log != nil {
-			o.log = log.Named("streams")
-		}
-	}
-}
+func WithLogger(log *zap.Logger) Option { return plugin.WithLogger(log) }
 
 // Attribute names of the stream spans: without a prefix, as the tracing
 // spec gives them.
@@ -63,8 +51,6 @@ const (
 	OutcomeDeadLettered = "dead_lettered"
 )
 
-const plugin = "streams"
-
 type observer struct {
 	tracer   trace.TracerProvider
 	messages *prometheus.CounterVec // registered only with a registerer
@@ -75,9 +61,6 @@ type observer struct {
 }
 
 func newObserver(reg prometheus.Registerer, tp trace.TracerProvider, s *Streams) (*observer, error) {
-	if tp == nil {
-		tp = noop.NewTracerProvider()
-	}
 	o := &observer{tracer: tp, streams: map[string]bool{},
 		messages: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "stream_messages_total", Help: "Message deliveries handled by this process, by outcome: processed, failed, dead_lettered."}, []string{"stream", "outcome"})}
 	if reg == nil {
@@ -86,12 +69,7 @@ func newObserver(reg prometheus.Registerer, tp trace.TracerProvider, s *Streams)
 	o.backlog = &backlogReader{s: s, o: o, every: backlogInterval, kick: make(chan struct{}, 1),
 		length: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "stream_length", Help: "Entries in a stream (dead-letter streams included, named <stream>:dlq). Read every 5s; the last value is kept while Redis does not answer."}, []string{"stream"}),
 		lag:    prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "stream_consumer_lag", Help: "Entries of a stream the consumer group has not acknowledged yet: not yet delivered (XINFO GROUPS lag, counted up to 10001 when Redis answers it as NULL after an XDEL) plus delivered and pending. Read every 5s; the last value is kept while Redis does not answer."}, []string{"stream", "group"})}
-	for _, c := range []prometheus.Collector{o.messages, o.backlog.length, o.backlog.lag} {
-		if err := reg.Register(c); err != nil {
-			return nil, err
-		}
-	}
-	return o, nil
+	return o, plugin.Register(reg, o.messages, o.backlog.length, o.backlog.lag)
 }
 
 // track adds stream to the known streams; true if it is new to this process.
@@ -125,7 +103,7 @@ func (o *observer) count(stream, outcome string) {
 }
 
 func (o *observer) start(ctx context.Context, kind trace.SpanKind, name, op string, attrs ...attribute.KeyValue) (context.Context, *plugintrace.Span) {
-	return plugintrace.StartKind(ctx, o.tracer, kind, plugin, name, op, attrs...)
+	return plugintrace.StartKind(ctx, o.tracer, kind, "streams", name, op, attrs...)
 }
 
 func (o *observer) startConsume(ctx context.Context, stream, group, consumer, id string, attempt int) (context.Context, *plugintrace.Span) {

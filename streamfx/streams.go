@@ -17,6 +17,7 @@ import (
 
 	"github.com/redisfx/redisfx/internal/clientcheck"
 	"github.com/redisfx/redisfx/internal/durations"
+	"github.com/redisfx/redisfx/internal/plugin"
 	"github.com/redisfx/redisfx/internal/scripts"
 )
 
@@ -95,13 +96,10 @@ func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Streams, error
 	if err := clientcheck.HonoursDeadlines("streamfx", "Config.StoreTimeout", rdb); err != nil {
 		return nil, err
 	}
-	o := options{log: zap.NewNop()}
-	for _, f := range opts {
-		f(&o)
-	}
-	s := &Streams{cfg: cfg, rdb: rdb, log: o.log,
+	o := plugin.Apply("streams", plugin.Options{}, opts...)
+	s := &Streams{cfg: cfg, rdb: rdb, log: o.Log,
 		propagator: propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})}
-	if s.obs, err = newObserver(o.registerer, o.tracer, s); err != nil {
+	if s.obs, err = newObserver(o.Registerer, o.Tracer, s); err != nil {
 		return nil, err
 	}
 	return s, nil
