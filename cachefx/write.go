@@ -121,7 +121,7 @@ func (c *Cache) forget(ctx context.Context, keys ...string) {
 		return
 	}
 	c.local.delete(keys...)
-	ctx, cancel := c.cleanupCtx(ctx)
+	ctx, cancel := c.storeCtx(context.WithoutCancel(ctx)) // the write's own has usually run out
 	defer cancel()
 	_ = c.bcast.publish(ctx, c.rdb, keys...).Err()
 }
@@ -129,16 +129,10 @@ func (c *Cache) forget(ctx context.Context, keys ...string) {
 // dropUntagged deletes a value stored but missing from a tag set, where an
 // invalidation would not find it.
 func (c *Cache) dropUntagged(ctx context.Context, full string) {
-	dctx, cancel := c.cleanupCtx(ctx)
+	dctx, cancel := c.storeCtx(context.WithoutCancel(ctx)) // the write's own has usually run out
 	_ = c.rdb.Del(dctx, full).Err()
 	cancel()
 	c.forget(ctx, full)
-}
-
-// cleanupCtx bounds what a failed write still sends by a StoreTimeout of
-// its own: the write's context has usually run out by then.
-func (c *Cache) cleanupCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return c.storeCtx(context.WithoutCancel(ctx))
 }
 
 // Delete removes keys; it reports how many existed. It returns nil once

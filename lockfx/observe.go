@@ -69,16 +69,12 @@ func (o *observer) endAcquire(span *plugintrace.Span, acquired, timedOut bool, r
 	}
 	if timedOut {
 		o.timeouts.Inc()
-	}
-	if acquired {
-		o.acquisitions.Inc()
-		o.active.Inc()
-	}
-	if timedOut {
 		span.AddEvent("lock.timeout")
 	}
 	span.SetAttributes(attribute.Bool(AttrAcquired, acquired), attribute.Int(AttrRetryCount, retries))
 	if acquired {
+		o.acquisitions.Inc()
+		o.active.Inc()
 		span.AddEvent("lock.acquired")
 	} else {
 		// The status the tracing spec gives a lock not acquired; why is the exception event's.

@@ -89,24 +89,19 @@ func (o *observer) startCheck(ctx context.Context, rule Rule, key string) (conte
 }
 
 func (o *observer) endCheck(span *plugintrace.Span, d Decision, err error) {
-	switch {
-	case err != nil:
-		o.requests.WithLabelValues(StatusError).Inc()
-	case d.Allowed:
-		o.requests.WithLabelValues(StatusAllowed).Inc()
-		o.allowed.Inc()
-	default:
-		o.requests.WithLabelValues(StatusRejected).Inc()
-		o.rejected.Inc()
-	}
 	span.SetAttributes(attribute.Int64(AttrCurrent, d.Current), attribute.Int64(AttrRemaining, d.Remaining), attribute.Bool(AttrAllowed, d.Allowed))
 	switch {
 	case err != nil:
+		o.requests.WithLabelValues(StatusError).Inc()
 		span.Finish(err)
 	case d.Allowed:
+		o.requests.WithLabelValues(StatusAllowed).Inc()
+		o.allowed.Inc()
 		span.AddEvent("request.allowed")
 		span.Finish(nil)
 	default:
+		o.requests.WithLabelValues(StatusRejected).Inc()
+		o.rejected.Inc()
 		span.AddEvent("request.blocked")
 		span.Finish(newExceededError(d)) // status message "Rate limit exceeded"
 	}
