@@ -324,11 +324,15 @@ func (l *Locker) WithLock(ctx context.Context, name string, fn func(ctx context.
 	if err != nil {
 		return err
 	}
-	defer func() { _ = lock.Release(context.WithoutCancel(ctx)) }()
-	lockCtx, cancel := lock.Context(ctx)
+	return lock.do(ctx, fn)
+}
+
+func (k *Lock) do(ctx context.Context, fn func(ctx context.Context, token int64) error) error {
+	defer func() { _ = k.Release(context.WithoutCancel(ctx)) }()
+	lockCtx, cancel := k.Context(ctx)
 	defer cancel()
-	err = fn(lockCtx, lock.Token)
-	if lost := lock.Err(); lost != nil {
+	err := fn(lockCtx, k.Token)
+	if lost := k.Err(); lost != nil {
 		return errors.Join(err, lost)
 	}
 	return err
