@@ -137,7 +137,6 @@ func (s *Streams) Handle(stream string, h Handler) error {
 // Publish appends data to stream and returns the entry's id. The trace
 // context of ctx (the stream.publish span) is stored with it.
 func (s *Streams) Publish(ctx context.Context, stream string, data []byte) (string, error) {
-	first := s.obs.track(stream)
 	ctx, span := s.obs.start(ctx, trace.SpanKindProducer, "stream.publish", "XADD", attribute.String(AttrStream, stream), attribute.Int(AttrMessageSize, len(data)))
 	values := []any{FieldData, data}
 	carrier := propagation.MapCarrier{}
@@ -155,7 +154,9 @@ func (s *Streams) Publish(ctx context.Context, stream string, data []byte) (stri
 		span.AddEvent("message.published")
 	}
 	span.Finish(err)
-	if first { // its backlog series appear with the reading this asks for
+	// Known once the entry is there: the first reading counts it. Its
+	// backlog series appear with the reading this asks for.
+	if s.obs.track(stream) {
 		s.obs.readSoon()
 	}
 	return id, err
