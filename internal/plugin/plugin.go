@@ -86,3 +86,18 @@ func (in In[C]) Pick(pkg string) (C, []Option, error) {
 	}
 	return cfg, []Option{WithRegisterer(in.Registerer), WithTracerProvider(in.Tracer), WithLogger(in.Log)}, nil
 }
+
+// Provide provides the T that build (a plugin's New) makes from the graph's
+// inputs, started and stopped with the app by hook.
+func Provide[C, T any](pkg string, build func(redis.UniversalClient, C, ...Option) (T, error), hook func(T) fx.Hook) fx.Option {
+	return fx.Provide(func(in In[C]) (t T, err error) {
+		cfg, opts, err := in.Pick(pkg)
+		if err == nil {
+			t, err = build(in.Redis, cfg, opts...)
+		}
+		if err == nil {
+			in.Lifecycle.Append(hook(t))
+		}
+		return t, err
+	})
+}
