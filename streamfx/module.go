@@ -11,8 +11,9 @@ import (
 // it: handlers alone must consume. It needs a Redis client (storefx.Module);
 // a Config or *Config, logger, registerer and plugin tracer are used when
 // present.
-var Module = fx.Module("redisfx.streams", clientcheck.Required("streamfx.Module"), fx.Provide(newFromGraph),
-	fx.Invoke(func(*Streams) {}))
+var Module = fx.Module("redisfx.streams", clientcheck.Required("streamfx.Module"),
+	plugin.Provide("streamfx", New, func(s *Streams) fx.Hook { return fx.StartStopHook(s.Start, s.Stop) }),
+	fx.Invoke(handleAll))
 
 // HandlerGroup is the Fx value group of stream handlers.
 const HandlerGroup = "redisfx.stream.handlers"
@@ -33,23 +34,17 @@ func AsHandler(constructor any) any {
 	return fx.Annotate(constructor, fx.ResultTags(`group:"`+HandlerGroup+`"`))
 }
 
-func newFromGraph(p struct {
-	plugin.In[Config]
+// handleAll registers the app's handlers before Start. The handlers are
+// built first, so what they use starts before Streams and stops after it.
+func handleAll(p struct {
+	fx.In
 	Handlers []StreamHandler `group:"redisfx.stream.handlers"`
-}) (*Streams, error) {
-	cfg, opts, err := p.Pick("streamfx")
-	if err != nil {
-		return nil, err
-	}
-	s, err := New(p.Redis, cfg, opts...)
-	if err != nil {
-		return nil, err
-	}
+	Streams  *Streams
+}) error {
 	for _, h := range p.Handlers {
-		if err := s.Handle(h.Stream, h.Handler); err != nil {
-			return nil, err
+		if err := p.Streams.Handle(h.Stream, h.Handler); err != nil {
+			return err
 		}
 	}
-	p.Lifecycle.Append(fx.StartStopHook(s.Start, s.Stop))
-	return s, nil
+	return nil
 }

@@ -112,3 +112,34 @@ func TestModule_HandlerAlone_InvalidConfigFailsStartUp(t *testing.T) {
 		t.Fatalf("start-up with MaxAttempts -1 = %v; want an error naming Config.MaxAttempts", err)
 	}
 }
+
+// What a handler's constructor uses starts before Streams and stops after
+// it: a stop never leaves a running handler with a stopped dependency.
+func TestModule_HandlerDependenciesOutliveStreams(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	var s *Streams
+	var seen []bool // whether Streams ran when the dependency started, and when it stopped
+	running := func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		seen = append(seen, s.running)
+	}
+	app := fx.New(fx.NopLogger, fx.Supply(&storefx.Config{URL: srv.URL()}), storefx.Module, Module,
+		fx.Provide(AsHandler(func(lc fx.Lifecycle) StreamHandler {
+			lc.Append(fx.StartStopHook(running, running))
+			return StreamHandler{Stream: redistest.Prefix(t) + "deps", Handler: func(context.Context, Message) error { return nil }}
+		})),
+		fx.Populate(&s))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := app.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := app.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) != 2 || seen[0] || seen[1] {
+		t.Fatalf("Streams running at the dependency's start and stop: %v, want [false false]", seen)
+	}
+}
