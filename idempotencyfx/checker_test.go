@@ -492,9 +492,18 @@ func (w *chkWorld) clusterFault(ctx context.Context, rng *rand.Rand, f *idemchec
 		time.Sleep(d)
 	case n < 77 && w.killed == nil:
 		w.killed = srv
+		shard := f.Shard
 		f.Kind, f.Shard = idemcheck.FaultRestart, "" // its writes since the replica's last sync are lost
 		srv.Kill()
-		w.waitClusterOK(srv)
+		f.End = time.Now()
+		// Its shard answers no one until its replica has taken over
+		// (cluster-node-timeout, then an election) and each client has
+		// learnt so at its next slot map reload (ClusterStateReloadInterval):
+		// a dead master sends no MOVED. A pause of the shard, seconds long.
+		w.waitFailover(srv, shard)
+		w.hist.AddFault(idemcheck.Fault{Kind: idemcheck.FaultPause, Instance: -1, Shard: shard, Start: f.Start, End: time.Now()})
+		w.t.Logf("master %s killed at %s: every client routes its shard to the replica %v later", srv.Addr(),
+			f.Start.Format("15:04:05.000"), time.Since(f.Start).Round(time.Millisecond))
 	default:
 		return false
 	}
@@ -551,18 +560,31 @@ func (w *chkWorld) burst(ctx context.Context, rng *rand.Rand, srv *redistest.Ser
 	<-woke
 }
 
-// waitClusterOK waits (bounded) until a node other than gone says the
-// Cluster is ok: the killed master's replica has taken over.
-func (w *chkWorld) waitClusterOK(gone *redistest.Server) {
+// waitFailover waits (bounded) until the admin client and every
+// instance's client route shard to a master other than gone: its replica
+// has taken over and each has reloaded its slot map.
+func (w *chkWorld) waitFailover(gone *redistest.Server, shard string) {
+	if shard == "" {
+		return // gone served no slot: nothing fails over
+	}
+	key := "f"
+	for w.shardOfKey(key) != shard {
+		key += "f"
+	}
+	ctx := context.Background()
 	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		for _, n := range w.cl.Nodes {
-			if n == gone {
-				continue
-			}
-			if info, err := n.Client().ClusterInfo(context.Background()).Result(); err == nil && strings.Contains(info, "cluster_state:ok") {
-				w.cadmin.ReloadState(context.Background())
-				return
-			}
+		w.cadmin.ReloadState(ctx) // the instances' clients reload on their own
+		clients := []*redis.ClusterClient{w.cadmin}
+		w.mu.Lock()
+		for _, in := range w.slots {
+			clients = append(clients, in.rdb.(*storefx.Client).UniversalClient.(*redis.ClusterClient))
+		}
+		w.mu.Unlock()
+		if !slices.ContainsFunc(clients, func(c *redis.ClusterClient) bool {
+			m, err := c.MasterForKey(ctx, key) // an error: a crashed instance's closed client
+			return err == nil && m.Options().Addr == gone.Addr()
+		}) {
+			return
 		}
 	}
 }
@@ -1169,7 +1191,9 @@ func (w *chkWorld) fault(rng *rand.Rand) {
 	n := rng.IntN(100)
 	if w.cl != nil {
 		if w.clusterFault(ctx, rng, &f) {
-			f.End = time.Now()
+			if f.End.IsZero() {
+				f.End = time.Now()
+			}
 			w.hist.AddFault(f)
 			return
 		}
