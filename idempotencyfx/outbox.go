@@ -291,10 +291,10 @@ func (o *outbox) pipelined(ctx context.Context, batch []committed, failed []erro
 // delivery is one Deliver script call: a record's events for one stream,
 // each with its stream.publish span.
 type delivery struct {
-	keys  []string
-	args  []any
-	spans []*plugintrace.Span
-	cmd   *redis.Cmd
+	keys    []string
+	args    []any
+	entries []eventEntry
+	cmd     *redis.Cmd
 	err   error // of a replicated delivery
 }
 
@@ -311,7 +311,7 @@ func (o *outbox) deliveries(c *committed) []delivery {
 		marker := "{" + keyslot.ForSlot(keyslot.Of(ev.stream)) + "}" + o.prefix + ":outbox:" + strconv.Itoa(len(ev.stream)) + ":" + ev.stream + execution
 		out = append(out, delivery{keys: []string{ev.stream, marker}})
 		d := &out[len(out)-1]
-		d.spans = o.eventArgs(&d.args, 1, c.events, execution, []string{ev.stream}, true)
+		d.entries = o.eventArgs(&d.args, 1, c.events, execution, d.keys[:1], true)
 		d.args[0] = o.markerTTL().Milliseconds()
 	}
 	return out
@@ -321,17 +321,18 @@ func (o *outbox) deliveries(c *committed) []delivery {
 // events of streams as the scripts' append reads them. When spans, it
 // starts their stream.publish spans: each a child of the span that emitted
 // its event, carried by the message as Publish's is. Without, the message
-// carries the emitter's context.
-func (o *outbox) eventArgs(args *[]any, head int, events []outboxEvent, execution string, streams []string, spans bool) []*plugintrace.Span {
+// carries the emitter's context. The arguments point into streams and the
+// entries returned, so that no string is boxed.
+func (o *outbox) eventArgs(args *[]any, head int, events []outboxEvent, execution string, streams []string, spans bool) []eventEntry {
 	tp := o.s.obs.tracer
 	if tp == nil {
 		tp = noop.NewTracerProvider() // the emitter's trace context still travels
 	}
 	*args = append(make([]any, head, head+3+len(streams)+8*len(events)), o.maxLen, o.retention, len(streams))
-	for _, s := range streams {
-		*args = append(*args, s)
+	for i := range streams {
+		*args = append(*args, &streams[i])
 	}
-	var started []*plugintrace.Span
+	entries := make([]eventEntry, len(events))
 	for n := range events {
 		ev := &events[n]
 		key := slices.Index(streams, ev.stream) + 1
@@ -339,57 +340,72 @@ func (o *outbox) eventArgs(args *[]any, head int, events []outboxEvent, executio
 			continue
 		}
 		ctx := trace.ContextWithRemoteSpanContext(context.Background(), ev.emitter)
+		e := &entries[n]
 		if spans {
-			var span *plugintrace.Span
-			ctx, span = plugintrace.StartKind(ctx, tp, trace.SpanKindProducer, "streams", "stream.publish", "XADD",
+			ctx, e.span = plugintrace.StartKind(ctx, tp, trace.SpanKindProducer, "streams", "stream.publish", "XADD",
 				attribute.String(streamfx.AttrStream, ev.stream), attribute.Int(streamfx.AttrMessageSize, len(ev.data)))
-			started = append(started, span)
 		}
 		at := len(*args)
-		// &ev.data: go-redis writes a *string as its value, with no copy to box.
-		*args = append(*args, key, 0, streamfx.FieldData, &ev.data, streamfx.FieldEventID, execution+"/"+strconv.Itoa(n))
-		propagation.TraceContext{}.Inject(ctx, fieldCarrier{args})
+		e.args, e.id = args, execution+"/"+strconv.Itoa(n)
+		// Pointers: go-redis writes a *string as its value, with no copy to box.
+		*args = append(*args, key, 0, streamfx.FieldData, &ev.data, streamfx.FieldEventID, &e.id)
+		propagation.TraceContext{}.Inject(ctx, e)
 		(*args)[at+1] = len(*args) - at - 2
 	}
-	return started
+	return entries
 }
 
-// fieldCarrier appends the trace context's fields to a stream entry's.
-type fieldCarrier struct{ args *[]any }
+// eventEntry is what one event's stream entry holds beyond its data, and
+// the carrier that appends its trace context's fields to its arguments.
+type eventEntry struct {
+	args           *[]any
+	id             string // event_id
+	traceK, traceV string // the first trace context field (traceparent)
+	span           *plugintrace.Span
+}
 
 // Get implements propagation.TextMapCarrier; the fields are only written.
-func (c fieldCarrier) Get(string) string { return "" }
+func (e *eventEntry) Get(string) string { return "" }
 
 // Keys implements propagation.TextMapCarrier.
-func (c fieldCarrier) Keys() []string { return nil }
+func (e *eventEntry) Keys() []string { return nil }
 
 // Set implements propagation.TextMapCarrier: the field follows the others.
-func (c fieldCarrier) Set(k, v string) { *c.args = append(*c.args, k, v) }
+func (e *eventEntry) Set(k, v string) {
+	if e.traceK != "" {
+		*e.args = append(*e.args, k, v)
+		return
+	}
+	e.traceK, e.traceV = k, v
+	*e.args = append(*e.args, &e.traceK, &e.traceV)
+}
 
 // eventCommit is what the Complete script takes to commit events: the
 // record, the index and the streams when they are on the record's node
 // (always, but on a Cluster where their slots differ), and the arguments.
 type eventCommit struct {
-	keys  []string
-	args  []any
-	spans []*plugintrace.Span
+	keys    []string
+	args    []any
+	entries []eventEntry
+	inline  [3]string // keys' array for one stream
 }
 
 // commit prepares the events of record's execution token for Complete:
 // its keys, and its arguments after the four of every completion.
 func (o *outbox) commit(record string, token int64, events []outboxEvent) *eventCommit {
-	var streams []string
+	ev := &eventCommit{}
+	ev.keys = append(ev.inline[:0], record, o.index(record))
 	for _, e := range events {
-		if !slices.Contains(streams, e.stream) {
-			streams = append(streams, e.stream)
+		if !slices.Contains(ev.keys[2:], e.stream) {
+			ev.keys = append(ev.keys, e.stream)
 		}
 	}
-	ev := &eventCommit{keys: append(make([]string, 0, 2+len(streams)), record, o.index(record))}
+	streams := ev.keys[2:]
 	here := !o.cluster || !slices.ContainsFunc(streams, func(s string) bool { return keyslot.Of(s) != keyslot.Of(record) })
-	if here {
-		ev.keys = append(ev.keys, streams...) // appended with the outcome
+	ev.entries = o.eventArgs(&ev.args, 4, events, record+"/"+strconv.FormatInt(token, 10), streams, here)
+	if !here {
+		ev.keys = ev.keys[:2] // the streams are the relay's to append to
 	}
-	ev.spans = o.eventArgs(&ev.args, 4, events, record+"/"+strconv.FormatInt(token, 10), streams, here)
 	return ev
 }
 
@@ -399,7 +415,7 @@ func (ev *eventCommit) finish(ids []any, err error) {
 	if err == nil && len(ids) == 0 {
 		err = errors.New("not appended by this completion: the relay appends it, or an earlier try did")
 	}
-	finishSpans(ev.spans, ids, err)
+	finishSpans(ev.entries, ids, err)
 }
 
 // finish ends the delivery's spans with its outcome: the message ids when
@@ -411,17 +427,24 @@ func (d *delivery) finish() {
 		ids, _ = d.cmd.Val().([]any) // 0 when a marker said an earlier try appended them
 		err = cmp.Or(err, d.cmd.Err())
 	}
-	finishSpans(d.spans, ids, err)
+	finishSpans(d.entries, ids, err)
 }
 
-func finishSpans(spans []*plugintrace.Span, ids []any, err error) {
-	for i, span := range spans {
-		if i < len(ids) && span.IsRecording() {
-			id, _ := ids[i].(string)
-			span.SetAttributes(attribute.String(streamfx.AttrMessageID, id))
-			span.AddEvent("message.published")
+// finishSpans ends the spans of entries (those of events appended, in
+// order; others have none) with ids, the appended messages'.
+func finishSpans(entries []eventEntry, ids []any, err error) {
+	i := 0
+	for _, e := range entries {
+		if e.span == nil {
+			continue
 		}
-		span.Finish(err)
+		if i < len(ids) && e.span.IsRecording() {
+			id, _ := ids[i].(string)
+			e.span.SetAttributes(attribute.String(streamfx.AttrMessageID, id))
+			e.span.AddEvent("message.published")
+		}
+		i++
+		e.span.Finish(err)
 	}
 }
 
