@@ -295,7 +295,7 @@ type delivery struct {
 	args    []any
 	entries []eventEntry
 	cmd     *redis.Cmd
-	err   error // of a replicated delivery
+	err     error // of a replicated delivery
 }
 
 // deliveries are c's Deliver calls, one per stream, the events of each in
@@ -384,14 +384,16 @@ func (e *eventEntry) Set(k, v string) {
 // record, the index and the streams when they are on the record's node
 // (always, but on a Cluster where their slots differ), and the arguments.
 type eventCommit struct {
-	keys    []string
-	args    []any
-	entries []eventEntry
-	inline  [3]string // keys' array for one stream
+	keys      []string
+	args      []any
+	entries   []eventEntry
+	inline    [3]string // keys' array for one stream
+	recording bool      // a span records: the reply carries the message ids
 }
 
 // commit prepares the events of record's execution token for Complete:
-// its keys, and its arguments after the four of every completion.
+// its keys, and its arguments after the four of every completion. The
+// message ids are asked for only when a span records them.
 func (o *outbox) commit(record string, token int64, events []outboxEvent) *eventCommit {
 	ev := &eventCommit{}
 	ev.keys = append(ev.inline[:0], record, o.index(record))
@@ -402,7 +404,12 @@ func (o *outbox) commit(record string, token int64, events []outboxEvent) *event
 	}
 	streams := ev.keys[2:]
 	here := !o.cluster || !slices.ContainsFunc(streams, func(s string) bool { return keyslot.Of(s) != keyslot.Of(record) })
-	ev.entries = o.eventArgs(&ev.args, 4, events, record+"/"+strconv.FormatInt(token, 10), streams, here)
+	ev.entries = o.eventArgs(&ev.args, 5, events, record+"/"+strconv.FormatInt(token, 10), streams, here)
+	ev.recording = slices.ContainsFunc(ev.entries, func(e eventEntry) bool { return e.span != nil && e.span.IsRecording() })
+	ev.args[4] = "0"
+	if ev.recording {
+		ev.args[4] = "1"
+	}
 	if !here {
 		ev.keys = ev.keys[:2] // the streams are the relay's to append to
 	}
@@ -412,7 +419,7 @@ func (o *outbox) commit(record string, token int64, events []outboxEvent) *event
 // finish ends the spans of events appended with the outcome: ids are
 // theirs, none when they went to the relay (which publishes them anew).
 func (ev *eventCommit) finish(ids []any, err error) {
-	if err == nil && len(ids) == 0 {
+	if err == nil && len(ids) == 0 && ev.recording {
 		err = errors.New("not appended by this completion: the relay appends it, or an earlier try did")
 	}
 	finishSpans(ev.entries, ids, err)

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.uber.org/zap"
 
 	"github.com/redisfx/redisfx/internal/redistest"
@@ -83,6 +85,47 @@ func TestOutbox_EventsReachTheirStreamsOnce_InOrder_WithIDs(t *testing.T) {
 	})
 	if ev, _ := e.rdb.HExists(context.Background(), e.svc.StoreKey("", "k1"), "e").Result(); ev {
 		t.Error("the record still holds its events after delivery")
+	}
+}
+
+// A recorded stream.publish span names the message its event became (the
+// completion replies the ids only then), and the message carries the span.
+func TestOutbox_RecordedPublishSpansNameTheirMessages(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	e := outboxEnv(t, Config{}, WithTracerProvider(tp))
+	a, b := e.svc.cfg.KeyPrefix+"events.a", e.svc.cfg.KeyPrefix+"events.b"
+	e.setHandler(func(w http.ResponseWriter, r *http.Request) {
+		for _, s := range []string{a, b, a} {
+			if err := Emit(r.Context(), s, []byte("ev")); err != nil {
+				t.Error(err)
+			}
+		}
+		w.WriteHeader(http.StatusCreated)
+	})
+	wantStatus(t, e.post("/payments", "k1", `{}`), http.StatusCreated, "")
+	published := map[string]tracetest.SpanStub{} // by span id
+	waitFor(t, func() bool {
+		for _, s := range exp.GetSpans() {
+			if s.Name == "stream.publish" {
+				published[s.SpanContext.SpanID().String()] = s
+			}
+		}
+		return len(published) == 3
+	})
+	for _, stream := range []string{a, b} {
+		for _, m := range streamEntries(t, e.rdb, stream, 1) {
+			tp, _ := m.Values["traceparent"].(string)
+			span, ok := published[strings.Split(tp+"---", "-")[2]]
+			attrs := map[string]string{}
+			for _, kv := range span.Attributes {
+				attrs[string(kv.Key)] = kv.Value.Emit()
+			}
+			if !ok || attrs[streamfx.AttrMessageID] != m.ID || attrs[streamfx.AttrStream] != stream {
+				t.Errorf("message %s of %s (traceparent %q): its stream.publish span has %v", m.ID, stream, tp, attrs)
+			}
+		}
 	}
 }
 

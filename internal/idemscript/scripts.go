@@ -130,10 +130,11 @@ end
 // failed PUBLISH replies 2.
 //
 // With events, KEYS[2] is the outbox index and KEYS[3…] the streams if
-// they may be written here; ARGV goes on with the events as append reads
-// them. They are committed with the outcome or not at all: appended to the
-// streams when those are given and are streams (or free), the reply then
-// {n, ids…}; else ARGV[5…] is written in the record's field 'e' (each
+// they may be written here; ARGV goes on with '1' to have the ids replied
+// ('0': not), then the events as append reads them. They are committed
+// with the outcome or not at all: appended to the streams when those are
+// given and are streams (or free), the reply then {n, ids…} (n without
+// them); else ARGV[6…] is written in the record's field 'e' (each
 // argument as <length>:<bytes>) and the record into the index, scored by
 // Redis's time in ms, for the relay, the reply then {n}. A retry that finds
 // the outcome recorded replies 1 whatever became of the events.
@@ -157,10 +158,13 @@ local ids
 if ARGV[5] then
   ids = {0} -- n, then the ids; none appended: {n} tells the caller the relay has them
   if #KEYS > 2 and streamsOK(3, #KEYS) then
-    append(5, 2, ids)
+    append(6, 2, ids)
+    if ARGV[5] == '0' then
+      ids = nil
+    end
   else
     local e = {}
-    for i = 5, #ARGV do
+    for i = 6, #ARGV do
       e[#e + 1] = #ARGV[i] .. ':' .. ARGV[i]
     end
     redis.call('HSET', k, 'e', table.concat(e))
