@@ -120,7 +120,7 @@ func TestOutbox_RecordedPublishSpansNameTheirMessages(t *testing.T) {
 			span, ok := published[strings.Split(tp+"---", "-")[2]]
 			attrs := map[string]string{}
 			for _, kv := range span.Attributes {
-				attrs[string(kv.Key)] = kv.Value.Emit()
+				attrs[string(kv.Key)] = kv.Value.AsString()
 			}
 			if !ok || attrs[streamfx.AttrMessageID] != m.ID || attrs[streamfx.AttrStream] != stream {
 				t.Errorf("message %s of %s (traceparent %q): its stream.publish span has %v", m.ID, stream, tp, attrs)

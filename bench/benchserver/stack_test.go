@@ -224,7 +224,7 @@ func TestStack_AllocationsPerRequest(t *testing.T) {
 		{"no key", func(int) string { return "" }, 30 + 1, 32 + 1, nil},
 		{"new key", func(i int) string { return "alloc-new-" + strconv.Itoa(i) }, 79 + 1, 85 + 1, nil},
 		{"replay", func(int) string { return "alloc-replayed" }, 55 + 1, 62 + 1, nil},
-		{"new key, one event", func(i int) string { return "alloc-emit-" + strconv.Itoa(i) }, 106 + 1, 114 + 1, emitting},
+		{"new key, one event", func(i int) string { return "alloc-emit-" + strconv.Itoa(i) }, 94 + 1, 100 + 1, emitting},
 	} {
 		if tc.h == nil {
 			tc.h = h
