@@ -392,8 +392,9 @@ type eventCommit struct {
 }
 
 // commit prepares the events of record's execution token for Complete:
-// its keys, and its arguments after the four of every completion. The
-// message ids are asked for only when a span records them.
+// its keys, and its arguments after the four of every completion: whether
+// to reply the message ids (only a recording span reads them), then the
+// events.
 func (o *outbox) commit(record string, token int64, events []outboxEvent) *eventCommit {
 	ev := &eventCommit{}
 	ev.keys = append(ev.inline[:0], record, o.index(record))
