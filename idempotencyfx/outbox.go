@@ -489,15 +489,18 @@ func (o *outbox) recoverPending() {
 	if err != nil || !leased || now.IsZero() {
 		return
 	}
+	// An index that cannot be read (its node down or slow) is skipped, not
+	// the poll: what the other nodes hold is delivered all the same.
 	r := indexReading{takeover: now.Add(-o.takeover).UnixMilli(), seen: map[string]bool{}}
+	complete := true
 	for indexes := o.indexes(); len(indexes) > 0; indexes = indexes[min(len(indexes), outboxChunk):] {
-		if !r.read(o, indexes[:min(len(indexes), outboxChunk)]) {
-			return
-		}
+		complete = r.read(o, indexes[:min(len(indexes), outboxChunk)]) && complete
 	}
-	o.pending.Store(r.pending)
-	o.oldest.Store(r.oldest)
-	o.readAt.Store(time.Now().UnixNano())
+	if complete {
+		o.pending.Store(r.pending)
+		o.oldest.Store(r.oldest)
+		o.readAt.Store(time.Now().UnixNano())
+	}
 	for due := r.due; len(due) > 0; due = due[min(len(due), outboxBatch):] {
 		o.relay(o.read(due[:min(len(due), outboxBatch)]))
 	}
@@ -516,20 +519,19 @@ type indexReading struct {
 
 // read reads indexes: each one's oldest entries, its size and, beyond the
 // oldest, a random sample, so that entries that keep failing (a stream
-// under a key of another type) hold up no others.
+// under a key of another type) hold up no others. It reports whether every
+// index was read; what was read is kept either way.
 func (r *indexReading) read(o *outbox, indexes []string) bool {
 	ctx, cancel := o.callContext()
 	defer cancel()
 	firsts := make([]*redis.ZSliceCmd, len(indexes))
 	counts := make([]*redis.IntCmd, len(indexes))
-	if _, err := o.s.store.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err := o.s.store.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, index := range indexes {
 			firsts[i], counts[i] = p.ZRangeWithScores(ctx, index, 0, outboxScan-1), p.ZCard(ctx, index)
 		}
 		return nil
-	}); err != nil {
-		return false
-	}
+	})
 	var sampled []*redis.ZSliceCmd
 	_, _ = o.s.store.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, index := range indexes {
@@ -553,7 +555,7 @@ func (r *indexReading) read(o *outbox, indexes []string) bool {
 			}
 		}
 	}
-	return true
+	return err == nil
 }
 
 // callContext bounds one round trip of the relay by StoreTimeout; it ends
