@@ -40,15 +40,7 @@ type spanExporter struct {
 // ExportSpans implements sdktrace.SpanExporter.
 func (e *spanExporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
 	e.gate.exported(len(spans))
-	ctx, release := e.net.bound(ctx)
-	defer release()
-	err := e.SpanExporter.ExportSpans(ctx, spans)
-	if err != nil {
-		if valid := validSpans(spans); valid != nil {
-			err = e.SpanExporter.ExportSpans(ctx, valid)
-		}
-	}
-	return err
+	return export(ctx, e.net, spans, e.SpanExporter.ExportSpans, validSpans)
 }
 
 // logExporter is the OTLP log exporter with the same guards.
@@ -59,12 +51,18 @@ type logExporter struct {
 
 // Export implements sdklog.Exporter.
 func (e *logExporter) Export(ctx context.Context, records []sdklog.Record) error {
-	ctx, release := e.net.bound(ctx)
+	return export(ctx, e.net, records, e.Exporter.Export, validRecords)
+}
+
+// export sends batch within the gate's bound; a batch that failed is sent
+// again repaired when valid finds invalid UTF-8 in it.
+func export[T any](ctx context.Context, g *netGate, batch []T, send func(context.Context, []T) error, valid func([]T) []T) error {
+	ctx, release := g.bound(ctx)
 	defer release()
-	err := e.Exporter.Export(ctx, records)
+	err := send(ctx, batch)
 	if err != nil {
-		if valid := validRecords(records); valid != nil {
-			err = e.Exporter.Export(ctx, valid)
+		if repaired := valid(batch); repaired != nil {
+			err = send(ctx, repaired)
 		}
 	}
 	return err
