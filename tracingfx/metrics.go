@@ -2,10 +2,11 @@ package tracingfx
 
 import (
 	"errors"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/redisfx/redisfx/internal/readmostly"
 )
 
 // CommandMetrics are the Redis command metrics, measured in the same hook
@@ -14,9 +15,9 @@ type CommandMetrics struct {
 	commands *prometheus.CounterVec
 	duration *prometheus.HistogramVec
 	errors   prometheus.Counter
-	// children caches each command label's counter and histogram, looked up
-	// on first use (labels are a fixed set: no series for unused commands).
-	children sync.Map // label → *commandChildren
+	// children are each command label's counter and histogram, made on
+	// first use (labels are a fixed set: no series for unused commands).
+	children readmostly.Map[string, commandChildren]
 }
 
 type commandChildren struct {
@@ -24,14 +25,8 @@ type commandChildren struct {
 	duration prometheus.Observer
 }
 
-func (m *CommandMetrics) of(label string) *commandChildren {
-	if c, ok := m.children.Load(label); ok {
-		cc, _ := c.(*commandChildren)
-		return cc
-	}
-	cc := &commandChildren{count: m.commands.WithLabelValues(label), duration: m.duration.WithLabelValues(label)}
-	m.children.Store(label, cc)
-	return cc
+func (m *CommandMetrics) newChildren(label string) commandChildren {
+	return commandChildren{count: m.commands.WithLabelValues(label), duration: m.duration.WithLabelValues(label)}
 }
 
 // NewCommandMetrics registers commands_total{command},
@@ -62,7 +57,7 @@ func (h *commandHook) measure(name string, took time.Duration, failed bool) {
 	if h.metrics == nil {
 		return
 	}
-	cc := h.metrics.of(commandLabel(name))
+	cc := h.metrics.children.LoadOrCreate(commandLabel(name), h.metrics.newChildren)
 	cc.count.Inc()
 	cc.duration.Observe(took.Seconds())
 	if failed {
