@@ -208,7 +208,7 @@ func (h *commandHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 }
 
 func (h *commandHook) describe(span trace.Span, op, stmt string, took time.Duration, extra ...attribute.KeyValue) {
-	buf := getAttrs()
+	buf, _ := attrBuffers.Get().(*[]attribute.KeyValue) // New makes one when the pool is empty
 	attrs := append(*buf, h.base...)
 	if server := h.server.Load(); server != nil {
 		attrs = append(attrs, *server...)
@@ -241,11 +241,6 @@ var attrBuffers = sync.Pool{New: func() any {
 	b := make([]attribute.KeyValue, 0, 16)
 	return &b
 }}
-
-func getAttrs() *[]attribute.KeyValue {
-	b, _ := attrBuffers.Get().(*[]attribute.KeyValue) // New makes one when the pool is empty
-	return b
-}
 
 // putAttrs returns buf, grown to used, to the pool, without the references
 // it held.

@@ -15,11 +15,9 @@ import (
 //	fx.New(tracingfx.Module, tracingfx.SetGlobals, …)
 //
 // It is off by default: the globals belong to the whole process.
-var SetGlobals = fx.Invoke(registerGlobals)
-
-func registerGlobals(lc fx.Lifecycle, tp trace.TracerProvider, prop propagation.TextMapPropagator) {
+var SetGlobals = fx.Invoke(func(lc fx.Lifecycle, tp trace.TracerProvider, prop propagation.TextMapPropagator) {
 	lc.Append(fx.StartHook(func() {
 		otel.SetTracerProvider(tp)
 		otel.SetTextMapPropagator(prop)
 	}))
-}
+})

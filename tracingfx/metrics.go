@@ -1,6 +1,7 @@
 package tracingfx
 
 import (
+	"cmp"
 	"errors"
 	"time"
 
@@ -57,7 +58,7 @@ func (h *commandHook) measure(name string, took time.Duration, failed bool) {
 	if h.metrics == nil {
 		return
 	}
-	cc := h.metrics.children.LoadOrCreate(commandLabel(name), h.metrics.newChildren)
+	cc := h.metrics.children.LoadOrCreate(cmp.Or(knownCommands[name].operation, "OTHER"), h.metrics.newChildren)
 	cc.count.Inc()
 	cc.duration.Observe(took.Seconds())
 	if failed {
