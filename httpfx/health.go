@@ -48,14 +48,6 @@ const (
 // readiness check fails.
 const CodeNotReady = "not_ready"
 
-func isProbe(r *http.Request) bool {
-	switch r.URL.Path {
-	case HealthPath, ReadyPath, MetricsPath:
-		return true
-	}
-	return false
-}
-
 func healthz(w http.ResponseWriter, _ *http.Request) { writeStatus(w, "ok") }
 
 // writeStatus answers 200 {"status":status}, never cached.

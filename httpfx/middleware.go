@@ -10,7 +10,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"runtime/debug"
-	"strings"
 	"time"
 	"unsafe"
 
@@ -102,10 +101,6 @@ func RequestIDFromContext(ctx context.Context) string {
 		return st.id
 	}
 	return ""
-}
-
-func validRequestID(id string) bool {
-	return id != "" && len(id) <= 128 && !strings.ContainsFunc(id, func(r rune) bool { return r < 0x21 || r > 0x7e })
 }
 
 // recoverer turns a panic into a 500 problem, records it on the span and

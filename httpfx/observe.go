@@ -120,13 +120,13 @@ func (f *front) serve(w http.ResponseWriter, r *http.Request, next http.Handler)
 	// The root router's routing context, which sub-routers fill too.
 	state := &requestState{errors: f.errors, values: f.values, routing: chi.RouteContext(r.Context())}
 	id := r.Header.Get(RequestIDHeader)
-	if !validRequestID(id) {
+	if id == "" || len(id) > 128 || strings.ContainsFunc(id, func(c rune) bool { return c < 0x21 || c > 0x7e }) { // not 1-128 visible ASCII
 		id = state.newRequestID()
 	}
 	state.id, state.idHeader[0] = id, id
 	w.Header()[RequestIDHeader] = state.idHeader[:] // canonical already: no Set
 	ctx := r.Context()
-	probe := isProbe(r)
+	probe := r.URL.Path == HealthPath || r.URL.Path == ReadyPath || r.URL.Path == MetricsPath
 	var span trace.Span
 	if f.tracer != nil && !probe {
 		prop := f.propagator
