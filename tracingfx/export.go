@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -146,29 +145,21 @@ func (g *netGate) httpClient(signal string) (*http.Client, error) {
 // CLIENT_CERTIFICATE and CLIENT_KEY (PEM files); the signal's own variable
 // wins over the generic one. Nil when none is set: the system's roots.
 func tlsFromEnv(signal string) (*tls.Config, error) {
-	read := func(name string) (string, []byte, error) {
-		name = "OTEL_EXPORTER_OTLP_" + signal + "_" + name
-		if os.Getenv(name) == "" {
-			name = strings.Replace(name, signal+"_", "", 1)
+	var names [3]string
+	var pems [3][]byte // CA, client certificate, client key
+	var err error
+	for i, v := range []string{"CERTIFICATE", "CLIENT_CERTIFICATE", "CLIENT_KEY"} {
+		names[i] = "OTEL_EXPORTER_OTLP_" + signal + "_" + v
+		if os.Getenv(names[i]) == "" {
+			names[i] = "OTEL_EXPORTER_OTLP_" + v
 		}
-		if os.Getenv(name) == "" {
-			return name, nil, nil
+		if file := os.Getenv(names[i]); file != "" && err == nil {
+			if pems[i], err = os.ReadFile(file); err != nil {
+				err = envError(names[i], "%v", err)
+			}
 		}
-		b, err := os.ReadFile(os.Getenv(name))
-		if err != nil {
-			return name, nil, envError(name, "%v", err)
-		}
-		return name, b, nil
 	}
-	caName, ca, err := read("CERTIFICATE")
-	if err != nil {
-		return nil, err
-	}
-	certName, cert, err := read("CLIENT_CERTIFICATE")
-	if err != nil {
-		return nil, err
-	}
-	keyName, key, err := read("CLIENT_KEY")
+	ca, cert, key := pems[0], pems[1], pems[2]
 	if err != nil || ca == nil && cert == nil && key == nil {
 		return nil, err
 	}
@@ -176,13 +167,13 @@ func tlsFromEnv(signal string) (*tls.Config, error) {
 	if ca != nil {
 		c.RootCAs = x509.NewCertPool()
 		if !c.RootCAs.AppendCertsFromPEM(ca) {
-			return nil, envError(caName, "holds no PEM certificate")
+			return nil, envError(names[0], "holds no PEM certificate")
 		}
 	}
 	if cert != nil || key != nil {
 		pair, err := tls.X509KeyPair(cert, key)
 		if err != nil {
-			return nil, envError(certName, "with %s: %v", keyName, err)
+			return nil, envError(names[1], "with %s: %v", names[2], err)
 		}
 		c.Certificates = []tls.Certificate{pair}
 	}
