@@ -3,7 +3,6 @@ package tracingfx
 import (
 	"cmp"
 	"errors"
-	"fmt"
 	"io"
 	"maps"
 	"net/url"
@@ -13,8 +12,6 @@ import (
 	"time"
 
 	"golang.org/x/net/http/httpguts"
-
-	"github.com/redisfx/redisfx"
 )
 
 // Exporter types. Every type but Console and None sends OTLP; the label
@@ -143,10 +140,6 @@ const (
 
 const tracesPath, logsPath = "/v1/traces", "/v1/logs"
 
-func bad(opt, format string, args ...any) error {
-	return redisfx.NewConfigError("tracingfx", "Config."+opt, fmt.Sprintf(format, args...))
-}
-
 // normalize validates c, one field after another in declaration order, and
 // applies the defaults that do not depend on the environment. A negative
 // number or duration takes the default, as zero does.
@@ -166,18 +159,18 @@ func (e ExporterConfig) check() error {
 	switch e.Type {
 	case "", ExporterOTLP, ExporterConsole, ExporterJaeger, ExporterZipkin, ExporterNone:
 	default:
-		return bad("Exporter.Type", "%q is not otlp, console, jaeger, zipkin or none", e.Type)
+		return configError("Config.Exporter.Type", "%q is not otlp, console, jaeger, zipkin or none", e.Type)
 	}
 	if e.Protocol != "" && e.Protocol != ProtocolHTTP && e.Protocol != ProtocolGRPC {
-		return bad("Exporter.Protocol", "%q is not %s or %s", e.Protocol, ProtocolHTTP, ProtocolGRPC)
+		return configError("Config.Exporter.Protocol", "%q is not %s or %s", e.Protocol, ProtocolHTTP, ProtocolGRPC)
 	}
 	if err := checkURL(e.Endpoint); e.Endpoint != "" && err != nil {
-		return bad("Exporter.Endpoint", "%s", err)
+		return configError("Config.Exporter.Endpoint", "%s", err)
 	}
 	for _, k := range slices.Sorted(maps.Keys(e.Headers)) {
 		if !httpguts.ValidHeaderFieldName(k) || !httpguts.ValidHeaderFieldValue(e.Headers[k]) {
 			// The value is not shown: it may be a credential.
-			return bad("Exporter.Headers", "%q is not a header name, or its value holds a control character such as a line break", k)
+			return configError("Config.Exporter.Headers", "%q is not a header name, or its value holds a control character such as a line break", k)
 		}
 	}
 	return nil
@@ -186,12 +179,12 @@ func (e ExporterConfig) check() error {
 func (s SamplingConfig) check() error {
 	switch {
 	case !(s.Ratio >= 0 && s.Ratio <= 1): // NaN too
-		return bad("Sampling.Ratio", "%v is not between 0 and 1", s.Ratio)
+		return configError("Config.Sampling.Ratio", "%v is not between 0 and 1", s.Ratio)
 	case s.Strategy != "" && s.Strategy != SampleAlways && s.Strategy != SampleNever && s.Strategy != SampleRatio && s.Strategy != SampleParent:
-		return bad("Sampling.Strategy", "%q is not always, never, ratio or parent", s.Strategy)
+		return configError("Config.Sampling.Strategy", "%q is not always, never, ratio or parent", s.Strategy)
 	case s.Ratio != 0 && s.Strategy != SampleRatio && s.Strategy != SampleParent:
 		// A ratio the strategy does not read is a mistake, not a setting.
-		return bad("Sampling.Ratio", "%v is set, but only Strategy %q or %q reads it (Strategy is %q)", s.Ratio, SampleRatio, SampleParent, s.Strategy)
+		return configError("Config.Sampling.Ratio", "%v is set, but only Strategy %q or %q reads it (Strategy is %q)", s.Ratio, SampleRatio, SampleParent, s.Strategy)
 	}
 	return nil
 }

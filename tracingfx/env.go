@@ -36,7 +36,8 @@ const (
 var positiveVars = []string{envBSPMaxQueue, "OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "OTEL_BSP_SCHEDULE_DELAY",
 	"OTEL_BSP_EXPORT_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT", "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "OTEL_EXPORTER_OTLP_LOGS_TIMEOUT"}
 
-func envError(name, format string, args ...any) error {
+// configError names the Config field or variable that holds a bad value.
+func configError(name, format string, args ...any) error {
 	return redisfx.NewConfigError("tracingfx", name, fmt.Sprintf(format, args...))
 }
 
@@ -55,7 +56,7 @@ func resolve(ctx context.Context, cfg Config) (settings, error) {
 		}
 	}
 	if s.resource, err = resource.New(ctx, resource.WithFromEnv()); err != nil {
-		return settings{}, envError(envResourceAttrs, "is not key=value,… with URL-encoded values (values not shown: they may be sensitive)")
+		return settings{}, configError(envResourceAttrs, "is not key=value,… with URL-encoded values (values not shown: they may be sensitive)")
 	}
 	return s, nil
 }
@@ -63,7 +64,7 @@ func resolve(ctx context.Context, cfg Config) (settings, error) {
 func (s *settings) readDisabled(context.Context) error {
 	v := strings.ToLower(strings.TrimSpace(os.Getenv(envSDKDisabled)))
 	if s.disabled = v == "true"; v != "" && v != "true" && v != "false" {
-		return envError(envSDKDisabled, "%q is not true or false", v)
+		return configError(envSDKDisabled, "%q is not true or false", v)
 	}
 	return nil
 }
@@ -72,7 +73,7 @@ func (s *settings) readNumbers(context.Context) error {
 	for _, name := range positiveVars {
 		if v := os.Getenv(name); v != "" {
 			if n, err := strconv.Atoi(v); err != nil || n <= 0 {
-				return envError(name, "%q is not a whole number above 0", v)
+				return configError(name, "%q is not a whole number above 0", v)
 			}
 		}
 	}
@@ -86,7 +87,7 @@ func (s *settings) readProtocol(context.Context) error {
 	for _, name := range []string{envTracesProtocol, envProtocol} {
 		if v := os.Getenv(name); v != "" && s.Exporter.Protocol == "" {
 			if v != ProtocolHTTP && v != ProtocolGRPC {
-				return envError(name, "%q is not %s or %s", v, ProtocolHTTP, ProtocolGRPC)
+				return configError(name, "%q is not %s or %s", v, ProtocolHTTP, ProtocolGRPC)
 			}
 			s.Exporter.Protocol = v
 		}
@@ -103,7 +104,7 @@ func (s *settings) readExporters(ctx context.Context) error {
 	if os.Getenv(envTracesExporter) != "" {
 		exp, err := autoexport.NewSpanExporter(ctx)
 		if err != nil {
-			return envError(envTracesExporter, "%q: %v (tracingfx sends to one of otlp, console or none)", os.Getenv(envTracesExporter), err)
+			return configError(envTracesExporter, "%q: %v (tracingfx sends to one of otlp, console or none)", os.Getenv(envTracesExporter), err)
 		}
 		_ = exp.Shutdown(ctx) // it holds no connection yet
 		kind := ExporterOTLP
@@ -124,7 +125,7 @@ func (s *settings) readExporters(ctx context.Context) error {
 	if v := os.Getenv(envLogsExporter); v != "" {
 		logs, err := autoexport.NewLogExporter(ctx)
 		if err != nil {
-			return envError(envLogsExporter, "%q: %v (otlp or none)", v, err)
+			return configError(envLogsExporter, "%q: %v (otlp or none)", v, err)
 		}
 		_ = logs.Shutdown(ctx)
 		// console: the app's own logger already writes there.
@@ -140,7 +141,7 @@ func (s *settings) readEndpoints(context.Context) error {
 	generic, tracesOnly, logsOnly := os.Getenv(envEndpoint), os.Getenv(envTracesEndpoint), os.Getenv(envLogsEndpoint)
 	for name, v := range map[string]string{envEndpoint: generic, envTracesEndpoint: tracesOnly, envLogsEndpoint: logsOnly} {
 		if err := checkURL(v); v != "" && err != nil {
-			return envError(name, "%s", err)
+			return configError(name, "%s", err)
 		}
 	}
 	s.traces = endpoint{DefaultHTTPEndpoint, "default"}
@@ -194,7 +195,7 @@ func mergeHeaders(cfg map[string]string, names ...string) (map[string]string, er
 			k = strings.TrimSpace(k)
 			value, err := url.PathUnescape(strings.TrimSpace(v))
 			if !ok || !httpguts.ValidHeaderFieldName(k) || err != nil || !httpguts.ValidHeaderFieldValue(value) {
-				return nil, envError(name, "entry %d is not key=value with a header name and a URL-encoded value without control characters", i+1)
+				return nil, configError(name, "entry %d is not key=value with a header name and a URL-encoded value without control characters", i+1)
 			}
 			out[http.CanonicalHeaderKey(k)] = value
 		}
@@ -208,7 +209,7 @@ func mergeHeaders(cfg map[string]string, names ...string) (map[string]string, er
 func (s *settings) readSampler(context.Context) error {
 	ratio, arg := 1.0, os.Getenv(envSamplerArg)
 	if f, err := strconv.ParseFloat(arg, 64); arg != "" && (err != nil || !(f >= 0 && f <= 1)) { // NaN too
-		return envError(envSamplerArg, "%q is not a number between 0 and 1", arg)
+		return configError(envSamplerArg, "%q is not a number between 0 and 1", arg)
 	} else if arg != "" {
 		ratio = f
 	}
@@ -224,7 +225,7 @@ func (s *settings) readSampler(context.Context) error {
 		"parentbased_always_on": sdktrace.ParentBased(sdktrace.AlwaysSample()), "parentbased_always_off": sdktrace.ParentBased(sdktrace.NeverSample()),
 		"traceidratio": sdktrace.TraceIDRatioBased(ratio), "parentbased_traceidratio": sdktrace.ParentBased(sdktrace.TraceIDRatioBased(ratio))}
 	if s.sampler = samplers[name]; s.sampler == nil {
-		return envError(envSampler, "%q is not always_on, always_off, traceidratio, parentbased_always_on, parentbased_always_off or parentbased_traceidratio", os.Getenv(envSampler))
+		return configError(envSampler, "%q is not always_on, always_off, traceidratio, parentbased_always_on, parentbased_always_off or parentbased_traceidratio", os.Getenv(envSampler))
 	}
 	s.dropsChildren = !keeps(s.Sampling) && (name == "" || name == "always_off" || strings.HasPrefix(name, "parentbased_"))
 	if keeps(s.Sampling) {
@@ -238,7 +239,7 @@ func (s *settings) readPropagators(context.Context) error {
 	if raw := os.Getenv(envPropagators); strings.TrimSpace(raw) != "" {
 		p, err := autoprop.TextMapPropagator(strings.FieldsFunc(raw, func(r rune) bool { return r == ',' || r == ' ' })...)
 		if err != nil {
-			return envError(envPropagators, "%q: %v", raw, err)
+			return configError(envPropagators, "%q: %v", raw, err)
 		}
 		s.propagator = p
 	}

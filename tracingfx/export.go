@@ -155,7 +155,7 @@ func tlsFromEnv(signal string) (*tls.Config, error) {
 		}
 		if file := os.Getenv(names[i]); file != "" && err == nil {
 			if pems[i], err = os.ReadFile(file); err != nil {
-				err = envError(names[i], "%v", err)
+				err = configError(names[i], "%v", err)
 			}
 		}
 	}
@@ -167,13 +167,13 @@ func tlsFromEnv(signal string) (*tls.Config, error) {
 	if ca != nil {
 		c.RootCAs = x509.NewCertPool()
 		if !c.RootCAs.AppendCertsFromPEM(ca) {
-			return nil, envError(names[0], "holds no PEM certificate")
+			return nil, configError(names[0], "holds no PEM certificate")
 		}
 	}
 	if cert != nil || key != nil {
 		pair, err := tls.X509KeyPair(cert, key)
 		if err != nil {
-			return nil, envError(names[1], "with %s: %v", names[2], err)
+			return nil, configError(names[1], "with %s: %v", names[2], err)
 		}
 		c.Certificates = []tls.Certificate{pair}
 	}

@@ -149,7 +149,7 @@ func newOwnProvider(cfg Config, own trace.TracerProvider) (*Provider, error) {
 	}
 	for _, u := range unused {
 		if u.set {
-			return nil, bad(u.field, "is set, but the application brings its own TracerProvider (UseTracerProvider), which decides it: configure that provider instead")
+			return nil, configError("Config."+u.field, "is set, but the application brings its own TracerProvider (UseTracerProvider), which decides it: configure that provider instead")
 		}
 	}
 	norm, err := cfg.normalize()
