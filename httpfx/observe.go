@@ -47,11 +47,7 @@ type routeChildren struct {
 // few as the labels: methods HTTP does not define share one, and so do the
 // paths no route matches.
 func (m *requestMetrics) observe(method, route string, code int, took time.Duration) {
-	k := routeKey{method, route, code}
-	c, ok := m.children.Load(k)
-	if !ok {
-		c = m.children.LoadOrCreate(k, m.newChildren)
-	}
+	c := m.children.LoadOrCreate(routeKey{method, route, code}, m.newChildren)
 	c.requests.Inc()
 	c.duration.Observe(took.Seconds())
 }
