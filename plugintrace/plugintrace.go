@@ -61,11 +61,8 @@ func Start(ctx context.Context, tp trace.TracerProvider, plugin, name, operation
 // The attributes are set only on a span that records: an unsampled or
 // no-op span costs no attribute building.
 func StartKind(ctx context.Context, tp trace.TracerProvider, kind trace.SpanKind, plugin, name, operation string, attrs ...attribute.KeyValue) (context.Context, *Span) {
-	var opts []trace.SpanStartOption
-	if int(kind) < len(kinds) {
-		opts = kinds[kind]
-	}
-	ctx, sp := tp.Tracer(ScopeName).Start(ctx, name, opts...)
+	// An invalid kind is INTERNAL, as the SDK makes it.
+	ctx, sp := tp.Tracer(ScopeName).Start(ctx, name, kinds[trace.ValidateSpanKind(kind)]...)
 	if sp.IsRecording() {
 		kvs := append(append(make([]attribute.KeyValue, 0, 5+len(attrs)), Plugin.String(plugin)), DBSystem...)
 		if operation != "" {

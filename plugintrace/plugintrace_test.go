@@ -61,6 +61,24 @@ func TestSpanCarriesTheCommonAttributes(t *testing.T) {
 	}
 }
 
+// A kind outside the API's range is INTERNAL, as the SDK makes it, not a
+// panic.
+func TestStartKind_InvalidKindIsInternal(t *testing.T) {
+	rec, tp := record(t)
+	for _, kind := range []trace.SpanKind{-1, 99} {
+		_, sp := plugintrace.StartKind(context.Background(), tp, kind, "streams", "stream.publish", "")
+		sp.Finish(nil)
+	}
+	if len(rec.Ended()) != 2 {
+		t.Fatalf("%d spans of 2", len(rec.Ended()))
+	}
+	for _, s := range rec.Ended() {
+		if s.SpanKind() != trace.SpanKindInternal {
+			t.Errorf("kind %v", s.SpanKind())
+		}
+	}
+}
+
 func TestFinishWithAnError(t *testing.T) {
 	rec, tp := record(t)
 	_, sp := plugintrace.StartKind(context.Background(), tp, trace.SpanKindProducer, "streams", "stream.publish", "")
