@@ -479,7 +479,10 @@ func (o *outbox) deliverReplicated(ctx context.Context, d *delivery) error {
 // recoverPending reads the index, for the gauges and for the entries left
 // pending past outboxTakeover, and delivers those. One process per poll
 // does it (a lease in Redis). On a Cluster it reads one index per slot,
-// outboxChunk at a time, each chunk within its own StoreTimeout.
+// outboxChunk at a time, each chunk within its own StoreTimeout; a node
+// that failed a read is not asked again in the poll, so that it costs the
+// poll one StoreTimeout, not one per chunk (the relay of this process's own
+// commits waits for the poll).
 func (o *outbox) recoverPending() {
 	ctx, cancel := o.callContext()
 	rdb := o.s.store.rdb
@@ -491,12 +494,11 @@ func (o *outbox) recoverPending() {
 	}
 	// An index that cannot be read (its node down or slow) is skipped, not
 	// the poll: what the other nodes hold is delivered all the same.
-	r := indexReading{takeover: now.Add(-o.takeover).UnixMilli(), seen: map[string]bool{}}
-	complete := true
+	r := indexReading{takeover: now.Add(-o.takeover).UnixMilli(), seen: map[string]bool{}, down: map[string]bool{}}
 	for indexes := o.indexes(); len(indexes) > 0; indexes = indexes[min(len(indexes), outboxChunk):] {
-		complete = r.read(o, indexes[:min(len(indexes), outboxChunk)]) && complete
+		r.read(o, indexes[:min(len(indexes), outboxChunk)])
 	}
-	if complete {
+	if len(r.down) == 0 {
 		o.pending.Store(r.pending)
 		o.oldest.Store(r.oldest)
 		o.readAt.Store(time.Now().UnixNano())
@@ -515,23 +517,38 @@ type indexReading struct {
 	pending, oldest int64
 	due             []committed
 	seen            map[string]bool
+	down            map[string]bool // nodes (addresses) that failed a read
 }
 
 // read reads indexes: each one's oldest entries, its size and, beyond the
 // oldest, a random sample, so that entries that keep failing (a stream
-// under a key of another type) hold up no others. It reports whether every
-// index was read; what was read is kept either way.
-func (r *indexReading) read(o *outbox, indexes []string) bool {
+// under a key of another type) hold up no others. The nodes of indexes it
+// could not read go into r.down, and their indexes are skipped from then on.
+func (r *indexReading) read(o *outbox, indexes []string) {
 	ctx, cancel := o.callContext()
 	defer cancel()
+	node := func(index string) string {
+		if c, _ := nodeclient.ForKey(ctx, o.s.store.rdb, index); c != nil {
+			return c.Options().Addr
+		}
+		return ""
+	}
+	if len(r.down) > 0 {
+		indexes = slices.DeleteFunc(slices.Clone(indexes), func(index string) bool { return r.down[node(index)] })
+	}
 	firsts := make([]*redis.ZSliceCmd, len(indexes))
 	counts := make([]*redis.IntCmd, len(indexes))
-	_, err := o.s.store.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, _ = o.s.store.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, index := range indexes {
 			firsts[i], counts[i] = p.ZRangeWithScores(ctx, index, 0, outboxScan-1), p.ZCard(ctx, index)
 		}
 		return nil
 	})
+	for i, index := range indexes {
+		if counts[i].Err() != nil {
+			r.down[node(index)] = true
+		}
+	}
 	var sampled []*redis.ZSliceCmd
 	_, _ = o.s.store.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, index := range indexes {
@@ -555,7 +572,6 @@ func (r *indexReading) read(o *outbox, indexes []string) bool {
 			}
 		}
 	}
-	return err == nil
 }
 
 // callContext bounds one round trip of the relay by StoreTimeout; it ends
