@@ -42,11 +42,7 @@ const (
 )
 
 // count counts oc without touching a span.
-func (o *observer) count(oc Outcome) {
-	if c := o.outcomes[oc]; c != nil { // every outcome's counter, made in newObserver
-		c.Inc()
-	}
-}
+func (o *observer) count(oc Outcome) { o.outcomes[oc].Inc() }
 
 // AttrOutcome is the span attribute that carries the Outcome.
 const AttrOutcome = "redisfx.idempotency.outcome"
@@ -58,13 +54,14 @@ const (
 	notifyConnectionReplaced = "connection_replaced" // the subscription connection failed or went silent and was replaced
 )
 
-// observer records outcomes as metrics and span attributes.
+// observer records outcomes as metrics (registered only with a Registerer)
+// and span attributes.
 type observer struct {
 	requests       *prometheus.CounterVec
 	wait           prometheus.Histogram
 	notifyFailures *prometheus.CounterVec
 	tracer         trace.TracerProvider
-	// outcomes are the children of requests, made at start; read only.
+	// outcomes are the children of requests, one per Outcome; read only.
 	outcomes map[Outcome]prometheus.Counter
 
 	outboxLag    prometheus.Histogram
@@ -74,9 +71,6 @@ type observer struct {
 
 func newObserver(reg prometheus.Registerer, tp trace.TracerProvider) (*observer, error) {
 	o := &observer{outcomes: map[Outcome]prometheus.Counter{}, tracer: tp}
-	if reg == nil {
-		return o, nil
-	}
 	o.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "idempotency_requests_total",
 		Help: "Requests seen by the idempotency layer, by outcome.",
@@ -114,11 +108,6 @@ func newObserver(reg prometheus.Registerer, tp trace.TracerProvider) (*observer,
 			return 0
 		})
 	})
-	for _, c := range []prometheus.Collector{o.requests, o.wait, o.notifyFailures, o.outboxLag, o.outboxErrors, pending, oldest} {
-		if err := reg.Register(c); err != nil {
-			return nil, err
-		}
-	}
 	// Pre-create every series so dashboards see zeros, not gaps.
 	for _, oc := range []Outcome{OutcomeNew, OutcomeReplay, OutcomeWaitedReplay, OutcomeMismatch,
 		OutcomeInProgress, OutcomePreviousFailed, OutcomeNotReplayable, OutcomeTakeover, OutcomeStaleOwner,
@@ -129,13 +118,19 @@ func newObserver(reg prometheus.Registerer, tp trace.TracerProvider) (*observer,
 	for _, r := range []string{notifySubscribeDenied, notifyPublishFailed, notifyConnectionReplaced} {
 		o.notifyFailures.WithLabelValues(r)
 	}
+	if reg == nil {
+		return o, nil
+	}
+	for _, c := range []prometheus.Collector{o.requests, o.wait, o.notifyFailures, o.outboxLag, o.outboxErrors, pending, oldest} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
 	return o, nil
 }
 
 func (o *observer) notificationFailure(reason string) {
-	if o.notifyFailures != nil {
-		o.notifyFailures.WithLabelValues(reason).Inc()
-	}
+	o.notifyFailures.WithLabelValues(reason).Inc()
 }
 
 func (o *observer) outcome(ctx context.Context, oc Outcome) {
@@ -159,9 +154,7 @@ func (o *observer) startWait(ctx context.Context, timeout time.Duration) (contex
 
 // waited records a wait's duration, and its span's outcome and status.
 func (o *observer) waited(span *plugintrace.Span, d time.Duration, oc Outcome, err error) {
-	if o.wait != nil {
-		o.wait.Observe(d.Seconds())
-	}
+	o.wait.Observe(d.Seconds())
 	if span == nil {
 		return
 	}
@@ -184,14 +177,6 @@ func (o *observer) outboxReading(read func(*outbox) float64) float64 {
 	return read(b)
 }
 
-func (o *observer) outboxDelivered(lag time.Duration) {
-	if o.outboxLag != nil {
-		o.outboxLag.Observe(lag.Seconds())
-	}
-}
+func (o *observer) outboxDelivered(lag time.Duration) { o.outboxLag.Observe(lag.Seconds()) }
 
-func (o *observer) outboxFailure() {
-	if o.outboxErrors != nil {
-		o.outboxErrors.Inc()
-	}
-}
+func (o *observer) outboxFailure() { o.outboxErrors.Inc() }
