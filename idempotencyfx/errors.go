@@ -1,7 +1,6 @@
 package idempotencyfx
 
 import (
-	"strconv"
 	"time"
 
 	"github.com/redisfx/redisfx"
@@ -102,29 +101,9 @@ func (e *IdempotencyTimeoutError) retryAfter() time.Duration       { return e.Re
 func (e *IdempotencyNotReplayableError) retryAfter() time.Duration { return e.RetryAfter }
 func (e *IdempotencyStoreError) retryAfter() time.Duration         { return e.RetryAfter }
 
-func newMismatch(key string) error {
-	return &IdempotencyFingerprintMismatchError{Key: key, BaseError: redisfx.BaseError{Code: CodeKeyReused,
-		Message: "this idempotency key was already used with a different request; send the same request again or use a new key"}}
-}
-
-func newFailed(key string, retry time.Duration) error {
-	return &IdempotencyFailedError{Key: key, RetryAfter: retry, BaseError: redisfx.BaseError{Code: CodePreviousFailed,
-		Message: "the previous request with this idempotency key failed; use a new key, or retry after the failure record expires"}}
-}
-
 func newTimeout(key string, retry time.Duration) error {
 	return &IdempotencyTimeoutError{Key: key, RetryAfter: retry, BaseError: redisfx.BaseError{Code: CodeInProgress,
 		Message: "a request with this idempotency key is still in progress; retry later"}}
-}
-
-func newNotReplayable(key string, retry time.Duration) error {
-	return &IdempotencyNotReplayableError{Key: key, RetryAfter: retry, BaseError: redisfx.BaseError{Code: CodeResponseNotStored,
-		Message: "the request with this idempotency key completed, but its response could not be recorded for replay; use a new key"}}
-}
-
-func bodyTooDeep() error {
-	return &IdempotencyBodyTooDeepError{Limit: MaxJSONDepth, BaseError: redisfx.BaseError{Code: CodeBodyTooDeep,
-		Message: "the JSON request body is nested deeper than " + strconv.Itoa(MaxJSONDepth) + " levels"}}
 }
 
 func newStoreError(err error) error {

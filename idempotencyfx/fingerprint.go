@@ -10,8 +10,11 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/redisfx/redisfx"
 )
 
 // DefaultFingerprint is a hex SHA-256 over the method, the path and query
@@ -46,7 +49,8 @@ func fingerprint(r *http.Request, body []byte, ignore *ignoreSet) (string, error
 		case err == nil:
 			kind = "json"
 		case errors.Is(err, errTooDeep):
-			return "", bodyTooDeep()
+			return "", &IdempotencyBodyTooDeepError{Limit: MaxJSONDepth, BaseError: redisfx.BaseError{Code: CodeBodyTooDeep,
+				Message: "the JSON request body is nested deeper than " + strconv.Itoa(MaxJSONDepth) + " levels"}}
 		}
 	}
 	f.fields(kind)

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/redisfx/redisfx"
 	"github.com/redisfx/redisfx/httpfx"
 	"github.com/redisfx/redisfx/internal/clientcheck"
 	"github.com/redisfx/redisfx/internal/detach"
@@ -361,11 +362,14 @@ func (s *Service) grantFor(c claim, storeKey, key, owner string, waited bool) (g
 		}
 		return grant{outcome: OutcomeReplay, resp: c.resp}, nil
 	case claimFailed:
-		return grant{outcome: OutcomePreviousFailed}, newFailed(key, c.wait)
+		return grant{outcome: OutcomePreviousFailed}, &IdempotencyFailedError{Key: key, RetryAfter: c.wait, BaseError: redisfx.BaseError{Code: CodePreviousFailed,
+			Message: "the previous request with this idempotency key failed; use a new key, or retry after the failure record expires"}}
 	case claimNotReplayable:
-		return grant{outcome: OutcomeNotReplayable}, newNotReplayable(key, c.wait)
+		return grant{outcome: OutcomeNotReplayable}, &IdempotencyNotReplayableError{Key: key, RetryAfter: c.wait, BaseError: redisfx.BaseError{Code: CodeResponseNotStored,
+			Message: "the request with this idempotency key completed, but its response could not be recorded for replay; use a new key"}}
 	case claimMismatch:
-		return grant{outcome: OutcomeMismatch}, newMismatch(key)
+		return grant{outcome: OutcomeMismatch}, &IdempotencyFingerprintMismatchError{Key: key, BaseError: redisfx.BaseError{Code: CodeKeyReused,
+			Message: "this idempotency key was already used with a different request; send the same request again or use a new key"}}
 	}
 	return grant{}, newStoreError(fmt.Errorf("unexpected claim reply %q", c.kind))
 }
