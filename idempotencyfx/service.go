@@ -444,7 +444,6 @@ type fenceKey struct{}
 // leaseMark is what idempotent work carries in its context: inside it, a
 // request or Do call for the record it holds is served by its lease.
 type leaseMark struct {
-	token int64
 	lease *lease
 	outer *leaseMark // the work this work runs in, if any (A calls B, which sends A's key)
 }
@@ -452,7 +451,7 @@ type leaseMark struct {
 // newLeaseMark is the mark of l's work, started with ctx.
 func newLeaseMark(ctx context.Context, l *lease) *leaseMark {
 	outer, _ := ctx.Value(fenceKey{}).(*leaseMark)
-	return &leaseMark{token: l.token, lease: l, outer: outer}
+	return &leaseMark{lease: l, outer: outer}
 }
 
 // holdsRecord reports whether work of this Service that ctx runs in holds record.
@@ -472,7 +471,7 @@ func (s *Service) holdsRecord(ctx context.Context, record string) bool {
 // writes so that they can refuse a stale attempt.
 func FencingToken(ctx context.Context) int64 {
 	if m, _ := ctx.Value(fenceKey{}).(*leaseMark); m != nil {
-		return m.token
+		return m.lease.token
 	}
 	return 0
 }
