@@ -73,11 +73,19 @@ func (s *Service) serveHTTP(w http.ResponseWriter, r *http.Request, next http.Ha
 		next.ServeHTTP(w, r)
 		return
 	}
-	record, fp, err := s.identify(r, key)
+	body, err := readBody(r, s.cfg.MaxBodyBytes)
+	var fp, scope string
+	if err == nil {
+		fp, err = s.cfg.FingerprintGenerator(r, body)
+	}
+	if err == nil && s.cfg.Scope != nil {
+		scope, err = s.cfg.Scope(r)
+	}
 	if err != nil {
 		s.errors.Render(w, r, err)
 		return
 	}
+	record := s.StoreKey(scope, key)
 	if s.holdsRecord(ctx, record) { // engaged further out: see leaseMark
 		next.ServeHTTP(w, r)
 		return
@@ -100,23 +108,6 @@ func (s *Service) serveHTTP(w http.ResponseWriter, r *http.Request, next http.Ha
 	}
 	s.obs.outcome(ctx, g.outcome)
 	s.runOwned(w, r, next, g.lease)
-}
-
-func (s *Service) identify(r *http.Request, key string) (record, fp string, err error) {
-	body, err := readBody(r, s.cfg.MaxBodyBytes)
-	if err != nil {
-		return "", "", err
-	}
-	if fp, err = s.cfg.FingerprintGenerator(r, body); err != nil {
-		return "", "", err
-	}
-	scope := ""
-	if s.cfg.Scope != nil {
-		if scope, err = s.cfg.Scope(r); err != nil {
-			return "", "", err
-		}
-	}
-	return s.StoreKey(scope, key), fp, nil
 }
 
 // refuse answers a request that may not run (or runs it, fail-open).
