@@ -55,11 +55,9 @@ func (rec *recorder) WriteHeader(code int) {
 	if code < 100 || code > 999 {
 		panic(fmt.Sprintf("invalid WriteHeader code %v", code)) // net/http's words, which httpfx's recovery knows
 	}
-	if code < 200 { // informational: send now, do not record
-		if code != http.StatusSwitchingProtocols {
-			rec.w.WriteHeader(code)
-			return
-		}
+	if code < 200 && code != http.StatusSwitchingProtocols { // informational: send now, do not record
+		rec.w.WriteHeader(code)
+		return
 	}
 	rec.status = code
 }
@@ -85,10 +83,7 @@ func (rec *recorder) passThrough(reason string) {
 	if rec.passing {
 		return
 	}
-	rec.passing, rec.reason = true, reason
-	if rec.status == 0 {
-		rec.status = http.StatusOK
-	}
+	rec.passing, rec.reason, rec.status = true, reason, rec.finishedStatus()
 	rec.w.WriteHeader(rec.status)
 	if len(rec.body) > 0 {
 		_, _ = rec.w.Write(rec.body)
