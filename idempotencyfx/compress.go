@@ -20,12 +20,6 @@ var (
 	readers = sync.Pool{New: func() any { return flate.NewReader(bytes.NewReader(nil)) }}
 )
 
-// inflater is what flate.NewReader returns: a reader that can be reused.
-type inflater interface {
-	io.ReadCloser
-	flate.Resetter
-}
-
 var errRecordTooLarge = errors.New("idempotencyfx: recorded response larger than the readable limit")
 
 // deflate returns responseDeflated, then the compressed encoding.
@@ -43,11 +37,12 @@ func deflate(payload []byte) []byte {
 
 // inflate decompresses a stored response; more than maxRecordBytes is refused.
 func inflate(z string) ([]byte, error) {
-	r, _ := readers.Get().(inflater)
-	defer readers.Put(r)
-	if err := r.Reset(strings.NewReader(z), nil); err != nil {
+	rs, _ := readers.Get().(flate.Resetter)
+	defer readers.Put(rs)
+	if err := rs.Reset(strings.NewReader(z), nil); err != nil {
 		return nil, err
 	}
+	r, _ := rs.(io.Reader) // flate.NewReader's is both
 	var out bytes.Buffer
 	out.Grow(min(len(z)*3, maxRecordBytes))
 	if _, err := out.ReadFrom(io.LimitReader(r, maxRecordBytes+1)); err != nil {
