@@ -249,12 +249,10 @@ func (n *notifier) sync(c *conn) error {
 			return err
 		}
 	}
-	if len(sub) > 0 {
-		if err := n.command(c, func(ctx context.Context) error { return c.ps.Subscribe(ctx, sub...) }); err != nil {
-			return err
-		}
+	if len(sub) == 0 {
+		return nil
 	}
-	return nil
+	return n.command(c, func(ctx context.Context) error { return c.ps.Subscribe(ctx, sub...) })
 }
 
 // command sends one command, bounded by timeout; its reply comes through receive.
