@@ -118,9 +118,31 @@ type settings struct {
 	skip   map[string]struct{} // canonical names of headers not recorded
 }
 
+// normalize reports the first option set to a value no default can mend,
+// else applies the defaults.
 func (c Config) normalize() (*settings, error) {
-	if err := c.validate(); err != nil {
-		return nil, err
+	bad := func(opt, format string, args ...any) error {
+		return redisfx.NewConfigError("idempotencyfx", "Config."+opt, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case c.StoreTimeout < 0:
+		return nil, bad("StoreTimeout", "%v is negative", c.StoreTimeout)
+	case c.DefaultTTL < 0 && c.DefaultTTL != NeverExpire:
+		return nil, bad("DefaultTTL", "%v is negative (NeverExpire keeps records for ever)", c.DefaultTTL)
+	case c.DefaultTTL > 0 && c.DefaultTTL < time.Millisecond:
+		return nil, bad("DefaultTTL", "%v is below Redis's 1ms resolution", c.DefaultTTL)
+	case strings.ContainsFunc(c.HeaderName, func(r rune) bool { return r <= ' ' || r >= 0x7f || strings.ContainsRune(`"(),/:;<=>?@[\]{}`, r) }):
+		return nil, bad("HeaderName", "%q is not an HTTP header name", c.HeaderName)
+	case c.LockTimeout != 0 && c.LockTimeout < 10*time.Millisecond:
+		return nil, bad("LockTimeout", "%v is too short (minimum 10ms)", c.LockTimeout)
+	case c.NoWait && c.WaitTimeout != 0:
+		return nil, bad("NoWait", "set together with WaitTimeout %v", c.WaitTimeout)
+	case c.ErrorPolicy != "" && c.ErrorPolicy != FailClosed && c.ErrorPolicy != FailOpen:
+		return nil, bad("ErrorPolicy", "%q is not %q or %q", c.ErrorPolicy, FailClosed, FailOpen)
+	case c.MaxResponseBytes > MaxResponseBytesLimit:
+		return nil, bad("MaxResponseBytes", "%d is above MaxResponseBytesLimit (%d): a replay could not be read back whole", c.MaxResponseBytes, MaxResponseBytesLimit)
+	case c.ReplicaAcks < 0:
+		return nil, bad("ReplicaAcks", "%d is negative", c.ReplicaAcks)
 	}
 	orDefault(&c.DefaultTTL, DefaultTTL)
 	orDefault(&c.HeaderName, DefaultHeaderName)
@@ -154,34 +176,6 @@ func orDefault[T comparable](v *T, def T) {
 	if *v == zero {
 		*v = def
 	}
-}
-
-// validate reports the first option set to a value no default can mend.
-func (c Config) validate() error {
-	bad := func(opt, format string, args ...any) error {
-		return redisfx.NewConfigError("idempotencyfx", "Config."+opt, fmt.Sprintf(format, args...))
-	}
-	switch {
-	case c.StoreTimeout < 0:
-		return bad("StoreTimeout", "%v is negative", c.StoreTimeout)
-	case c.DefaultTTL < 0 && c.DefaultTTL != NeverExpire:
-		return bad("DefaultTTL", "%v is negative (NeverExpire keeps records for ever)", c.DefaultTTL)
-	case c.DefaultTTL > 0 && c.DefaultTTL < time.Millisecond:
-		return bad("DefaultTTL", "%v is below Redis's 1ms resolution", c.DefaultTTL)
-	case strings.ContainsFunc(c.HeaderName, func(r rune) bool { return r <= ' ' || r >= 0x7f || strings.ContainsRune(`"(),/:;<=>?@[\]{}`, r) }):
-		return bad("HeaderName", "%q is not an HTTP header name", c.HeaderName)
-	case c.LockTimeout != 0 && c.LockTimeout < 10*time.Millisecond:
-		return bad("LockTimeout", "%v is too short (minimum 10ms)", c.LockTimeout)
-	case c.NoWait && c.WaitTimeout != 0:
-		return bad("NoWait", "set together with WaitTimeout %v", c.WaitTimeout)
-	case c.ErrorPolicy != "" && c.ErrorPolicy != FailClosed && c.ErrorPolicy != FailOpen:
-		return bad("ErrorPolicy", "%q is not %q or %q", c.ErrorPolicy, FailClosed, FailOpen)
-	case c.MaxResponseBytes > MaxResponseBytesLimit:
-		return bad("MaxResponseBytes", "%d is above MaxResponseBytesLimit (%d): a replay could not be read back whole", c.MaxResponseBytes, MaxResponseBytesLimit)
-	case c.ReplicaAcks < 0:
-		return bad("ReplicaAcks", "%d is negative", c.ReplicaAcks)
-	}
-	return nil
 }
 
 // hopByHop headers are never recorded (RFC 9110 §7.6.1).
