@@ -53,7 +53,7 @@ func (s *Service) withdrawClaim(parent context.Context, key, owner string) {
 // Redis resumes. It gives up after LockTimeout + withdrawnMarkerLife.
 func (s *Service) withdraw(ctx context.Context, key, owner string) {
 	end := time.Now().Add(s.cfg.LockTimeout + withdrawnMarkerLife)
-	pause, longest := 10*time.Millisecond, min(max(s.cfg.LockTimeout/10, 10*time.Millisecond), time.Second)
+	pause := backoff.Backoff{Min: 10 * time.Millisecond, Max: min(max(s.cfg.LockTimeout/10, 10*time.Millisecond), time.Second)}
 	for tries := 1; ; tries++ {
 		began := time.Now()
 		tctx, tcancel := context.WithTimeout(ctx, s.cfg.StoreTimeout)
@@ -79,7 +79,6 @@ func (s *Service) withdraw(ctx context.Context, key, owner string) {
 			backoff.Sleep(ctx, 50*time.Millisecond) // stopped: reported on the next turn
 			continue
 		}
-		backoff.Sleep(ctx, min(pause, time.Until(end)))
-		pause = min(2*pause, longest)
+		backoff.Sleep(ctx, min(pause.Next(), time.Until(end)))
 	}
 }
