@@ -1,6 +1,7 @@
 package idempotencyfx
 
 import (
+	"cmp"
 	"errors"
 	"net/http"
 	"strings"
@@ -35,10 +36,7 @@ func DefaultErrorFilter(err error, _ *http.Request) (httpfx.Problem, bool) {
 	if !errors.As(err, &base) || !strings.HasPrefix(base.Code, "idempotency_") {
 		return httpfx.Problem{}, false
 	}
-	status, ok := statusOf[base.Code]
-	if !ok {
-		status = http.StatusInternalServerError
-	}
+	status := cmp.Or(statusOf[base.Code], http.StatusInternalServerError)
 	detail := base.Message
 	if base.Code == CodeStoreUnavailable {
 		detail = "The request could not be checked for duplicates, so it was not processed. Retry with the same key."
