@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -157,39 +158,32 @@ type conn struct {
 	broken chan struct{} // closed by receive when the connection fails
 	err    error         // why, set before broken is closed
 
-	mu       sync.Mutex
-	awaiting time.Time // when the oldest command still unanswered was sent
-	heard    time.Time // when the connection last delivered anything
+	// Times since born (monotonic): when the oldest command still unanswered
+	// was sent (0: none), and when the connection last delivered anything.
+	born            time.Time
+	awaiting, heard atomic.Int64
 }
 
-func (c *conn) sent() {
-	c.mu.Lock()
-	if c.awaiting.IsZero() {
-		c.awaiting = time.Now()
-	}
-	c.mu.Unlock()
-}
+func (c *conn) sent() { c.awaiting.CompareAndSwap(0, int64(time.Since(c.born))) }
 
 func (c *conn) received() {
-	c.mu.Lock()
-	c.awaiting, c.heard = time.Time{}, time.Now()
-	c.mu.Unlock()
+	c.awaiting.Store(0)
+	c.heard.Store(int64(time.Since(c.born)))
 }
 
 // silent reports whether a command went unanswered for timeout, and whether
 // the connection has been quiet for pingAfter.
 func (c *conn) silent(timeout time.Duration) (dead, idle bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !c.awaiting.IsZero() {
-		return time.Since(c.awaiting) > timeout, false
+	now := time.Since(c.born)
+	if at := c.awaiting.Load(); at != 0 {
+		return now-time.Duration(at) > timeout, false
 	}
-	return false, time.Since(c.heard) > pingAfter
+	return false, now-time.Duration(c.heard.Load()) > pingAfter
 }
 
 // serve runs one connection until it breaks or the notifier closes.
 func (n *notifier) serve(ps *redis.PubSub) error {
-	c := &conn{ps: ps, broken: make(chan struct{}), heard: time.Now()}
+	c := &conn{ps: ps, broken: make(chan struct{}), born: time.Now()}
 	n.mu.Lock()
 	for _, t := range n.topics { // a new connection: every channel anew
 		t.sent = false
