@@ -52,10 +52,7 @@ func (lc *lateCompletions) shutdown(ctx context.Context) {
 	lc.closed = true
 	lc.mu.Unlock()
 	finished := make(chan struct{})
-	go func() {
-		lc.running.Wait()
-		close(finished)
-	}()
+	go func() { lc.running.Wait(); close(finished) }()
 	select {
 	case <-finished:
 	case <-ctx.Done():
