@@ -141,12 +141,17 @@ func (s *Service) checkChannels(ctx context.Context) {
 func (s *Service) checkEviction(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.StoreTimeout)
 	defer cancel()
-	info := s.store.rdb.InfoMap(ctx, "memory")
-	if err := info.Err(); err != nil {
+	info, err := s.store.rdb.Info(ctx).Result()
+	if err != nil {
 		s.log.Debug("idempotency: could not read the maxmemory policy", zap.Error(err))
 		return
 	}
-	maxmemory, policy := info.Item("Memory", "maxmemory"), info.Item("Memory", "maxmemory_policy")
+	field := func(name string) string {
+		_, rest, _ := strings.Cut(info, "\n"+name+":")
+		value, _, _ := strings.Cut(rest, "\n")
+		return strings.TrimSpace(value)
+	}
+	maxmemory, policy := field("maxmemory"), field("maxmemory_policy")
 	if maxmemory != "" && maxmemory != "0" && policy != "" && policy != "noeviction" {
 		s.log.Warn("idempotency: Redis has maxmemory-policy "+policy+", which can evict idempotency records (they all have a TTL); "+
 			"an evicted record lets a retry run the handler again. Use maxmemory-policy noeviction, or a dedicated Redis",
