@@ -75,7 +75,7 @@ func New(rdb redis.UniversalClient, cfg Config, opts ...Option) (*Service, error
 		unpublishedLog: throttle.Every{Interval: 10 * time.Second},
 		withdrawLog:    throttle.Every{Interval: 10 * time.Second},
 		cfg:            st,
-		store:          store{rdb: rdb, acks: st.ReplicaAcks, ackTimeout: st.ReplicaAckTimeout},
+		store:          newStore(rdb, st.ReplicaAcks, st.ReplicaAckTimeout),
 		log:            o.log,
 		late:           newLateCompletions(),
 		flocks:         map[flockKey]*flock{},

@@ -36,11 +36,21 @@ func (s State) String() string {
 }
 
 // store runs the record scripts on one Redis client; acks > 0 makes writes
-// wait for that many replicas (WAIT).
+// wait for that many replicas (WAIT). Without acks, concurrent claims and
+// completions are batched.
 type store struct {
 	rdb        redis.UniversalClient
 	acks       int
 	ackTimeout time.Duration
+	batchers   map[*redis.Script]*batcher // of Claim and Complete
+}
+
+func newStore(rdb redis.UniversalClient, acks int, ackTimeout time.Duration) store {
+	s := store{rdb: rdb, acks: acks, ackTimeout: ackTimeout, batchers: map[*redis.Script]*batcher{}}
+	for _, script := range []*redis.Script{idemscript.Claim, idemscript.Complete} {
+		s.batchers[script] = &batcher{rdb: rdb, script: script}
+	}
+	return s
 }
 
 // claimKind is the first element of the reply of idemscript.Claim.
@@ -121,6 +131,10 @@ type scriptCall struct {
 // key's master, following MOVED and ASK, and WAITs there when wrote says the
 // script wrote (WAIT covers its own connection's writes only).
 func (s store) run(ctx context.Context, script *redis.Script, call *scriptCall, wrote func(*redis.Cmd) bool) (cmd *redis.Cmd, unreplicated bool, err error) {
+	if b := s.batchers[script]; b != nil && s.acks == 0 {
+		cmd = b.run(ctx, call.keys[:], call.args[:])
+		return cmd, false, cmd.Err()
+	}
 	return s.runArgs(ctx, script, call.keys[:], call.args[:], wrote)
 }
 

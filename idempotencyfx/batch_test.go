@@ -1,0 +1,196 @@
+package idempotencyfx
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+
+	"github.com/redisfx/redisfx/internal/faultproxy"
+	"github.com/redisfx/redisfx/internal/idemscript"
+	"github.com/redisfx/redisfx/internal/redistest"
+)
+
+// tripHook counts round trips (a command or a pipeline) and holds the first
+// script call's reply until hold is closed, so that the calls made meanwhile
+// queue behind it.
+type tripHook struct {
+	single, piped, pipedCmds atomic.Int64
+	held, hold               chan struct{}
+	once                     sync.Once
+}
+
+func (h *tripHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *tripHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if cmd.Name() == "evalsha" {
+			h.single.Add(1)
+			h.once.Do(func() { close(h.held); <-h.hold })
+		}
+		return err
+	}
+}
+func (h *tripHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.piped.Add(1)
+		h.pipedCmds.Add(int64(len(cmds)))
+		return next(ctx, cmds)
+	}
+}
+
+// batchEnv is a store on addr whose first claim's reply is held.
+func batchEnv(t *testing.T, addr string, retries int) (store, *tripHook) {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: addr, DisableIdentity: true, ContextTimeoutEnabled: true, MaxRetries: retries,
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}})
+	t.Cleanup(func() { _ = rdb.Close() })
+	if err := idemscript.Claim.Load(context.Background(), rdb).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rdb.Pipelined(context.Background(), func(p redis.Pipeliner) error { return p.Ping(context.Background()).Err() }); err != nil {
+		t.Fatal(err) // a connection for pipelines, dialled
+	}
+	h := &tripHook{held: make(chan struct{}), hold: make(chan struct{})}
+	rdb.AddHook(h)
+	return newStore(rdb, 0, 0), h
+}
+
+type claimed struct {
+	c   claim
+	err error
+}
+
+// queueClaims starts a claim of "first", holds its reply, and starts claims
+// of keys, returning when they wait for the first's round trip.
+func queueClaims(t *testing.T, s store, h *tripHook, ctxs []context.Context, keys []string) (first <-chan claimed, out []chan claimed) {
+	t.Helper()
+	one := make(chan claimed, 1)
+	go func() {
+		c, _, err := s.claim(context.Background(), "first", "fp", "o-first", time.Minute, false)
+		one <- claimed{c, err}
+	}()
+	<-h.held
+	for i, k := range keys {
+		ch := make(chan claimed, 1)
+		out = append(out, ch)
+		go func() {
+			c, _, err := s.claim(ctxs[i], k, "fp", "o-"+strconv.Itoa(i), time.Minute, false)
+			ch <- claimed{c, err}
+		}()
+	}
+	b := s.batchers[idemscript.Claim]
+	waitFor(t, func() bool { b.mu.Lock(); defer b.mu.Unlock(); return len(b.queue) == len(keys) })
+	return one, out
+}
+
+func contexts(n int) []context.Context {
+	ctxs := make([]context.Context, n)
+	for i := range ctxs {
+		ctxs[i] = context.Background()
+	}
+	return ctxs
+}
+
+// Claims made while one is in flight go out as one pipeline when it
+// returns, and each caller gets its own reply: the first claim of a key is
+// granted, another owner's finds it in progress and names its owner.
+func TestBatcher_ConcurrentClaimsShareARoundTrip(t *testing.T) {
+	srv := redistest.StartPrivate(t)
+	s, h := batchEnv(t, srv.Addr(), 0)
+	keys := []string{"a", "b", "c", "a", "d", "a"}
+	first, out := queueClaims(t, s, h, contexts(len(keys)), keys)
+	close(h.hold)
+	if r := <-first; r.err != nil || r.c.kind != claimNew {
+		t.Fatalf("first: %+v", r)
+	}
+	for i, ch := range out {
+		r := <-ch
+		want := claimNew
+		if i == 3 || i == 5 {
+			want = claimInProgress
+		}
+		if r.err != nil || r.c.kind != want || want == claimInProgress && r.c.owner != "o-0" || want == claimNew && r.c.token == 0 {
+			t.Errorf("claim %d of %s: %+v %v, want %c", i, keys[i], r.c, r.err, want)
+		}
+	}
+	if s, p, n := h.single.Load(), h.piped.Load(), h.pipedCmds.Load(); s != 1 || p != 1 || n != int64(len(keys)) {
+		t.Fatalf("round trips: %d single, %d pipelines of %d claims; want 1, 1 of %d", s, p, n, len(keys))
+	}
+	// A lone claim goes out at once, as a single command.
+	if _, _, err := s.claim(context.Background(), "e", "fp", "o-e", time.Minute, false); err != nil || h.single.Load() != 2 {
+		t.Fatalf("lone claim: %v, %d single round trips", err, h.single.Load())
+	}
+}
+
+// A caller whose context ends while it waits returns at once with its
+// context's error, and its claim, not yet sent, is not sent; the others'
+// are.
+func TestBatcher_CancelledCallerLeavesAlone(t *testing.T) {
+	srv := redistest.StartPrivate(t)
+	s, h := batchEnv(t, srv.Addr(), 0)
+	ctxs := contexts(2)
+	ctx, cancel := context.WithCancel(context.Background())
+	ctxs[0] = ctx
+	first, out := queueClaims(t, s, h, ctxs, []string{"gone", "stays"})
+	cancel()
+	if r := <-out[0]; !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("cancelled caller: %+v %v", r.c, r.err)
+	}
+	close(h.hold)
+	<-first
+	if r := <-out[1]; r.err != nil || r.c.kind != claimNew {
+		t.Fatalf("the other: %+v %v", r.c, r.err)
+	}
+	if n := srv.Client().Exists(context.Background(), "gone").Val(); n != 0 || h.pipedCmds.Load() != 1 {
+		t.Fatalf("the cancelled claim was sent: key exists %d, %d claims piped", n, h.pipedCmds.Load())
+	}
+}
+
+// The pipeline's connection is cut after Redis ran its claims, before their
+// replies arrive: with go-redis's re-sends each claim is granted again to
+// its owner (the claim script knows its own owner); without, each caller
+// gets the connection's error, as a single claim would, and none a reply
+// that is not its own.
+func TestBatcher_ConnectionCutMidPipeline(t *testing.T) {
+	for _, retries := range []int{0, -1} {
+		t.Run("MaxRetries="+strconv.Itoa(retries), func(t *testing.T) {
+			srv := redistest.StartPrivate(t)
+			p := faultproxy.Start(t, srv.Addr())
+			s, h := batchEnv(t, p.Addr(), retries)
+			keys := []string{"k0", "k1", "k2", "k3"}
+			first, out := queueClaims(t, s, h, contexts(len(keys)), keys)
+			woke := srv.Sleep(300 * time.Millisecond)
+			before := p.Sent()
+			close(h.hold)
+			<-first
+			waitFor(t, func() bool { return p.Sent() >= before+int64(40*len(keys)) }) // the pipeline is in Redis's socket
+			conns := p.Conns()
+			for _, c := range conns {
+				c.SetMode(faultproxy.Freeze)
+			}
+			<-woke
+			admin := srv.Client()
+			waitFor(t, func() bool { return admin.Exists(context.Background(), keys...).Val() == int64(len(keys)) }) // Redis ran them
+			for _, c := range conns {
+				c.Cut()
+			}
+			for i, ch := range out {
+				r := <-ch
+				n, _ := admin.HGet(context.Background(), keys[i], "n").Int64()
+				if retries == 0 && (r.err != nil || r.c.kind != claimNew || r.c.token != n) {
+					t.Errorf("claim of %s: %+v %v, want granted again with token %d", keys[i], r.c, r.err, n)
+				}
+				if retries < 0 && (r.err == nil || !answerLost(r.err)) {
+					t.Errorf("claim of %s: %+v %v, want the connection's error", keys[i], r.c, r.err)
+				}
+			}
+		})
+	}
+}
