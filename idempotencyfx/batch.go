@@ -39,9 +39,8 @@ func (b *batcher) run(ctx context.Context, keys []string, args []any) *redis.Cmd
 	if !b.busy {
 		b.busy = true
 		b.mu.Unlock()
-		cmd := b.script.Run(ctx, b.rdb, keys, args...)
-		b.next()
-		return cmd
+		defer b.next()
+		return b.script.Run(ctx, b.rdb, keys, args...)
 	}
 	c := &batched{ctx: ctx, keys: keys, args: args, done: make(chan struct{})}
 	b.queue = append(b.queue, c)
