@@ -12,14 +12,22 @@ import (
 // trip of it is in flight together, in one pipeline, when it returns: a lone
 // call goes out at once, as it would without a batcher. Redis's CPU per call
 // falls by a third or more in pipelines, most of it the kernel's write of
-// each reply. (A ClusterClient's pipeline splits by slot.)
+// each reply. On a ClusterClient each master has its own queue: its
+// pipeline waits for every node it goes to, so one slow shard would hold
+// the calls of the others.
 type batcher struct {
-	rdb    redis.UniversalClient
-	script *redis.Script
+	rdb     redis.UniversalClient
+	cluster *redis.ClusterClient // rdb's, nil when rdb is not a Cluster client
+	script  *redis.Script
 
-	mu    sync.Mutex
+	mu     sync.Mutex
+	queues map[string]*queue // by master address on a ClusterClient, else ""
+}
+
+// queue is one node's calls.
+type queue struct {
 	busy  bool // a round trip is in flight
-	queue []*batched
+	calls []*batched
 }
 
 // batched is a call waiting for the round trip in flight.
@@ -35,15 +43,28 @@ type batched struct {
 // ends while it waits returns ctx's error (Redis may run it still, as it may
 // run a single command cut off by its deadline).
 func (b *batcher) run(ctx context.Context, keys []string, args []any) *redis.Cmd {
+	node := ""
+	if b.cluster != nil {
+		m, err := b.cluster.MasterForKey(ctx, keys[0]) // the cached slot map
+		if err != nil {
+			return b.script.Run(ctx, b.rdb, keys, args...)
+		}
+		node = m.Options().Addr
+	}
 	b.mu.Lock()
-	if !b.busy {
-		b.busy = true
+	q := b.queues[node]
+	if q == nil {
+		q = &queue{}
+		b.queues[node] = q
+	}
+	if !q.busy {
+		q.busy = true
 		b.mu.Unlock()
-		defer b.next()
+		defer b.next(q)
 		return b.script.Run(ctx, b.rdb, keys, args...)
 	}
 	c := &batched{ctx: ctx, keys: keys, args: args, done: make(chan struct{})}
-	b.queue = append(b.queue, c)
+	q.calls = append(q.calls, c)
 	b.mu.Unlock()
 	select {
 	case <-c.done:
@@ -55,23 +76,23 @@ func (b *batcher) run(ctx context.Context, keys []string, args []any) *redis.Cmd
 	}
 }
 
-// next sends the calls queued meanwhile, if any, in the background (their
-// callers wait for it, the caller that returns does not).
-func (b *batcher) next() {
+// next sends the calls queued meanwhile on q, if any, in the background
+// (their callers wait for it, the caller that returns does not).
+func (b *batcher) next(q *queue) {
 	b.mu.Lock()
-	batch := b.queue
-	b.queue, b.busy = nil, len(batch) > 0
+	batch := q.calls
+	q.calls, q.busy = nil, len(batch) > 0
 	b.mu.Unlock()
 	if len(batch) > 0 {
-		go b.send(batch)
+		go b.send(q, batch)
 	}
 }
 
 // send runs batch in one pipeline, with the first call's context values and
 // the latest deadline of the batch; a call whose own context ended is not
 // sent. Scripts Redis lacks (NOSCRIPT: none ran) run again one by one.
-func (b *batcher) send(batch []*batched) {
-	defer b.next()
+func (b *batcher) send(q *queue, batch []*batched) {
+	defer b.next(q)
 	var deadline time.Time
 	unbounded := false
 	live := batch[:0:0]

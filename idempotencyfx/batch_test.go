@@ -3,8 +3,9 @@ package idempotencyfx
 import (
 	"context"
 	"errors"
+	"os"
 	"strconv"
-	"sync"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -23,7 +24,7 @@ import (
 type tripHook struct {
 	single, piped, pipedCmds atomic.Int64
 	held, hold               chan struct{}
-	once                     sync.Once
+	holding                  atomic.Bool
 }
 
 func (h *tripHook) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -32,7 +33,10 @@ func (h *tripHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		err := next(ctx, cmd)
 		if cmd.Name() == "evalsha" {
 			h.single.Add(1)
-			h.once.Do(func() { close(h.held); <-h.hold })
+			if h.holding.CompareAndSwap(false, true) {
+				close(h.held)
+				<-h.hold
+			}
 		}
 		return err
 	}
@@ -85,9 +89,19 @@ func queueClaims(t *testing.T, s store, h *tripHook, ctxs []context.Context, key
 			ch <- claimed{c, err}
 		}()
 	}
-	b := s.batchers[idemscript.Claim]
-	waitFor(t, func() bool { b.mu.Lock(); defer b.mu.Unlock(); return len(b.queue) == len(keys) })
+	waitFor(t, func() bool { return queued(s, "") == len(keys) })
 	return one, out
+}
+
+// queued is how many claims wait in node's queue.
+func queued(s store, node string) int {
+	b := s.batchers[idemscript.Claim]
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if q := b.queues[node]; q != nil {
+		return len(q.calls)
+	}
+	return 0
 }
 
 func contexts(n int) []context.Context {
@@ -199,5 +213,47 @@ func TestBatcher_ConnectionCutMidPipeline(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// On a Cluster each master has its own queue (a Cluster pipeline waits for
+// every node it goes to): while a claim waits on a paused master, a claim
+// of a key on another master goes out at once.
+func TestBatcher_Cluster_PausedMasterHoldsOnlyItsOwn(t *testing.T) {
+	if os.Getenv("REDISFX_TEST_CLUSTER") == "" {
+		t.Skip("a Cluster test: make test-cluster (REDISFX_TEST_CLUSTER=1)")
+	}
+	cl := redistest.StartCluster(t, 3, 0)
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), DisableIdentity: true, ReadTimeout: time.Minute,
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}})
+	t.Cleanup(func() { _ = rdb.Close() })
+	s := newStore(rdb, 0, 0)
+	slow, fast := cl.MasterOf("slow"), "fast"
+	for i := 0; cl.MasterOf(fast) == slow; i++ {
+		fast = "fast" + strconv.Itoa(i)
+	}
+	admin := slow.Client()
+	if err := admin.Do(context.Background(), "CLIENT", "PAUSE", time.Minute.Milliseconds(), "WRITE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	held := make(chan claimed, 1)
+	go func() {
+		c, _, err := s.claim(context.Background(), "slow", "fp", "o-slow", time.Minute, false)
+		held <- claimed{c, err}
+	}()
+	waitFor(t, func() bool { // the claim waits in the paused master
+		return strings.Contains(admin.Info(context.Background(), "clients").Val(), "blocked_clients:1")
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	c, _, err := s.claim(ctx, fast, "fp", "o-fast", time.Minute, false)
+	cancel()
+	if err := admin.Do(context.Background(), "CLIENT", "UNPAUSE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err != nil || c.kind != claimNew {
+		t.Errorf("claim on a healthy master: %+v %v", c, err)
+	}
+	if r := <-held; r.err != nil || r.c.kind != claimNew {
+		t.Fatalf("claim on the paused master: %+v %v", r.c, r.err)
 	}
 }

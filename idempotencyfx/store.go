@@ -48,7 +48,7 @@ type store struct {
 func newStore(rdb redis.UniversalClient, acks int, ackTimeout time.Duration) store {
 	s := store{rdb: rdb, acks: acks, ackTimeout: ackTimeout, batchers: map[*redis.Script]*batcher{}}
 	for _, script := range []*redis.Script{idemscript.Claim, idemscript.Complete} {
-		s.batchers[script] = &batcher{rdb: rdb, script: script}
+		s.batchers[script] = &batcher{rdb: rdb, cluster: nodeclient.Cluster(rdb), script: script, queues: map[string]*queue{}}
 	}
 	return s
 }
