@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // batcher runs one script's calls, sending those that arrive while a round
@@ -41,8 +42,12 @@ type batched struct {
 
 // run runs the script once, within ctx as script.Run does: a call whose ctx
 // ends while it waits returns ctx's error (Redis may run it still, as it may
-// run a single command cut off by its deadline).
+// run a single command cut off by its deadline). A call of a recorded trace
+// goes out alone, so that its command span is its own.
 func (b *batcher) run(ctx context.Context, keys []string, args []any) *redis.Cmd {
+	if trace.SpanFromContext(ctx).IsRecording() {
+		return b.script.Run(ctx, b.rdb, keys, args...)
+	}
 	node := ""
 	if b.cluster != nil {
 		m, err := b.cluster.MasterForKey(ctx, keys[0]) // the cached slot map

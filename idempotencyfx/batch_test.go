@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -13,9 +14,14 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
 	"github.com/redisfx/redisfx/internal/faultproxy"
 	"github.com/redisfx/redisfx/internal/idemscript"
 	"github.com/redisfx/redisfx/internal/redistest"
+	"github.com/redisfx/redisfx/storefx"
+	"github.com/redisfx/redisfx/tracingfx"
 )
 
 // tripHook counts round trips (a command or a pipeline) and holds the first
@@ -213,6 +219,64 @@ func TestBatcher_ConnectionCutMidPipeline(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// sampleNamed samples the traces whose root span has its name.
+type sampleNamed string
+
+func (n sampleNamed) ShouldSample(p sdktrace.SamplingParameters) sdktrace.SamplingResult {
+	if p.Name == string(n) {
+		return sdktrace.SamplingResult{Decision: sdktrace.RecordAndSample}
+	}
+	return sdktrace.SamplingResult{Decision: sdktrace.Drop}
+}
+func (n sampleNamed) Description() string { return "named " + string(n) }
+
+// A claim of a recorded trace goes out alone, at once, while a round trip is
+// in flight, and so has its own redis.EVALSHA span under its caller's span;
+// the unsampled claims made meanwhile still share a pipeline.
+func TestBatcher_RecordedCallGoesAlone(t *testing.T) {
+	srv := redistest.StartPrivate(t)
+	s, h := batchEnv(t, srv.Addr(), 0)
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.ParentBased(sampleNamed("sampled"))), sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	s.rdb.AddHook(tracingfx.Instrumentation(tp, tracingfx.SpanConfig{}, nil)(storefx.ClientInfo{Name: "default", Network: "tcp", Node: srv.Addr()}))
+	tracer := tp.Tracer("test")
+	ctxs := contexts(2)
+	for i := range ctxs {
+		ctxs[i], _ = tracer.Start(ctxs[i], "unsampled")
+	}
+	first, out := queueClaims(t, s, h, ctxs, []string{"u0", "u1"})
+
+	ctx, span := tracer.Start(context.Background(), "sampled")
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second) // queued, it would wait for the held reply
+	c, _, err := s.claim(ctx, "traced", "fp", "o-traced", time.Minute, false)
+	cancel()
+	span.End()
+	if n := queued(s, ""); err != nil || c.kind != claimNew || n != 2 {
+		t.Errorf("recorded claim: %+v %v, %d queued", c, err, n)
+	}
+	close(h.hold)
+	<-first
+	for i, ch := range out {
+		if r := <-ch; r.err != nil || r.c.kind != claimNew {
+			t.Errorf("unsampled claim %d: %+v %v", i, r.c, r.err)
+		}
+	}
+	if p, n := h.piped.Load(), h.pipedCmds.Load(); p != 1 || n != 2 {
+		t.Fatalf("%d pipelines of %d claims, want 1 of 2", p, n)
+	}
+	var names []string
+	for _, s := range rec.Ended() {
+		names = append(names, s.Name())
+		if s.Name() == "redis.EVALSHA" && s.Parent().SpanID() != span.SpanContext().SpanID() {
+			t.Errorf("redis.EVALSHA's parent is %v, not the caller's span", s.Parent().SpanID())
+		}
+	}
+	if !slices.Equal(names, []string{"redis.EVALSHA", "sampled"}) {
+		t.Fatalf("spans %q, want the recorded claim's redis.EVALSHA and its caller's", names)
 	}
 }
 
