@@ -589,9 +589,15 @@ func (w *chkWorld) waitFailover(gone *redistest.Server, shard string) {
 	}
 }
 
-func (w *chkWorld) newInstance(slot int) *chkInstance {
+// blankInstance is a new instance's bookkeeping, without its client and
+// Service: every mode makes its instances from it.
+func (w *chkWorld) blankInstance() *chkInstance {
 	w.nInst++
-	in := &chkInstance{id: w.nInst, dead: make(chan struct{}), running: map[string]*idemcheck.Exec{}, commits: map[string]bool{}, reqs: map[int64]*idemcheck.Request{}}
+	return &chkInstance{id: w.nInst, dead: make(chan struct{}), running: map[string]*idemcheck.Exec{}, commits: map[string]bool{}, reqs: map[int64]*idemcheck.Request{}}
+}
+
+func (w *chkWorld) newInstance(slot int) *chkInstance {
+	in := w.blankInstance()
 	switch {
 	case w.cl != nil:
 		client, err := storefx.New("chk", storefx.Config{Addrs: w.cl.Addrs(), DialTimeout: 200 * time.Millisecond,

@@ -200,8 +200,7 @@ func (s *chkSentinelWorld) master() *redistest.Server {
 // newInstance is an app instance whose client is storefx's failover client.
 func (s *chkSentinelWorld) newInstance() *chkInstance {
 	w := s.chkWorld
-	w.nInst++
-	in := &chkInstance{id: w.nInst, dead: make(chan struct{}), running: map[string]*idemcheck.Exec{}, reqs: map[int64]*idemcheck.Request{}}
+	in := w.blankInstance()
 	client, err := storefx.New("chk", storefx.Config{Addrs: s.sentinels, MasterName: "mymaster",
 		DialTimeout: 200 * time.Millisecond, ReadTimeout: time.Second, ConnectTimeout: 5 * time.Second})
 	if err != nil {
